@@ -1,0 +1,13 @@
+"""hiercoll: a simulator-backed planner for hierarchical collective communication."""
+
+from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp
+from hiercoll.errors import HiercollError, ScheduleError
+from hiercoll.executor import execute, verify
+from hiercoll.planner import plan
+from hiercoll.schedule import Op, Region, Schedule
+from hiercoll.topology import Topology, load_topology
+
+__version__ = "0.1.0"
+__all__ = ["CollectiveSpec", "DType", "GroupSplits", "HiercollError", "Kind", "Op", "ReduceOp",
+           "Region", "Schedule", "ScheduleError", "Topology", "execute", "load_topology", "plan",
+           "verify"]

@@ -1,0 +1,423 @@
+"""What each collective means: the spec, per-rank buffer layouts, group-cast splits, and the naive
+numpy reference every schedule is checked against. Depends on nothing else in hiercoll but errors.
+
+Sizes follow nccl-tests: `nbytes` (S) is the total buffer of the collective — all_reduce: each
+rank's buffer; reduce_scatter: each rank's input (W shards); all_gather: each rank's output;
+all_to_all: each rank's buffer; broadcast/reduce: the root's buffer. group_cast/group_reduce take
+their sizes from the splits; their S is the largest per-rank output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cached_property
+from typing import Self
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from hiercoll.errors import HiercollError
+
+
+class Kind(StrEnum):
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+    ALL_REDUCE = "all_reduce"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    GROUP_CAST = "group_cast"
+    GROUP_REDUCE = "group_reduce"
+
+
+class DType(StrEnum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+    FP64 = "fp64"
+
+    @property
+    def itemsize(self) -> int:
+        return {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}[self.value]
+
+    @property
+    def eps(self) -> float:
+        """Unit roundoff (half an ulp at 1.0)."""
+        return {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24, "fp64": 2.0**-53}[self.value]
+
+
+class ReduceOp(StrEnum):
+    SUM = "sum"
+    AVG = "avg"
+    MAX = "max"
+    MIN = "min"
+
+
+REDUCING = {Kind.REDUCE_SCATTER, Kind.ALL_REDUCE, Kind.REDUCE, Kind.GROUP_REDUCE}
+ROOTED = {Kind.BROADCAST, Kind.REDUCE}
+GROUPED = {Kind.GROUP_CAST, Kind.GROUP_REDUCE}
+
+
+class Split(BaseModel):
+    """One contiguous piece of a rank's buffer and the ranks it goes to / comes from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    size: int = Field(ge=0, description="elements")
+    peers: list[int] = Field(description="group_cast input: destinations; output: [source]. "
+                             "group_reduce input: [destination]; output: sources")
+
+
+class RankSplits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    input: list[Split] = Field(default_factory=list)
+    output: list[Split] = Field(default_factory=list)
+
+
+class GroupSplits(BaseModel):
+    """MagiAttention-style group-cast/group-reduce arguments, one entry per rank.
+
+    group_cast: an input split lists its destination ranks, an output split its one source.
+    group_reduce is the transpose: an input split lists its one destination, an output split all
+    the sources whose pieces it sums (accumulated into the output's existing values).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ranks: list[RankSplits]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """`count` elements at `src_offset` of the source's input land at `dst_offset` of the
+    destination's output (group_cast) or staging (group_reduce)."""
+
+    src_offset: int
+    dst_offset: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PairStream:
+    """Everything `src` sends to `dst`: aligned segments, and the offset of each of dst's output
+    splits (by split index) inside the stream (needed by group_reduce to find a source's piece)."""
+
+    src: int
+    dst: int
+    segments: tuple[Segment, ...]
+    total: int
+
+
+class CollectiveSpec(BaseModel):
+    """One collective call: what, among how many ranks, on how much data."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Kind
+    world_size: int = Field(ge=1)
+    dtype: DType = DType.BF16
+    nbytes: int = Field(default=0, ge=0, description="S as in nccl-tests (see module doc)")
+    reduce_op: ReduceOp = ReduceOp.SUM
+    root: int = 0
+    splits: GroupSplits | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        w, isz = self.world_size, self.dtype.itemsize
+        if self.kind in GROUPED:
+            if self.splits is None:
+                raise ValueError(f"splits: {self.kind} needs --splits FILE (per-rank input/output splits)")
+            _validate_splits(self.kind, self.world_size, self.splits)
+            if self.kind == Kind.GROUP_REDUCE and self.reduce_op not in (ReduceOp.SUM, ReduceOp.AVG):
+                raise ValueError(f"reduce_op: group_reduce supports sum and avg, not {self.reduce_op}")
+            return self
+        if self.splits is not None:
+            raise ValueError(f"splits: only group_cast/group_reduce take splits, not {self.kind}")
+        if self.nbytes % isz:
+            raise ValueError(f"nbytes: {self.nbytes} is not a multiple of the {self.dtype} "
+                             f"element size {isz}")
+        if self.kind == Kind.ALL_TO_ALL and self.nbytes % (w * isz):
+            raise ValueError(f"nbytes: all_to_all needs a multiple of world_size*{isz} = {w * isz} "
+                             f"bytes (got {self.nbytes}); use group_cast for uneven all-to-all-v")
+        if self.kind in ROOTED and not 0 <= self.root < w:
+            raise ValueError(f"root: {self.root} is outside 0..{w - 1}")
+        return self
+
+    # ---- layout ------------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """Elements of S (for grouped kinds: of the largest output)."""
+        if self.kind in GROUPED:
+            return max((self.output_count(r) for r in range(self.world_size)), default=0)
+        return self.nbytes // self.dtype.itemsize
+
+    @property
+    def total_bytes(self) -> int:
+        return self.count * self.dtype.itemsize
+
+    def shard(self, index: int) -> tuple[int, int]:
+        """(offset, count) of shard `index` of `count`: balanced, first `count % W` one longer."""
+        base, extra = divmod(self.count, self.world_size)
+        return index * base + min(index, extra), base + (1 if index < extra else 0)
+
+    def input_count(self, rank: int) -> int:
+        k = self.kind
+        if k == Kind.ALL_GATHER:
+            return self.shard(rank)[1]
+        if k == Kind.BROADCAST and rank != self.root:
+            return 0
+        if k in GROUPED:
+            assert self.splits is not None
+            return sum(s.size for s in self.splits.ranks[rank].input)
+        return self.count
+
+    def output_count(self, rank: int) -> int:
+        k = self.kind
+        if k == Kind.REDUCE_SCATTER:
+            return self.shard(rank)[1]
+        if k == Kind.REDUCE and rank != self.root:
+            return 0
+        if k in GROUPED:
+            assert self.splits is not None
+            return sum(s.size for s in self.splits.ranks[rank].output)
+        return self.count
+
+    @property
+    def accumulates_output(self) -> bool:
+        """group_reduce adds into the output's existing values; every other kind overwrites."""
+        return self.kind == Kind.GROUP_REDUCE
+
+    # ---- nccl-tests bandwidth ----------------------------------------------------------------
+    @property
+    def busbw_factor(self) -> float:
+        n = self.world_size
+        if self.kind == Kind.ALL_REDUCE:
+            return 2 * (n - 1) / n
+        if self.kind in (Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_TO_ALL):
+            return (n - 1) / n
+        return 1.0
+
+    def bandwidths_gbps(self, time_us: float) -> tuple[float, float]:
+        """(algbw, busbw) in GB/s (1e9 B/s) for a run of `time_us`."""
+        if time_us <= 0:
+            return 0.0, 0.0
+        algbw = self.total_bytes / (time_us * 1e3)
+        return algbw, algbw * self.busbw_factor
+
+    # ---- group streams -----------------------------------------------------------------------
+    @cached_property
+    def pair_streams(self) -> dict[tuple[int, int], PairStream]:
+        assert self.splits is not None
+        return _pair_streams(self.world_size, self.splits)
+
+
+def _offsets(splits: list[Split]) -> list[int]:
+    out, pos = [], 0
+    for s in splits:
+        out.append(pos)
+        pos += s.size
+    return out
+
+
+def _validate_splits(kind: Kind, world: int, splits: GroupSplits) -> None:
+    if len(splits.ranks) != world:
+        raise ValueError(f"splits.ranks: {len(splits.ranks)} entries for world size {world}; "
+                         "give one {input, output} entry per rank")
+    one_side = "output" if kind == Kind.GROUP_CAST else "input"
+    for r, rs in enumerate(splits.ranks):
+        for side in ("input", "output"):
+            for i, sp in enumerate(getattr(rs, side)):
+                where = f"splits.ranks[{r}].{side}[{i}].peers"
+                if side == one_side and len(sp.peers) != 1:
+                    raise ValueError(f"{where}: a {kind} {side} split has exactly one peer "
+                                     f"(got {sp.peers})")
+                bad = [p for p in sp.peers if not 0 <= p < world]
+                if bad:
+                    raise ValueError(f"{where}: ranks {bad} outside 0..{world - 1}")
+                if len(set(sp.peers)) != len(sp.peers):
+                    raise ValueError(f"{where}: {sp.peers} lists a rank twice")
+    sent: dict[tuple[int, int], int] = {}
+    got: dict[tuple[int, int], int] = {}
+    for r, rs in enumerate(splits.ranks):
+        for sp in rs.input:
+            for p in sp.peers:
+                sent[(r, p)] = sent.get((r, p), 0) + sp.size
+        for sp in rs.output:
+            for p in sp.peers:
+                got[(p, r)] = got.get((p, r), 0) + sp.size
+    for pair in sorted(set(sent) | set(got)):
+        s, g = sent.get(pair, 0), got.get(pair, 0)
+        if s != g:
+            src, dst = pair
+            raise ValueError(f"splits: rank {src} sends {s} elements to rank {dst} but rank {dst}'s "
+                             f"output splits expect {g} from rank {src}; make the sizes match")
+
+
+def _ranges_for(splits: list[Split], peer: int) -> list[tuple[int, int]]:
+    offs = _offsets(splits)
+    return [(offs[i], s.size) for i, s in enumerate(splits) if peer in s.peers and s.size > 0]
+
+
+def _zip_ranges(src: list[tuple[int, int]], dst: list[tuple[int, int]]) -> list[Segment]:
+    """Align two equal-length streams of ranges into segments that lie in one range of each."""
+    segs: list[Segment] = []
+    i = j = 0
+    si, so = (src[0] if src else (0, 0))
+    di, do = (dst[0] if dst else (0, 0))
+    while i < len(src) and j < len(dst):
+        n = min(so, do)
+        segs.append(Segment(si, di, n))
+        si, so, di, do = si + n, so - n, di + n, do - n
+        if so == 0:
+            i += 1
+            if i < len(src):
+                si, so = src[i]
+        if do == 0:
+            j += 1
+            if j < len(dst):
+                di, do = dst[j]
+    return segs
+
+
+def _pair_streams(world: int, splits: GroupSplits) -> dict[tuple[int, int], PairStream]:
+    out: dict[tuple[int, int], PairStream] = {}
+    for s in range(world):
+        dsts = sorted({p for sp in splits.ranks[s].input for p in sp.peers if sp.size > 0})
+        for d in dsts:
+            segs = _zip_ranges(_ranges_for(splits.ranks[s].input, d),
+                               _ranges_for(splits.ranks[d].output, s))
+            out[(s, d)] = PairStream(s, d, tuple(segs), sum(x.count for x in segs))
+    return out
+
+
+# ---- numerics ---------------------------------------------------------------------------------
+def storage_dtype(dtype: DType) -> np.dtype:
+    """numpy dtype that holds values of `dtype` (bf16 lives in float32, rounded to bf16)."""
+    return np.dtype({"bf16": np.float32, "fp16": np.float16, "fp32": np.float32,
+                     "fp64": np.float64}[dtype.value])
+
+
+def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Round to the representable values of `dtype` (round to nearest even), in storage dtype."""
+    if dtype != DType.BF16:
+        return values.astype(storage_dtype(dtype))
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def random_inputs(spec: CollectiveSpec, rng: np.random.Generator) -> list[np.ndarray]:
+    """Fresh values in [-1, 1) away from zero, rounded to the dtype: never zeros."""
+    out = []
+    for r in range(spec.world_size):
+        n = spec.input_count(r)
+        mag = rng.uniform(0.25, 1.0, n)
+        sign = rng.choice([-1.0, 1.0], n)
+        out.append(round_to(mag * sign, spec.dtype))
+    return out
+
+
+def initial_outputs(spec: CollectiveSpec, rng: np.random.Generator) -> list[np.ndarray]:
+    """Outputs before the call: random values for group_reduce (it accumulates), NaN otherwise so
+    that an element nobody wrote cannot pass."""
+    outs = []
+    for r in range(spec.world_size):
+        n = spec.output_count(r)
+        if spec.accumulates_output:
+            outs.append(round_to(rng.uniform(-1.0, 1.0, n), spec.dtype))
+        else:
+            outs.append(np.full(n, np.nan, dtype=storage_dtype(spec.dtype)))
+    return outs
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The naive result (float64) and, per element, how many values were combined and their
+    absolute sum: what the tolerance of a rounded reduction depends on."""
+
+    outputs: list[np.ndarray]
+    abs_sums: list[np.ndarray]
+    num_terms: int
+
+
+def _combine(op: ReduceOp, stack: np.ndarray) -> np.ndarray:
+    if op == ReduceOp.MAX:
+        return stack.max(axis=0)
+    if op == ReduceOp.MIN:
+        return stack.min(axis=0)
+    total = stack.sum(axis=0)
+    return total / stack.shape[0] if op == ReduceOp.AVG else total
+
+
+def reference(spec: CollectiveSpec, inputs: list[np.ndarray],
+              outputs_before: list[np.ndarray] | None = None) -> Expected:
+    """Naive reference of every collective, all ranks in one process, in float64."""
+    w = spec.world_size
+    x = [np.asarray(a, dtype=np.float64) for a in inputs]
+    k = spec.kind
+    outs: list[np.ndarray]
+    abs_sums: list[np.ndarray]
+    if k in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.REDUCE):
+        stack = np.stack(x) if w else np.zeros((0, spec.count))
+        full = _combine(spec.reduce_op, stack)
+        absum = np.abs(stack).sum(axis=0)
+        if k == Kind.ALL_REDUCE:
+            outs, abs_sums = [full.copy() for _ in range(w)], [absum] * w
+        elif k == Kind.REDUCE:
+            outs = [full if r == spec.root else np.zeros(0) for r in range(w)]
+            abs_sums = [absum if r == spec.root else np.zeros(0) for r in range(w)]
+        else:
+            outs, abs_sums = [], []
+            for r in range(w):
+                off, n = spec.shard(r)
+                outs.append(full[off:off + n])
+                abs_sums.append(absum[off:off + n])
+        return Expected(outs, abs_sums, w)
+    if k == Kind.ALL_GATHER:
+        full = np.concatenate(x) if x else np.zeros(0)
+        return Expected([full.copy() for _ in range(w)], [np.abs(full)] * w, 1)
+    if k == Kind.BROADCAST:
+        return Expected([x[spec.root].copy() for _ in range(w)], [np.abs(x[spec.root])] * w, 1)
+    if k == Kind.ALL_TO_ALL:
+        blk = spec.count // w
+        outs = [np.concatenate([x[s][d * blk:(d + 1) * blk] for s in range(w)]) for d in range(w)]
+        return Expected(outs, [np.abs(o) for o in outs], 1)
+    if k == Kind.GROUP_CAST:
+        outs = [np.full(spec.output_count(r), np.nan) for r in range(w)]
+        for (s, d), ps in spec.pair_streams.items():
+            for seg in ps.segments:
+                outs[d][seg.dst_offset:seg.dst_offset + seg.count] = \
+                    x[s][seg.src_offset:seg.src_offset + seg.count]
+        return Expected(outs, [np.abs(o) for o in outs], 1)
+    return _reference_group_reduce(spec, x, outputs_before)
+
+
+def _reference_group_reduce(spec: CollectiveSpec, x: list[np.ndarray],
+                            outputs_before: list[np.ndarray] | None) -> Expected:
+    assert spec.splits is not None
+    w = spec.world_size
+    if outputs_before is None:
+        raise HiercollError("group_reduce accumulates into the output: pass its values before the call")
+    base = [np.asarray(o, dtype=np.float64).copy() for o in outputs_before]
+    acc = [np.zeros_like(b) for b in base]
+    absum = [np.abs(b) for b in base]
+    nsrc = [np.ones_like(b) for b in base]
+    for r in range(w):
+        for off, sp in zip(_offsets(spec.splits.ranks[r].output), spec.splits.ranks[r].output):
+            nsrc[r][off:off + sp.size] = max(len(sp.peers), 1)
+    for (s, d), ps in spec.pair_streams.items():
+        for seg in ps.segments:
+            piece = x[s][seg.src_offset:seg.src_offset + seg.count]
+            sl = slice(seg.dst_offset, seg.dst_offset + seg.count)
+            acc[d][sl] += piece
+            absum[d][sl] += np.abs(piece)
+    if spec.reduce_op == ReduceOp.AVG:
+        acc = [a / n for a, n in zip(acc, nsrc)]
+    outs = [b + a for b, a in zip(base, acc)]
+    terms = 1 + max((len(sp.peers) for rs in spec.splits.ranks for sp in rs.output), default=0)
+    return Expected(outs, absum, terms)
+
+
+def tolerance(spec: CollectiveSpec, expected: Expected, rank: int) -> np.ndarray:
+    """Per-element bound on |result - exact|: one rounding per partial result stored in the
+    dtype (at most one per term plus the final one), each at most eps * sum of |terms|."""
+    roundings = expected.num_terms + 1
+    return spec.dtype.eps * roundings * expected.abs_sums[rank] + 1e-300

@@ -1,0 +1,29 @@
+"""Exception types. User-input problems are `HiercollError`s: the CLI prints their one line and exits 2."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class HiercollError(ValueError):
+    """Bad input from a user (file, flag, argument). The message names the field and the fix."""
+
+
+class ScheduleError(HiercollError):
+    """A schedule that is structurally wrong (bad ids, bounds, cycles). Names the op."""
+
+
+class VerificationError(Exception):
+    """A schedule that runs but computes the wrong result, races or deadlocks."""
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """First pydantic error as `source: field.path: message`."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field; remove it or check the spelling (see `hiercoll topo schema`)"
+    elif first["type"] == "missing":
+        msg = "required field is missing"
+    return f"{source}: {loc}: {msg}"

@@ -1,0 +1,191 @@
+"""The reference executor: runs a schedule on numpy buffers of every rank in one process.
+
+Ops run one at a time in a random order that respects dependencies and channel order; several
+different orders per check, so a missing dependency shows up as a wrong result. Reductions
+accumulate in float64 and round once to the dtype, like the GPU kernels (fp32 accumulate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hiercoll.collectives import (CollectiveSpec, ReduceOp, initial_outputs, random_inputs,
+                                  reference, round_to, storage_dtype, tolerance)
+from hiercoll.errors import HiercollError
+from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Schedule
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    rank: int
+    offset: int
+    got: float
+    want: float
+    last_writer: str | None   # op id, or None when no op wrote the element
+
+    def __str__(self) -> str:
+        who = f"last written by op {self.last_writer}" if self.last_writer else "never written"
+        return (f"rank {self.rank} output[{self.offset}] = {self.got!r}, expected {self.want!r} "
+                f"({who})")
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    ok: bool
+    trials: int
+    max_abs_error: float
+    mismatch: Mismatch | None
+    trial: int | None          # the trial (0-based) that failed
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": self.ok, "trials": self.trials, "max_abs_error": self.max_abs_error,
+                "first_mismatch": str(self.mismatch) if self.mismatch else None,
+                "failed_trial": self.trial}
+
+
+def _execution_order(schedule: Schedule, rng: np.random.Generator) -> list[Op]:
+    """A random linear extension of (deps + channel order)."""
+    lists = [schedule.rank_ops(r) for r in range(schedule.world_size)]
+    indeg: dict[tuple[int, int], int] = {}
+    succ: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for ops in lists:
+        last: dict[int, tuple[int, int]] = {}
+        for op in ops:
+            preds = set(op.deps)
+            if op.channel in last:
+                preds.add(last[op.channel])
+            last[op.channel] = op.ref
+            indeg[op.ref] = len(preds)
+            for p in preds:
+                succ.setdefault(p, []).append(op.ref)
+    ready = [ref for ref, d in indeg.items() if d == 0]
+    order: list[Op] = []
+    while ready:
+        i = int(rng.integers(len(ready)))
+        ready[i], ready[-1] = ready[-1], ready[i]
+        ref = ready.pop()
+        order.append(lists[ref[0]][ref[1]])
+        for s in succ.get(ref, ()):
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    if len(order) != len(indeg):
+        raise HiercollError("schedule has a dependency cycle; run `hiercoll verify` for the op")
+    return order
+
+
+class _Memory:
+    """Every rank's buffers, plus which op last wrote each element (for error reports)."""
+
+    def __init__(self, schedule: Schedule, inputs: Sequence[np.ndarray],
+                 outputs: Sequence[np.ndarray]):
+        spec = schedule.spec
+        dt = storage_dtype(spec.dtype)
+        self.spec = spec
+        self.bufs: list[dict[str, np.ndarray]] = []
+        self.writer: list[dict[str, np.ndarray]] = []
+        for r in range(schedule.world_size):
+            sizes = schedule.buffers(r)
+            bufs = {name: np.full(n, np.nan, dtype=dt) for name, n in sizes.items()}
+            bufs[INPUT] = np.array(inputs[r], dtype=dt, copy=True)
+            bufs[OUTPUT] = np.array(outputs[r], dtype=dt, copy=True)
+            self.bufs.append(bufs)
+            self.writer.append({name: np.full(n, -1, dtype=np.int64) for name, n in sizes.items()})
+
+    def view(self, region) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return self.bufs[region.rank][region.buffer][region.offset:region.offset + region.count]
+
+    def run(self, op: Op) -> None:
+        if op.kind == OpKind.COPY:
+            value = self.view(op.srcs[0]).copy()
+        else:
+            value = _combine(self.spec.reduce_op, [self.view(s) for s in op.srcs]) * op.scale
+            if op.accumulate:
+                value = self.view(op.dst).astype(np.float64) + value
+            value = round_to(value, self.spec.dtype)
+        d = op.dst
+        self.bufs[d.rank][d.buffer][d.offset:d.offset + d.count] = value
+        self.writer[d.rank][d.buffer][d.offset:d.offset + d.count] = (op.rank << 32) | op.index
+
+
+def _combine(op: ReduceOp, parts: list[np.ndarray]) -> np.ndarray:
+    stack = np.stack([p.astype(np.float64) for p in parts])
+    if op == ReduceOp.MAX:
+        return stack.max(axis=0)
+    if op == ReduceOp.MIN:
+        return stack.min(axis=0)
+    return stack.sum(axis=0)
+
+
+def run_order(schedule: Schedule, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+              order: Sequence[Op]) -> _Memory:
+    mem = _Memory(schedule, inputs, outputs)
+    for op in order:
+        mem.run(op)
+    return mem
+
+
+def execute(schedule: Schedule, inputs: Sequence[np.ndarray],
+            outputs_before: Sequence[np.ndarray] | None = None, seed: int | None = None,
+            ) -> list[np.ndarray]:
+    """Run `schedule` on caller-given per-rank inputs; returns per-rank outputs (storage dtype).
+
+    `outputs_before` matters for group_reduce (it accumulates); default NaN elsewhere, zeros for
+    group_reduce.
+    """
+    spec = schedule.spec
+    _check_shapes(spec, inputs, "inputs", spec.input_count)
+    if outputs_before is None:
+        fill = 0.0 if spec.accumulates_output else np.nan
+        outputs_before = [np.full(spec.output_count(r), fill) for r in range(spec.world_size)]
+    _check_shapes(spec, outputs_before, "outputs_before", spec.output_count)
+    rng = np.random.default_rng(seed)
+    mem = run_order(schedule, inputs, outputs_before, _execution_order(schedule, rng))
+    return [mem.bufs[r][OUTPUT].copy() for r in range(spec.world_size)]
+
+
+def _check_shapes(spec: CollectiveSpec, arrays: Sequence[np.ndarray], what: str, count) -> None:  # type: ignore[no-untyped-def]
+    if len(arrays) != spec.world_size:
+        raise HiercollError(f"{what}: {len(arrays)} arrays for world size {spec.world_size}")
+    for r, a in enumerate(arrays):
+        if np.asarray(a).shape != (count(r),):
+            raise HiercollError(f"{what}[{r}]: shape {np.asarray(a).shape}, expected ({count(r)},)")
+
+
+def compare(spec: CollectiveSpec, mem: _Memory, expected, ) -> tuple[float, Mismatch | None]:  # type: ignore[no-untyped-def]
+    worst, first = 0.0, None
+    for r in range(spec.world_size):
+        got = mem.bufs[r][OUTPUT].astype(np.float64)
+        want = expected.outputs[r]
+        err = np.abs(got - want)
+        bad = ~(err <= tolerance(spec, expected, r))   # NaN counts as bad
+        if err.size:
+            worst = max(worst, float(np.nanmax(err)) if not np.all(np.isnan(err)) else np.inf)
+        if first is None and bad.any():
+            i = int(np.argmax(bad))
+            w = int(mem.writer[r][OUTPUT][i])
+            first = Mismatch(r, i, float(got[i]), float(want[i]),
+                             None if w < 0 else f"{w >> 32}.{w & 0xFFFFFFFF}")
+    if any(np.isnan(mem.bufs[r][OUTPUT]).any() for r in range(spec.world_size)):
+        worst = float("inf")
+    return worst, first
+
+
+def verify(schedule: Schedule, trials: int = 3, seed: int | None = None) -> VerifyReport:
+    """Run `trials` times, each with fresh random inputs and a different random op order."""
+    spec = schedule.spec
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for t in range(trials):
+        inputs = random_inputs(spec, rng)
+        before = initial_outputs(spec, rng)
+        expected = reference(spec, inputs, before)
+        mem = run_order(schedule, inputs, before, _execution_order(schedule, rng))
+        err, bad = compare(spec, mem, expected)
+        worst = max(worst, err)
+        if bad is not None:
+            return VerifyReport(False, t + 1, worst, bad, t)
+    return VerifyReport(True, trials, worst, None, None)

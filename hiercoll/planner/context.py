@@ -1,0 +1,119 @@
+"""The algorithm interface, the per-plan context, and the lazy op source built from a recipe."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.planner.builder import Label, RankBuilder
+from hiercoll.schedule import INPUT, OUTPUT, Op, Region
+from hiercoll.topology import Topology
+
+
+class BaseParams(BaseModel):
+    """Knobs every algorithm has; algorithms extend this model with their own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    chunks: int = Field(default=1, ge=1, le=64, description="pieces per block, pipelined")
+    channels: int = Field(default=1, ge=1, le=16, description="parallel op streams per rank")
+
+
+class Algorithm(ABC):
+    """A schedule generator. Subclasses build one rank at a time."""
+
+    name: ClassVar[str]
+    kinds: ClassVar[frozenset[Kind]]
+    Params: ClassVar[type[BaseParams]] = BaseParams
+
+    def unsupported(self, topo: Topology, spec: CollectiveSpec, params: BaseParams) -> str | None:
+        """Why this algorithm cannot plan this case, or None."""
+        if spec.kind not in self.kinds:
+            return f"{self.name} does not implement {spec.kind} (it does {', '.join(sorted(self.kinds))})"
+        return None
+
+    @abstractmethod
+    def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
+        """Emit rank `b.rank`'s ops in order, labelling those that peers depend on."""
+
+    def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
+        """Index of the op labelled `label` on `rank`; override with a formula for scale."""
+        return ctx.label_map(rank)[label]
+
+
+@dataclass
+class PlanContext:
+    topology: Topology
+    spec: CollectiveSpec
+    params: BaseParams
+    algorithm: Algorithm
+    _labels: OrderedDict[int, dict[Label, int]] = field(default_factory=OrderedDict, repr=False)
+
+    @property
+    def world(self) -> int:
+        return self.spec.world_size
+
+    def input(self, rank: int, offset: int, count: int) -> Region:
+        return Region(rank, INPUT, offset, count)
+
+    def output(self, rank: int, offset: int, count: int) -> Region:
+        return Region(rank, OUTPUT, offset, count)
+
+    def new_builder(self, rank: int) -> RankBuilder:
+        b = RankBuilder(self.topology, rank)
+        b.alloc(INPUT, self.spec.input_count(rank))
+        b.alloc(OUTPUT, self.spec.output_count(rank))
+        return b
+
+    def label_map(self, rank: int) -> dict[Label, int]:
+        """Labels of `rank`'s ops (builds that rank without resolving its deps; LRU-cached)."""
+        if rank in self._labels:
+            self._labels.move_to_end(rank)
+            return self._labels[rank]
+        b = self.new_builder(rank)
+        self.algorithm.build_rank(self, b)
+        self._labels[rank] = b.labels
+        if len(self._labels) > 256:
+            self._labels.popitem(last=False)
+        return b.labels
+
+    def build(self, rank: int) -> tuple[list[Op], dict[str, int]]:
+        b = self.new_builder(rank)
+        self.algorithm.build_rank(self, b)
+        ops = b.finish(lambda r, label: self.algorithm.index_of(self, r, label))
+        return ops, b.buffers
+
+
+class RecipeOps:
+    """OpSource that builds each rank's ops from the recipe on demand (small LRU cache)."""
+
+    def __init__(self, ctx: PlanContext, cache: int = 64):
+        self.ctx = ctx
+        self._cache: OrderedDict[int, tuple[list[Op], dict[str, int]]] = OrderedDict()
+        self._size = cache
+
+    def _get(self, rank: int) -> tuple[list[Op], dict[str, int]]:
+        hit = self._cache.get(rank)
+        if hit is not None:
+            self._cache.move_to_end(rank)
+            return hit
+        built = self.ctx.build(rank)
+        self._cache[rank] = built
+        if len(self._cache) > self._size:
+            self._cache.popitem(last=False)
+        return built
+
+    def rank_ops(self, rank: int) -> Sequence[Op]:
+        return self._get(rank)[0]
+
+    def rank_buffers(self, rank: int) -> dict[str, int]:
+        return self._get(rank)[1]
+
+
+def params_dict(params: BaseParams) -> dict[str, Any]:
+    return params.model_dump(mode="json")

@@ -1,0 +1,121 @@
+"""Direct (one-shot) schedules: every rank talks to every peer, in rank-swizzled order.
+
+Reductions push each peer's piece into a per-source slot of the owner's scratch, then the owner
+reduces all slots with its own piece on a separate channel, so chunk c's reduce overlaps chunk
+c+1's copies. Swizzle (default on): rank r visits r+1, r+2, ... so each step has one writer per
+destination port instead of everyone writing to rank 0 first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import Field
+
+from hiercoll.collectives import Kind, ReduceOp
+from hiercoll.planner.builder import (Dep, Label, RankBuilder, ceil_div, chunk_bounds,
+                                      peer_position, swizzled_peers)
+from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
+from hiercoll.planner.group import build_group_cast, build_group_reduce
+from hiercoll.schedule import Region
+
+SLOTS = "direct_recv"
+
+
+class DirectParams(BaseParams):
+    swizzle: bool = Field(default=True, description="rank r starts with peer r+1")
+
+
+Block = Callable[[int], tuple[int, int]]
+
+
+def whole(ctx: PlanContext) -> Block:
+    return lambda owner: (0, ctx.spec.count)
+
+
+def reduce_into_owners(ctx: PlanContext, b: RankBuilder, block: Block,
+                       at_block_offset: bool, root: int | None = None) -> None:
+    """Push my piece of every owner's block into its slot, then reduce my own block.
+
+    `block(owner)` is the input range `owner` reduces (its shard, or everything); the result
+    lands at that range's offset in the output when `at_block_offset` (two-shot), else at 0.
+    With `root`, only the root owns a block (reduce). Labels: ("put", c, owner), ("red", c).
+    """
+    p: DirectParams = ctx.params  # type: ignore[assignment]
+    r, w, k = b.rank, ctx.world, p.chunks
+    width = ceil_div(block(0)[1], k)  # block 0 is the largest
+    if root is None:
+        owners = swizzled_peers(r, w, p.swizzle)
+    else:
+        owners = [root] if r != root else []
+    b.alloc(SLOTS, (w - 1) * k * width)
+    scale = 1.0 / w if ctx.spec.reduce_op == ReduceOp.AVG else 1.0
+    for c in range(k):
+        for q in owners:
+            off, n = block(q)
+            coff, cn = chunk_bounds(n, k, c)
+            b.copy(ctx.input(r, off + coff, cn), _slot(ctx, q, r, c, cn, width),
+                   channel=c % p.channels, label=("put", c, q))
+        if root is not None and r != root:
+            continue
+        off, n = block(r)
+        coff, cn = chunk_bounds(n, k, c)
+        srcs = [ctx.input(r, off + coff, cn)]
+        srcs += [_slot(ctx, r, s, c, cn, width) for s in range(w) if s != r]
+        out = ctx.output(r, (off if at_block_offset else 0) + coff, cn)
+        b.reduce(srcs, out, scale=scale, channel=p.channels,
+                 deps=[Dep(s, ("put", c, r)) for s in range(w) if s != r], label=("red", c))
+
+
+def _slot(ctx: PlanContext, owner: int, src: int, c: int, count: int, width: int) -> Region:
+    slot = (src - owner) % ctx.world - 1
+    return Region(owner, SLOTS, (slot * ctx.params.chunks + c) * width, count)
+
+
+class Direct(Algorithm):
+    name = "direct"
+    kinds = frozenset(Kind)
+    Params = DirectParams
+
+    def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
+        kind = ctx.spec.kind
+        if kind == Kind.REDUCE_SCATTER:
+            reduce_into_owners(ctx, b, ctx.spec.shard, at_block_offset=False)
+        elif kind == Kind.ALL_REDUCE:
+            reduce_into_owners(ctx, b, whole(ctx), at_block_offset=False)
+        elif kind == Kind.REDUCE:
+            reduce_into_owners(ctx, b, whole(ctx), at_block_offset=False, root=ctx.spec.root)
+        elif kind == Kind.GROUP_CAST:
+            build_group_cast(ctx, b, ctx.params.swizzle)  # type: ignore[attr-defined]
+        elif kind == Kind.GROUP_REDUCE:
+            build_group_reduce(ctx, b, ctx.params.swizzle)  # type: ignore[attr-defined]
+        else:
+            scatter_blocks(ctx, b)
+
+    def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
+        kind, p = ctx.spec.kind, ctx.params
+        if kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE) and label[0] == "put":  # type: ignore[index]
+            _, c, owner = label  # type: ignore[misc]
+            return c * ctx.world + peer_position(rank, owner, ctx.world, p.swizzle)  # type: ignore[attr-defined]
+        return super().index_of(ctx, rank, label)
+
+
+def scatter_blocks(ctx: PlanContext, b: RankBuilder) -> None:
+    """all_gather, all_to_all, broadcast: copy a block straight into each peer's output."""
+    p: DirectParams = ctx.params  # type: ignore[assignment]
+    r, w, spec = b.rank, ctx.world, ctx.spec
+    if spec.kind == Kind.BROADCAST and r != spec.root:
+        return
+    for c in range(p.chunks):
+        for q in swizzled_peers(r, w, p.swizzle, include_self=True):
+            if spec.kind == Kind.ALL_GATHER:
+                soff, n = 0, spec.shard(r)[1]
+                doff = spec.shard(r)[0]
+            elif spec.kind == Kind.ALL_TO_ALL:
+                n = spec.count // w
+                soff, doff = q * n, r * n
+            else:  # broadcast
+                soff, doff, n = 0, 0, spec.count
+            coff, cn = chunk_bounds(n, p.chunks, c)
+            b.copy(ctx.input(r, soff + coff, cn), ctx.output(q, doff + coff, cn),
+                   channel=c % p.channels, label=("put", c, q))

@@ -1,0 +1,69 @@
+"""Name -> algorithm, and `plan()`: validated parameters in, a (lazy) Schedule out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from hiercoll.collectives import CollectiveSpec
+from hiercoll.errors import HiercollError, format_validation_error
+from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, RecipeOps, params_dict
+from hiercoll.planner.direct import Direct
+from hiercoll.planner.ring import Ring
+from hiercoll.planner.two_shot import TwoShot
+from hiercoll.schedule import Schedule, ScheduleMeta
+from hiercoll.topology import Topology
+
+_REGISTRY: dict[str, Algorithm] = {}
+
+
+def register(algo: Algorithm) -> Algorithm:
+    _REGISTRY[algo.name] = algo
+    return algo
+
+
+for _algo in (Ring(), Direct(), TwoShot()):
+    register(_algo)
+
+
+def algorithms() -> dict[str, Algorithm]:
+    return dict(_REGISTRY)
+
+
+def get_algorithm(name: str) -> Algorithm:
+    if name not in _REGISTRY:
+        raise HiercollError(f"--algorithm: unknown {name!r}; choose one of "
+                            f"{', '.join(sorted(_REGISTRY))} or auto")
+    return _REGISTRY[name]
+
+
+def parse_params(algo: Algorithm, params: dict[str, Any] | BaseParams | None) -> BaseParams:
+    if isinstance(params, BaseParams):
+        return params
+    try:
+        return algo.Params.model_validate(params or {})
+    except ValidationError as err:
+        raise HiercollError(format_validation_error(err, f"--param ({algo.name})")) from None
+
+
+def applicable(topology: Topology, spec: CollectiveSpec) -> list[str]:
+    """Names of algorithms that can plan `spec` on `topology` with default parameters."""
+    return [n for n, a in sorted(_REGISTRY.items())
+            if a.unsupported(topology, spec, a.Params()) is None]
+
+
+def plan(topology: Topology, spec: CollectiveSpec, algorithm: str,
+         params: dict[str, Any] | BaseParams | None = None) -> Schedule:
+    """A lazy schedule: each rank's ops are built when first asked for (`.expand()` for all)."""
+    algo = get_algorithm(algorithm)
+    p = parse_params(algo, params)
+    if spec.world_size != topology.world_size:
+        raise HiercollError(f"world size: the spec has {spec.world_size} ranks, topology "
+                            f"{topology.name} has {topology.world_size}")
+    why = algo.unsupported(topology, spec, p)
+    if why:
+        raise HiercollError(f"--algorithm {algorithm}: {why}")
+    ctx = PlanContext(topology, spec, p, algo)
+    meta = ScheduleMeta(algo.name, params_dict(p), spec, topology.fingerprint())
+    return Schedule(meta, RecipeOps(ctx))

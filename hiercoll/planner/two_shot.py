@@ -1,0 +1,26 @@
+"""Two-shot all-reduce: direct reduce-scatter into each owner's slice of the output, then a
+direct all-gather of the slices. Moves 2(W-1)/W of S per rank like the ring, in 2 steps."""
+
+from __future__ import annotations
+
+from hiercoll.collectives import Kind
+from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds, swizzled_peers
+from hiercoll.planner.context import Algorithm, PlanContext
+from hiercoll.planner.direct import DirectParams, reduce_into_owners
+
+
+class TwoShot(Algorithm):
+    name = "two_shot"
+    kinds = frozenset({Kind.ALL_REDUCE})
+    Params = DirectParams
+
+    def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
+        reduce_into_owners(ctx, b, ctx.spec.shard, at_block_offset=True)
+        p: DirectParams = ctx.params  # type: ignore[assignment]
+        r = b.rank
+        off, n = ctx.spec.shard(r)
+        for c in range(p.chunks):
+            coff, cn = chunk_bounds(n, p.chunks, c)
+            for q in swizzled_peers(r, ctx.world, p.swizzle):
+                b.copy(ctx.output(r, off + coff, cn), ctx.output(q, off + coff, cn),
+                       channel=c % p.channels, deps=[Dep(r, ("red", c))], label=("ag", c, q))

@@ -1,0 +1,140 @@
+"""The cluster description: pydantic models, one per piece of hardware, units in field names.
+
+`_gbps` is 1e9 bytes/s in one direction, `_us` microseconds. Global rank = node * gpus_per_node +
+local_rank everywhere in hiercoll.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Gpu(_Strict):
+    name: str = Field(description="Marketing name, e.g. H200")
+    hbm_gbps: float = Field(gt=0, description="HBM bandwidth, read+write combined, 1e9 B/s")
+    num_sms: int = Field(gt=0, description="Streaming multiprocessors (CUs on AMD)")
+    memory_gib: float = Field(default=80.0, gt=0)
+
+
+class IntraKind(StrEnum):
+    NVSWITCH = "nvswitch"   # every GPU has one port into a switch: egress/ingress limits only
+    MESH = "mesh"           # point-to-point links per pair (xGMI): a link per (src, dst)
+    PCIE = "pcie"           # every GPU on a PCIe link to a host bridge with its own limit
+
+
+class IntraFabric(_Strict):
+    kind: IntraKind
+    gbps: float = Field(gt=0, description="nvswitch/pcie: per-GPU port bandwidth per direction; "
+                        "mesh: bandwidth of one link per direction")
+    latency_us: float = Field(ge=0, description="one-hop latency of a transfer inside the node")
+    links_per_pair: int = Field(default=1, ge=1, description="mesh only: parallel links per GPU pair")
+    bridge_gbps: float | None = Field(default=None, gt=0,
+                                      description="pcie only: host bridge limit per direction")
+
+
+class InterFabric(_Strict):
+    num_nics: int = Field(ge=1, description="NICs per node")
+    nic_gbps: float = Field(gt=0, description="per-NIC bandwidth per direction (400 Gb/s = 50)")
+    latency_us: float = Field(ge=0, description="one-way latency GPU->NIC->switch->NIC->GPU")
+    nic_affinity: list[int] | None = Field(
+        default=None, description="for each NIC, the local rank it is nearest to (rails); "
+        "default spreads NICs evenly: NIC i nearest to local rank i*gpus_per_node/num_nics")
+    gpu_nic_gbps: float | None = Field(
+        default=None, gt=0, description="GPU<->NIC path (PCIe switch) per direction; default nic_gbps*2")
+    oversubscription: float = Field(default=1.0, ge=1.0,
+                                    description="switch fabric oversubscription: 1.0 = non-blocking")
+
+
+class Costs(_Strict):
+    """Fixed costs a calibration can fit: per-op launch/sync and the reduce kernel's efficiency."""
+
+    launch_us: float = Field(default=2.0, ge=0, description="per op: kernel launch or signal wait")
+    reduce_efficiency: float = Field(default=0.8, gt=0, le=1.0,
+                                     description="fraction of HBM bandwidth a reduce kernel reaches")
+
+
+class Topology(_Strict):
+    name: str = Field(default="custom")
+    num_nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1)
+    gpu: Gpu
+    intra: IntraFabric
+    inter: InterFabric | None = Field(default=None, description="required when num_nodes > 1")
+    costs: Costs = Field(default_factory=Costs)
+    schema_version: Literal[1] = 1
+
+    @model_validator(mode="after")
+    def _check(self) -> "Topology":
+        if self.num_nodes > 1 and self.inter is None:
+            raise ValueError("inter: a topology with num_nodes > 1 needs an 'inter' section "
+                             "(num_nics, nic_gbps, latency_us)")
+        if self.inter is not None and self.inter.nic_affinity is not None:
+            aff = self.inter.nic_affinity
+            if len(aff) != self.inter.num_nics:
+                raise ValueError(f"inter.nic_affinity: has {len(aff)} entries for "
+                                 f"{self.inter.num_nics} NICs; give one local rank per NIC")
+            bad = [a for a in aff if not 0 <= a < self.gpus_per_node]
+            if bad:
+                raise ValueError(f"inter.nic_affinity: local ranks {bad} outside "
+                                 f"0..{self.gpus_per_node - 1}")
+        if self.intra.kind != IntraKind.MESH and self.intra.links_per_pair != 1:
+            raise ValueError("intra.links_per_pair: only meaningful for kind 'mesh'; remove it")
+        return self
+
+    # ---- ranks -------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def local_rank_of(self, rank: int) -> int:
+        return rank % self.gpus_per_node
+
+    def rank_of(self, node: int, local_rank: int) -> int:
+        return node * self.gpus_per_node + local_rank
+
+    def same_node(self, a: int, b: int) -> bool:
+        return a // self.gpus_per_node == b // self.gpus_per_node
+
+    def node_peers(self, rank: int) -> list[int]:
+        """Ranks on the same node, in local-rank order, including `rank`."""
+        base = self.node_of(rank) * self.gpus_per_node
+        return list(range(base, base + self.gpus_per_node))
+
+    def rail_peers(self, rank: int) -> list[int]:
+        """Ranks with the same local rank on every node (the rail), in node order."""
+        lr = self.local_rank_of(rank)
+        return [self.rank_of(n, lr) for n in range(self.num_nodes)]
+
+    # ---- NICs --------------------------------------------------------------------------------
+    def nic_affinity(self) -> list[int]:
+        assert self.inter is not None
+        if self.inter.nic_affinity is not None:
+            return list(self.inter.nic_affinity)
+        n, g = self.inter.num_nics, self.gpus_per_node
+        return [(i * g) // n for i in range(n)]
+
+    def nic_of_local_rank(self, local_rank: int) -> int:
+        """The NIC a GPU uses: its own rail NIC, else the nearest one below it (round robin)."""
+        aff = self.nic_affinity()
+        if local_rank in aff:
+            return aff.index(local_rank)
+        below = [i for i, a in enumerate(aff) if a <= local_rank]
+        return below[-1] if below else 0
+
+    def fingerprint(self) -> str:
+        """Stable hash of everything that shapes a plan or its timing (not the display name)."""
+        data = self.model_dump(mode="json", exclude={"name"})
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

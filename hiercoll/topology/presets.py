@@ -1,0 +1,74 @@
+"""Built-in node types. A preset is a node type; the node count comes with it (`--nodes`).
+
+Bandwidths are what transfers reach, not marketing numbers, where we have a measurement:
+`h200x4` uses the copy-engine peer bandwidth measured on the 4xH200 host in
+shared/measurements (380.5 GB/s of the 478 GB/s NVLink port); the NVSwitch presets apply the same
+0.80 efficiency to their nominal NVLink bandwidth, and 0.92 to the NICs' line rate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hiercoll.errors import HiercollError
+from hiercoll.topology.model import Topology
+
+NVLINK_EFFICIENCY = 380.5 / 478.0   # measured ring_put / nominal port on H200 (shared/measurements)
+NIC_EFFICIENCY = 0.92
+_RAILS_8 = {"num_nics": 8, "nic_gbps": 50.0 * NIC_EFFICIENCY, "latency_us": 3.0,
+            "nic_affinity": list(range(8)), "gpu_nic_gbps": 55.0}
+
+_NODE_TYPES: dict[str, dict[str, Any]] = {
+    "h200x4": {
+        "gpus_per_node": 4,
+        "gpu": {"name": "H200", "hbm_gbps": 4800.0, "num_sms": 132, "memory_gib": 141.0},
+        "intra": {"kind": "nvswitch", "gbps": 380.5, "latency_us": 1.0},
+        "inter": _RAILS_8 | {"num_nics": 4, "nic_affinity": [0, 1, 2, 3]},
+    },
+    "dgx-h100": {
+        "gpus_per_node": 8,
+        "gpu": {"name": "H100", "hbm_gbps": 3350.0, "num_sms": 132, "memory_gib": 80.0},
+        "intra": {"kind": "nvswitch", "gbps": round(450.0 * NVLINK_EFFICIENCY, 1), "latency_us": 1.0},
+        "inter": _RAILS_8,
+    },
+    "dgx-h200": {
+        "gpus_per_node": 8,
+        "gpu": {"name": "H200", "hbm_gbps": 4800.0, "num_sms": 132, "memory_gib": 141.0},
+        "intra": {"kind": "nvswitch", "gbps": 380.5, "latency_us": 1.0},
+        "inter": _RAILS_8,
+    },
+    "mi300x": {
+        "gpus_per_node": 8,
+        "gpu": {"name": "MI300X", "hbm_gbps": 5300.0, "num_sms": 304, "memory_gib": 192.0},
+        # 7 xGMI links per GPU, one to each peer, 64 GB/s per direction nominal
+        "intra": {"kind": "mesh", "gbps": 64.0 * 0.8, "latency_us": 1.5, "links_per_pair": 1},
+        "inter": _RAILS_8,
+    },
+    "pcie-8gpu": {
+        "gpus_per_node": 8,
+        "gpu": {"name": "L40S", "hbm_gbps": 864.0, "num_sms": 142, "memory_gib": 48.0},
+        # PCIe Gen4 x16 per GPU; two GPUs' worth through the host bridge at once
+        "intra": {"kind": "pcie", "gbps": 25.0, "latency_us": 3.0, "bridge_gbps": 50.0},
+        "inter": {"num_nics": 2, "nic_gbps": 12.5 * NIC_EFFICIENCY, "latency_us": 5.0,
+                  "nic_affinity": [0, 4], "gpu_nic_gbps": 25.0},
+    },
+}
+
+DEFAULT_NODES = {"h200x4": 1}
+
+
+def preset_names() -> list[str]:
+    return sorted(_NODE_TYPES)
+
+
+def preset(name: str, num_nodes: int | None = None) -> Topology:
+    """A preset node type times `num_nodes` (default: 1 for h200x4, else 2)."""
+    if name not in _NODE_TYPES:
+        raise HiercollError(f"--topology: unknown preset {name!r}; choose one of "
+                            f"{', '.join(preset_names())} or give a YAML/JSON file")
+    nodes = num_nodes if num_nodes is not None else DEFAULT_NODES.get(name, 2)
+    if nodes < 1:
+        raise HiercollError(f"--nodes: {nodes} must be >= 1")
+    spec = dict(_NODE_TYPES[name])
+    label = name if nodes == 1 else f"{name}x{nodes}n"
+    return Topology.model_validate(spec | {"name": label, "num_nodes": nodes})
