@@ -1,0 +1,5 @@
+import sys
+
+from hiercoll.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""What every command shares: output as a rich table or one JSON object, atomic file writes,
+topology/spec arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hiercoll.errors import HiercollError
+
+console = Console(stderr=False, highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def add_topology_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--topology", "-t", required=required,
+                   help="preset (h200x4, dgx-h100, dgx-h200, mi300x, pcie-8gpu) or YAML/JSON file")
+    p.add_argument("--nodes", "-n", type=int, default=None, help="node count (presets: default 2, h200x4: 1)")
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+
+
+def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        table.add_column(c, justify="right" if c not in ("algorithm", "op", "link", "field") else "left")
+    for row in rows:
+        table.add_row(*[str(x) for x in row])
+    console.print(table)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write to a temp file in the same directory, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def parse_kv(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
+    """`key=value` pairs; values parsed as JSON when they can be (numbers, true/false)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise HiercollError(f"{what}: {item!r} should be key=value, e.g. chunks=4")
+        key, value = item.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
