@@ -20,10 +20,10 @@ class VerificationError(Exception):
 def format_validation_error(err: ValidationError, source: str) -> str:
     """First pydantic error as `source: field.path: message`."""
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         msg = "unknown field; remove it or check the spelling (see `hiercoll topo schema`)"
     elif first["type"] == "missing":
         msg = "required field is missing"
-    return f"{source}: {loc}: {msg}"
+    return f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}"

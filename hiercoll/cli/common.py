@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hiercoll.errors import HiercollError
@@ -34,12 +35,15 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
 
 
+TEXT_COLUMNS = {"algorithm", "op", "link", "field", "value", "params", "runner-up", "choice", "kind"}
+
+
 def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     table = Table(title=title, title_justify="left")
     for c in columns:
-        table.add_column(c, justify="right" if c not in ("algorithm", "op", "link", "field") else "left")
+        table.add_column(c, justify="left" if c in TEXT_COLUMNS else "right")
     for row in rows:
-        table.add_row(*[str(x) for x in row])
+        table.add_row(*[escape(str(x)) for x in row])
     console.print(table)
 
 

@@ -37,6 +37,8 @@ class Ring(Algorithm):
         if phase == "rsf":
             return (w - 1) * k + rest[0]
         own = 0 if ctx.spec.kind == Kind.ALL_REDUCE else k
+        if phase == "own":
+            return rest[0]
         if phase == "ag":
             return rs_len + own + rest[0] * k + rest[1]
         raise KeyError(label)

@@ -25,8 +25,9 @@ def read_structured_file(path: Path) -> object:
         return yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         line = getattr(exc, "lineno", None) or getattr(getattr(exc, "problem_mark", None), "line", None)
-        where = f" near line {line}" if line is not None else ""
-        raise HiercollError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}{where}") from None
+        where = f" near line {line + (0 if path.suffix == '.json' else 1)}" if line is not None else ""
+        fmt = "JSON" if path.suffix == ".json" else "YAML"
+        raise HiercollError(f"{path}: not valid {fmt}{where}") from None
 
 
 def topology_from_dict(data: object, source: str, num_nodes: int | None = None) -> Topology:

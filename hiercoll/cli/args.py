@@ -1,0 +1,54 @@
+"""Turning CLI arguments into a topology and a collective spec, with one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from hiercoll.collectives import CollectiveSpec, GroupSplits, Kind
+from hiercoll.errors import HiercollError, format_validation_error
+from hiercoll.topology import Topology, load_topology
+from hiercoll.topology.load import read_structured_file
+from hiercoll.units import parse_size
+
+
+def add_spec_args(p: argparse.ArgumentParser, sizes: bool = False) -> None:
+    p.add_argument("--collective", "-c", required=True, choices=[k.value for k in Kind])
+    if sizes:
+        p.add_argument("--sizes", default="4KiB:1GiB", help="LOW:HIGH[:FACTOR] or a,b,c (bytes)")
+    else:
+        p.add_argument("--bytes", "-b", default="0", help="S as in nccl-tests, e.g. 64MiB")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32", "fp64"])
+    p.add_argument("--reduce-op", default="sum", choices=["sum", "avg", "max", "min"])
+    p.add_argument("--root", type=int, default=0, help="broadcast/reduce root")
+    p.add_argument("--splits", default=None, help="group_cast/group_reduce splits (YAML/JSON)")
+
+
+def load_splits(path: str | None) -> GroupSplits | None:
+    if path is None:
+        return None
+    data = read_structured_file(Path(path))
+    try:
+        return GroupSplits.model_validate(data)
+    except ValidationError as err:
+        raise HiercollError(format_validation_error(err, path)) from None
+
+
+def make_spec(args: argparse.Namespace, topology: Topology, nbytes: int | None = None) -> CollectiveSpec:
+    size = nbytes if nbytes is not None else parse_size(args.bytes, "--bytes")
+    splits = load_splits(args.splits)
+    kind = Kind(args.collective)
+    if kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE) and splits is None:
+        raise HiercollError(f"--splits: {kind.value} needs a splits file (see README, 'group collectives')")
+    try:
+        return CollectiveSpec(kind=kind, world_size=topology.world_size, dtype=args.dtype,
+                              nbytes=size if splits is None else 0, reduce_op=args.reduce_op,
+                              root=args.root, splits=splits)
+    except ValidationError as err:
+        raise HiercollError(format_validation_error(err, "collective")) from None
+
+
+def topology_from_args(args: argparse.Namespace) -> Topology:
+    return load_topology(args.topology, args.nodes)

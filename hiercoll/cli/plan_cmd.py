@@ -1,0 +1,45 @@
+"""`hiercoll plan`: make a schedule and save it (expanded, or as a recipe)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.markup import escape
+
+from hiercoll.cli.args import add_spec_args, make_spec, topology_from_args
+from hiercoll.cli.common import add_json_flag, add_topology_args, console, parse_kv, print_json
+from hiercoll.plan_file import save_plan
+from hiercoll.planner.select import plan_with
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="plan one collective on a topology and save the schedule")
+    add_topology_args(p)
+    add_spec_args(p)
+    p.add_argument("--algorithm", "-a", default="auto", help="ring, direct, two_shot, hier, ... or auto")
+    p.add_argument("--param", "-p", action="append", help="algorithm parameter key=value (repeatable)")
+    p.add_argument("--tuning", default=None, help="tuning.json from `hiercoll autopick` (for auto)")
+    p.add_argument("--form", choices=["expanded", "recipe"], default="expanded",
+                   help="save every op, or only the recipe (re-planned on load)")
+    p.add_argument("-o", "--output", required=True, help="plan file to write")
+    add_json_flag(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    topology = topology_from_args(args)
+    spec = make_spec(args, topology)
+    chosen = plan_with(topology, spec, args.algorithm, parse_kv(args.param), args.tuning)
+    schedule = chosen.schedule
+    save_plan(args.output, schedule if args.form == "recipe" else schedule.expand(), topology, args.form)
+    info = {"output": args.output, "algorithm": schedule.meta.algorithm,
+            "params": schedule.meta.params, "num_ops": schedule.num_ops,
+            "topology": topology.name, "fingerprint": topology.fingerprint(),
+            "how": chosen.how}
+    if args.json:
+        print_json(info)
+    else:
+        console.print(escape(f"wrote {args.output}: {schedule.meta.algorithm} {schedule.meta.params} "
+                      f"({schedule.num_ops} ops) for {spec.kind.value} of {spec.total_bytes} B on "
+                      f"{topology.name} [{chosen.how}]"))
+    return 0

@@ -1,0 +1,26 @@
+"""Pick the schedule for a call: a named algorithm, or `auto` (tuning file, else a search)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hiercoll.collectives import CollectiveSpec
+from hiercoll.planner.registry import plan
+from hiercoll.schedule import Schedule
+from hiercoll.topology import Topology
+
+
+@dataclass(frozen=True)
+class Chosen:
+    schedule: Schedule
+    how: str   # "named", "tuning file", "searched"
+
+
+def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
+              params: dict[str, Any] | None = None, tuning: str | None = None) -> Chosen:
+    if algorithm != "auto":
+        return Chosen(plan(topology, spec, algorithm, params), "named")
+    from hiercoll.planner.autopick import choose  # needs the simulator
+    pick = choose(topology, spec, tuning_path=tuning)
+    return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source)

@@ -1,0 +1,82 @@
+"""Builders for tests: small custom topologies and random group-cast/group-reduce splits."""
+
+from __future__ import annotations
+
+import random
+
+from hiercoll.collectives import GroupSplits, RankSplits, Split
+from hiercoll.topology import Topology
+
+
+def small_topology(nodes: int, gpus: int, nics: int | None = None, kind: str = "nvswitch") -> Topology:
+    data = {
+        "name": f"test{nodes}x{gpus}", "num_nodes": nodes, "gpus_per_node": gpus,
+        "gpu": {"name": "T", "hbm_gbps": 3000.0, "num_sms": 100},
+        "intra": {"kind": kind, "gbps": 300.0, "latency_us": 1.0},
+    }
+    if kind == "pcie":
+        data["intra"]["bridge_gbps"] = 100.0
+    if nodes > 1:
+        data["inter"] = {"num_nics": nics or gpus, "nic_gbps": 40.0, "latency_us": 3.0}
+    return Topology.model_validate(data)
+
+
+def _pieces(total: int, rng: random.Random) -> list[int]:
+    """Split `total` into 1-3 pieces (some may be zero)."""
+    cuts = sorted(rng.randint(0, total) for _ in range(rng.randint(0, 2)))
+    bounds = [0, *cuts, total]
+    return [b - a for a, b in zip(bounds, bounds[1:])]
+
+
+def _interleave(per_peer: dict[int, list[int]], rng: random.Random) -> list[tuple[int, int]]:
+    """Merge each peer's ordered pieces into one random order that keeps each peer's order."""
+    queues = {p: list(v) for p, v in per_peer.items() if v}
+    out = []
+    while queues:
+        p = rng.choice(sorted(queues))
+        out.append((p, queues[p].pop(0)))
+        if not queues[p]:
+            del queues[p]
+    return out
+
+
+def random_group_cast(world: int, seed: int, max_size: int = 6) -> GroupSplits:
+    """Random input splits (each to a random set of ranks), output splits re-cut at random."""
+    rng = random.Random(seed)
+    inputs: list[list[Split]] = []
+    sent: dict[tuple[int, int], int] = {}
+    for s in range(world):
+        splits = []
+        for _ in range(rng.randint(0, 3)):
+            dsts = rng.sample(range(world), rng.randint(1, world))
+            size = rng.randint(0, max_size)
+            splits.append(Split(size=size, peers=dsts))
+            for d in dsts:
+                sent[(s, d)] = sent.get((s, d), 0) + size
+        inputs.append(splits)
+    outputs = []
+    for d in range(world):
+        per_src = {s: _pieces(sent.get((s, d), 0), rng) for s in range(world) if (s, d) in sent}
+        outputs.append([Split(size=n, peers=[s]) for s, n in _interleave(per_src, rng)])
+    return GroupSplits(ranks=[RankSplits(input=i, output=o) for i, o in zip(inputs, outputs)])
+
+
+def random_group_reduce(world: int, seed: int, max_size: int = 6) -> GroupSplits:
+    """Random output splits (each summing a random set of sources), input splits re-cut."""
+    rng = random.Random(seed)
+    outputs: list[list[Split]] = []
+    owed: dict[tuple[int, int], int] = {}
+    for d in range(world):
+        splits = []
+        for _ in range(rng.randint(0, 3)):
+            srcs = rng.sample(range(world), rng.randint(1, world))
+            size = rng.randint(0, max_size)
+            splits.append(Split(size=size, peers=srcs))
+            for s in srcs:
+                owed[(s, d)] = owed.get((s, d), 0) + size
+        outputs.append(splits)
+    inputs = []
+    for s in range(world):
+        per_dst = {d: _pieces(owed.get((s, d), 0), rng) for d in range(world) if (s, d) in owed}
+        inputs.append([Split(size=n, peers=[d]) for d, n in _interleave(per_dst, rng)])
+    return GroupSplits(ranks=[RankSplits(input=i, output=o) for i, o in zip(inputs, outputs)])
