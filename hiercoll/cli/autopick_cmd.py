@@ -1,0 +1,62 @@
+"""`hiercoll autopick`: simulate every candidate per size, print the choice, write tuning.json."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from hiercoll.cli.args import add_spec_args, make_spec, topology_from_args
+from hiercoll.cli.common import add_json_flag, add_topology_args, console, print_json, print_table
+from hiercoll.planner.autopick import default_cache_path, rows_to_table, sweep, write_tuning
+from hiercoll.units import format_size, parse_size_range
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("autopick", help="choose the fastest simulated plan per size")
+    add_topology_args(p)
+    add_spec_args(p, sizes=True)
+    p.add_argument("--algorithms", default=None, help="comma list to restrict the search")
+    p.add_argument("-o", "--output", default=None, help="tuning.json to write (merged)")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the sim cache")
+    add_json_flag(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    topology = topology_from_args(args)
+    sizes = parse_size_range(args.sizes)
+    template = make_spec(args, topology, nbytes=sizes[0])
+    only = [a.strip() for a in args.algorithms.split(",")] if args.algorithms else None
+    t0 = time.perf_counter()
+    rows = sweep(topology, template, sizes, only, progress=not args.json,
+                 cache_path=None if args.no_cache else default_cache_path())
+    elapsed = time.perf_counter() - t0
+    if args.output:
+        write_tuning(args.output, rows_to_table(topology, template, rows))
+    if args.json:
+        print_json({"topology": topology.name, "fingerprint": topology.fingerprint(),
+                    "collective": template.kind.value, "dtype": template.dtype.value,
+                    "seconds": round(elapsed, 3), "rows": [r.to_json() for r in rows]})
+        return 0
+    table = []
+    for r in rows:
+        ru = r.runner_up
+        speedup = f"{r.flat_ring_time_us / r.time_us:.2f}x" if r.flat_ring_time_us else "-"
+        table.append([format_size(r.bytes), r.algorithm, _short(r.params), f"{r.time_us:.1f}",
+                      f"{r.busbw_gbps:.1f}", f"{r.pct_of_bound:.0f}%",
+                      f"{ru['algorithm']} {_short(ru['params'])}" if ru else "-",
+                      f"+{r.margin_pct:.1f}%" if r.margin_pct is not None else "-",
+                      f"{r.flat_ring_time_us:.1f}" if r.flat_ring_time_us else "-", speedup])
+    print_table(f"{template.kind.value} on {topology.name} ({topology.world_size} ranks, "
+                f"{template.dtype.value}): {sum(r.simulated for r in rows)} simulated, "
+                f"{sum(r.pruned for r in rows)} pruned, {elapsed:.1f} s",
+                ["size", "choice", "params", "time us", "busbw GB/s", "of bound", "runner-up",
+                 "margin", f"{rows[0].baseline_algorithm} us", "vs " + rows[0].baseline_algorithm],
+                table)
+    if args.output:
+        console.print(f"wrote {args.output}")
+    return 0
+
+
+def _short(params: dict) -> str:  # type: ignore[type-arg]
+    return ",".join(f"{k}={v}" for k, v in sorted(params.items()) if not isinstance(v, bool))

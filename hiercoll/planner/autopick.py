@@ -1,0 +1,248 @@
+"""Auto-pick: for each size, simulate the candidate plans and keep the fastest.
+
+Candidates are ordered by a cheap egress bound and simulated until the bound of the next one
+cannot beat the best time found (exact pruning when the bound holds, which a test checks).
+Results are cached on disk by (topology fingerprint, spec, candidate); `tuning.json` stores the
+per-size-range choice so `plan --algorithm auto --tuning` needs no search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from hiercoll.collectives import GROUPED, CollectiveSpec, Kind
+from hiercoll.errors import HiercollError, format_validation_error
+from hiercoll.planner.candidates import Candidate, baseline_algorithm, candidates, egress_bound_us
+from hiercoll.planner.registry import plan
+from hiercoll.topology import Topology
+
+
+@dataclass(frozen=True)
+class Scored:
+    candidate: Candidate
+    time_us: float
+    busbw_gbps: float
+    lower_bound_us: float
+
+
+@dataclass
+class Row:
+    """One size's decision (the `rows` entries of `autopick --json`)."""
+
+    bytes: int
+    algorithm: str
+    params: dict[str, Any]
+    time_us: float
+    busbw_gbps: float
+    lower_bound_us: float
+    pct_of_bound: float
+    runner_up: dict[str, Any] | None
+    margin_pct: float | None
+    flat_ring_time_us: float | None
+    baseline_algorithm: str
+    simulated: int
+    pruned: int
+    all_times: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SimCache:
+    """Simulated times on disk, one JSON file keyed by a hash of (topology, spec, candidate)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.data: dict[str, list[float]] = {}
+        if path is not None and path.exists():
+            try:
+                self.data = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                self.data = {}   # a broken cache is only a slower run
+        self.dirty = False
+
+    @staticmethod
+    def key(topology: Topology, spec: CollectiveSpec, cand: Candidate) -> str:
+        text = json.dumps([topology.fingerprint(), spec.model_dump(mode="json"), cand.algorithm,
+                           cand.params], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def get(self, key: str) -> list[float] | None:
+        return self.data.get(key)
+
+    def put(self, key: str, value: list[float]) -> None:
+        self.data[key] = value
+        self.dirty = True
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        from hiercoll.cli.common import write_atomic
+        write_atomic(self.path, json.dumps(self.data, sort_keys=True))
+
+
+def default_cache_path() -> Path | None:
+    if os.environ.get("HIERCOLL_NO_CACHE"):
+        return None
+    root = os.environ.get("HIERCOLL_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "hiercoll")
+    return Path(root) / "sim-cache.json"
+
+
+def _simulate(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: SimCache) -> Scored:
+    key = SimCache.key(topology, spec, cand)
+    hit = cache.get(key)
+    if hit is None:
+        from hiercoll.sim import simulate
+        res = simulate(plan(topology, spec, cand.algorithm, cand.params), topology)
+        hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
+        cache.put(key, hit)
+    return Scored(cand, hit[0], hit[1], hit[2])
+
+
+def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
+             only: list[str] | None = None, on_step: Callable[[], None] | None = None) -> Row:
+    cands = candidates(topology, spec, only)
+    if not cands:
+        raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
+                            + (f" among {only}" if only else ""))
+    bounded = sorted(((egress_bound_us(plan(topology, spec, c.algorithm, c.params), topology), i, c)
+                      for i, c in enumerate(cands)), key=lambda t: (t[0], t[1]))
+    scored: list[Scored] = []
+    pruned = 0
+    base = baseline_algorithm(spec)
+    for bound, _, cand in bounded:
+        best = min((s.time_us for s in scored), default=math.inf)
+        must = cand.algorithm == base  # the baseline row is always reported
+        if bound >= best and not must:
+            pruned += 1
+        else:
+            scored.append(_simulate(topology, spec, cand, cache))
+        if on_step:
+            on_step()
+    scored.sort(key=lambda s: (s.time_us, s.candidate.label()))
+    best, runner = scored[0], next((s for s in scored[1:]
+                                    if s.candidate.algorithm != scored[0].candidate.algorithm), None)
+    flat = min((s.time_us for s in scored if s.candidate.algorithm == base), default=None)
+    return Row(bytes=spec.total_bytes, algorithm=best.candidate.algorithm,
+               params=best.candidate.params, time_us=best.time_us, busbw_gbps=best.busbw_gbps,
+               lower_bound_us=best.lower_bound_us,
+               pct_of_bound=100.0 * best.lower_bound_us / best.time_us if best.time_us else 100.0,
+               runner_up=None if runner is None else {
+                   "algorithm": runner.candidate.algorithm, "params": runner.candidate.params,
+                   "time_us": runner.time_us},
+               margin_pct=None if runner is None else 100.0 * (runner.time_us / best.time_us - 1),
+               flat_ring_time_us=flat, baseline_algorithm=base, simulated=len(scored),
+               pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored})
+
+
+def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
+    isz, w = template.dtype.itemsize, template.world_size
+    unit = isz * (w if template.kind == Kind.ALL_TO_ALL else 1)
+    return template.model_copy(update={"nbytes": max(unit, nbytes // unit * unit)})
+
+
+def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
+          only: list[str] | None = None, progress: bool = True, cache_path: Path | None = None,
+          ) -> list[Row]:
+    """One Row per size (a single row for group kinds, whose sizes come from the splits)."""
+    cache = SimCache(cache_path)
+    specs = [template] if template.kind in GROUPED else [spec_for_size(template, s) for s in sizes]
+    total = sum(len(candidates(topology, s, only)) for s in specs)
+    rows: list[Row] = []
+    if progress:
+        from rich.progress import Progress
+        from hiercoll.cli.common import err_console
+        with Progress(console=err_console, transient=True) as bar:
+            task = bar.add_task(f"simulating {template.kind.value} candidates", total=total)
+            for s in specs:
+                rows.append(pick_one(topology, s, cache, only, lambda: bar.advance(task)))
+    else:
+        rows = [pick_one(topology, s, cache, only) for s in specs]
+    cache.save()
+    return rows
+
+
+# ---- tuning files --------------------------------------------------------------------------------
+class TuningEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min_bytes: int
+    max_bytes: int
+    algorithm: str
+    params: dict[str, Any]
+
+
+class TuningTable(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    topology_fingerprint: str
+    topology: str
+    collective: Kind
+    dtype: str
+    entries: list[TuningEntry]
+
+
+class TuningFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = 1
+    tables: list[TuningTable] = []
+
+
+def rows_to_table(topology: Topology, template: CollectiveSpec, rows: list[Row]) -> TuningTable:
+    """Each row owns the sizes from the geometric midpoint with its neighbours."""
+    entries = []
+    for i, row in enumerate(rows):
+        lo = 0 if i == 0 else int(math.sqrt(rows[i - 1].bytes * row.bytes)) + 1
+        hi = 2**62 if i == len(rows) - 1 else int(math.sqrt(row.bytes * rows[i + 1].bytes))
+        entries.append(TuningEntry(min_bytes=lo, max_bytes=hi, algorithm=row.algorithm, params=row.params))
+    return TuningTable(topology_fingerprint=topology.fingerprint(), topology=topology.name,
+                       collective=template.kind, dtype=template.dtype.value, entries=entries)
+
+
+def read_tuning(path: str | Path) -> TuningFile:
+    p = Path(path)
+    if not p.exists():
+        return TuningFile()
+    try:
+        return TuningFile.model_validate_json(p.read_text())
+    except ValidationError as err:
+        raise HiercollError(format_validation_error(err, str(p))) from None
+
+
+def write_tuning(path: str | Path, table: TuningTable) -> None:
+    """Merge `table` into the file (replacing the same topology+collective+dtype), atomically."""
+    from hiercoll.cli.common import write_atomic
+    current = read_tuning(path)
+    keep = [t for t in current.tables if (t.topology_fingerprint, t.collective, t.dtype)
+            != (table.topology_fingerprint, table.collective, table.dtype)]
+    write_atomic(path, TuningFile(tables=[*keep, table]).model_dump_json(indent=1) + "\n")
+
+
+@dataclass(frozen=True)
+class Pick:
+    algorithm: str
+    params: dict[str, Any]
+    source: str
+
+
+def choose(topology: Topology, spec: CollectiveSpec, tuning_path: str | None = None) -> Pick:
+    """The tuning file's choice for this size when it has one, else a search for this size."""
+    if tuning_path is not None:
+        for table in read_tuning(tuning_path).tables:
+            if (table.topology_fingerprint == topology.fingerprint() and table.collective == spec.kind
+                    and table.dtype == spec.dtype.value):
+                for e in table.entries:
+                    if e.min_bytes <= spec.total_bytes <= e.max_bytes:
+                        return Pick(e.algorithm, e.params, f"tuning file {tuning_path}")
+    cache = SimCache(default_cache_path())
+    row = pick_one(topology, spec, cache)
+    cache.save()
+    return Pick(row.algorithm, row.params, "searched (simulated)")

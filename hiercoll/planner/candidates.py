@@ -1,0 +1,111 @@
+"""The (algorithm, params) pairs worth simulating for one call, and a cheap bound to prune them.
+
+Candidates come from each applicable algorithm's own parameter model: every choice of a
+Literal/enum field, chunk counts that keep pieces large enough to pipeline, one or two channels;
+boolean switches stay at their defaults (the swizzles are on because they are better).
+"""
+
+from __future__ import annotations
+
+import itertools
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.planner.registry import algorithms, applicable, parse_params
+from hiercoll.schedule import Op, OpKind, Schedule, Transport
+from hiercoll.topology import IntraKind, Topology
+
+MIN_CHUNK_BYTES = 256 * 1024
+CHUNK_CHOICES = (1, 2, 4, 8)
+CHANNEL_CHOICES = (1, 2)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    algorithm: str
+    params: dict[str, Any]
+
+    def label(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in sorted(self.params.items())
+                         if k in ("chunks", "channels") or not isinstance(v, bool))
+        return f"{self.algorithm}({extra})"
+
+
+def _choices(annotation: Any) -> list[Any] | None:
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return [m.value for m in annotation]
+    return None
+
+
+def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None = None) -> list[Candidate]:
+    out = []
+    size = spec.total_bytes
+    chunk_opts = [c for c in CHUNK_CHOICES if c == 1 or size // c >= MIN_CHUNK_BYTES]
+    for name in applicable(topology, spec):
+        if only is not None and name not in only:
+            continue
+        algo = algorithms()[name]
+        fields = algo.Params.model_fields
+        axes: dict[str, list[Any]] = {"chunks": chunk_opts, "channels": list(CHANNEL_CHOICES)}
+        for fname, f in fields.items():
+            opts = _choices(f.annotation)
+            if opts:
+                axes[fname] = opts
+        keys = list(axes)
+        for combo in itertools.product(*(axes[k] for k in keys)):
+            params = dict(zip(keys, combo))
+            p = parse_params(algo, params)
+            if algo.unsupported(topology, spec, p) is None:
+                out.append(Candidate(name, p.model_dump(mode="json")))
+    return out
+
+
+def baseline_algorithm(spec: CollectiveSpec) -> str:
+    """What NCCL would roughly do: a flat ring, or direct point-to-point for all-to-all/group."""
+    return "ring" if spec.kind in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER) else "direct"
+
+
+def egress_bound_us(schedule: Schedule, topology: Topology) -> float:
+    """A cheap lower bound from the busiest rank's egress: bytes it sends per tier over that
+    tier's per-GPU bandwidth, plus one launch per op on its longest channel. Skips simulating
+    candidates that cannot beat the best time found so far."""
+    isz = schedule.spec.dtype.itemsize
+    intra_bw = topology.intra.gbps * (topology.gpus_per_node - 1 if topology.intra.kind == IntraKind.MESH else 1)
+    inter_bw = 0.0
+    if topology.inter is not None:
+        inter_bw = topology.inter.nic_gbps * topology.inter.num_nics / topology.gpus_per_node
+    worst = 0.0
+    for r in sorted({0, topology.gpus_per_node - 1, topology.world_size - 1}):
+        out_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
+        in_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
+        per_channel: dict[int, int] = {}
+        for op in schedule.rank_ops(r):
+            per_channel[op.channel] = per_channel.get(op.channel, 0) + 1
+            for a, b in _flows(op, r):
+                if a == r and b != r:
+                    out_bytes[_tier(topology, a, b)] += op.dst.count * isz
+                elif b == r and a != r:
+                    in_bytes[_tier(topology, a, b)] += op.dst.count * isz
+        t = max(per_channel.values(), default=0) * topology.costs.launch_us
+        moved = {k: max(out_bytes[k], in_bytes[k]) for k in out_bytes}
+        t += max(moved[Transport.INTRA] / (intra_bw * 1e3),
+                 moved[Transport.INTER] / (inter_bw * 1e3) if inter_bw else 0.0)
+        worst = max(worst, t)
+    return worst
+
+
+def _tier(topology: Topology, a: int, b: int) -> Transport:
+    return Transport.INTRA if topology.same_node(a, b) else Transport.INTER
+
+
+def _flows(op: Op, issuer: int) -> list[tuple[int, int]]:
+    """(from, to) rank pairs an op moves data between: a copy goes straight from source to
+    destination; a reduce reads its sources into the issuer and writes the result out."""
+    if op.kind == OpKind.COPY:
+        return [(op.srcs[0].rank, op.dst.rank)]
+    return [(s.rank, issuer) for s in op.srcs] + [(issuer, op.dst.rank)]
