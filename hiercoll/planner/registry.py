@@ -10,6 +10,8 @@ from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, RecipeOps, params_dict
 from hiercoll.planner.direct import Direct
+from hiercoll.planner.hier import Hier
+from hiercoll.planner.hier_2d import Hier2D
 from hiercoll.planner.ring import Ring
 from hiercoll.planner.two_shot import TwoShot
 from hiercoll.schedule import Schedule, ScheduleMeta
@@ -23,7 +25,7 @@ def register(algo: Algorithm) -> Algorithm:
     return algo
 
 
-for _algo in (Ring(), Direct(), TwoShot()):
+for _algo in (Ring(), Direct(), TwoShot(), Hier(), Hier2D()):
     register(_algo)
 
 

@@ -1,0 +1,56 @@
+"""The `hier` algorithm: one registered name for the hierarchical families (node- and
+rank-swizzled reduce-scatter / all-gather / all-reduce, RDMA-de-duplicated group_cast and
+group_reduce, rail-aggregated all_to_all). Each family lives in its own module; this class only
+dispatches and resolves labels (by formula for the regular sharded kinds)."""
+
+from __future__ import annotations
+
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.planner.builder import Label, RankBuilder
+from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
+from hiercoll.planner.hier_all_gather import ag_index, build_all_gather
+from hiercoll.planner.hier_all_to_all import a2a_index, build_all_to_all
+from hiercoll.planner.hier_common import HierParams, Place, rails_unsupported
+from hiercoll.planner.hier_group import build_group_cast, build_group_reduce
+from hiercoll.planner.hier_reduce_scatter import build_reduce_scatter, rs_index, rs_length
+from hiercoll.topology import Topology
+
+
+class Hier(Algorithm):
+    name = "hier"
+    kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE, Kind.ALL_TO_ALL,
+                       Kind.GROUP_CAST, Kind.GROUP_REDUCE})
+    Params = HierParams
+
+    def unsupported(self, topo: Topology, spec: CollectiveSpec, params: BaseParams) -> str | None:
+        return (super().unsupported(topo, spec, params)
+                or rails_unsupported(topo, getattr(params, "nics", None)))
+
+    def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
+        pl, kind = Place.of(ctx, b.rank), ctx.spec.kind
+        if kind == Kind.REDUCE_SCATTER:
+            build_reduce_scatter(ctx, b, pl, at_shard_offset=False)
+        elif kind == Kind.ALL_GATHER:
+            build_all_gather(ctx, b, pl)
+        elif kind == Kind.ALL_REDUCE:
+            build_all_gather(ctx, b, pl, ready=build_reduce_scatter(ctx, b, pl, at_shard_offset=True))
+        elif kind == Kind.ALL_TO_ALL:
+            build_all_to_all(ctx, b, pl)
+        elif kind == Kind.GROUP_CAST:
+            build_group_cast(ctx, b, pl)
+        else:
+            build_group_reduce(ctx, b, pl)
+
+    def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
+        kind, pl = ctx.spec.kind, Place.of(ctx, rank)
+        if kind == Kind.REDUCE_SCATTER:
+            return rs_index(ctx, pl, label)
+        if kind == Kind.ALL_GATHER:
+            return ag_index(ctx, pl, label, base=0)
+        if kind == Kind.ALL_REDUCE:
+            if label[0] == "gx":  # type: ignore[index]
+                return ag_index(ctx, pl, label, base=rs_length(ctx))
+            return rs_index(ctx, pl, label)
+        if kind == Kind.ALL_TO_ALL:
+            return a2a_index(ctx, pl, label)
+        return super().index_of(ctx, rank, label)

@@ -1,0 +1,252 @@
+"""group_cast with RDMA de-duplication and its transpose group_reduce (MagiAttention's native
+group collectives, after DeepEP's dispatch/combine).
+
+group_cast: a split with destination set D is copied over NVLink to the destinations on its own
+node; for each other node holding destinations it crosses RDMA once, into a relay slot on that
+node's gateway with the same local rank (the source's gateway when NICs are fewer), which
+forwards it over NVLink to the destinations there (itself included). Network elements:
+sum over splits of size x (remote nodes holding destinations), versus size x (remote destinations)
+for the flat schedule.
+
+group_reduce: an output piece of destination d sums one piece from each listed source. Sources on
+d's node are read directly by d's final reduce; for each other node b, the gateway there with
+d's local rank (the combiner) first reduces the node-b sources' pieces over NVLink and sends the
+node-partial over RDMA once into a relay slot on d's gateway; d then reduces its own node's
+pieces and the relays into its output (accumulating, scaled by 1/sources for avg).
+
+Pieces are chunked (`chunks`) for pipelining; sends run on channel c % C, forwards and final
+reduces on C + c % C. Peers' labels resolve through the default label map (group layouts are
+irregular; they are O(W^2) in the splits anyway).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from hiercoll.collectives import CollectiveSpec, Segment
+from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
+from hiercoll.planner.context import PlanContext
+from hiercoll.planner.hier_common import Place, avg_scale, slot_table
+from hiercoll.schedule import Region
+
+GC_STAGE, GC_RELAY = "hier_gc_stage", "hier_gc_relay"
+GR_SEND, GR_RELAY = "hier_gr_send", "hier_gr_relay"
+
+
+def _offsets(sizes: list[int]) -> list[int]:
+    out, pos = [], 0
+    for n in sizes:
+        out.append(pos)
+        pos += n
+    return out
+
+
+def _clip(seg: Segment, lo: int, hi: int) -> Segment | None:
+    """The part of `seg` whose source lies in [lo, hi), or None."""
+    start, end = max(seg.src_offset, lo), min(seg.src_offset + seg.count, hi)
+    if start >= end:
+        return None
+    return Segment(start, seg.dst_offset + start - seg.src_offset, end - start)
+
+
+def _cast_segments(spec: CollectiveSpec, src: int, dst: int, split_offset: int,
+                   split_size: int) -> list[Segment]:
+    """Segments of src's stream to dst that come from the input split at `split_offset`."""
+    ps = spec.pair_streams.get((src, dst))
+    if ps is None:
+        return []
+    hi = split_offset + split_size
+    return [s for s in ps.segments if split_offset <= s.src_offset < hi]
+
+
+# ---- group_cast -------------------------------------------------------------------------------
+def _cast_relay_table(ctx: PlanContext, pl: Place, node: int, gateway: int) -> tuple[dict, int]:
+    """Relay slots on gateway (node, gateway): one per (source, split) from another node served
+    by that gateway, with a destination on `node`."""
+    spec, topo = ctx.spec, ctx.topology
+    assert spec.splits is not None
+    entries = []
+    for s in range(ctx.world):
+        if topo.node_of(s) == node or pl.gateway_of(topo.local_rank_of(s)) != gateway:
+            continue
+        for i, sp in enumerate(spec.splits.ranks[s].input):
+            if sp.size and any(topo.node_of(d) == node for d in sp.peers):
+                entries.append(((s, i), sp.size))
+    return slot_table(entries)
+
+
+def _cast_stage_table(ctx: PlanContext, pl: Place, gateway: int) -> tuple[dict, int]:
+    """Staging slots on my node's `gateway`: one per (staged client, split with remote dests)."""
+    spec, topo = ctx.spec, ctx.topology
+    assert spec.splits is not None
+    entries = []
+    for x in pl.clients(gateway):
+        s = pl.at(pl.node, x)
+        if x == gateway:
+            continue
+        for i, sp in enumerate(spec.splits.ranks[s].input):
+            if sp.size and any(not topo.same_node(d, s) for d in sp.peers):
+                entries.append(((s, i), sp.size))
+    return slot_table(entries)
+
+
+def build_group_cast(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+    spec, topo, r = ctx.spec, ctx.topology, pl.rank
+    assert spec.splits is not None
+    k, ch, gw = ctx.params.chunks, ctx.params.channels, pl.gateway_of(pl.local_rank)
+    splits = spec.splits.ranks[r].input
+    offs = _offsets([sp.size for sp in splits])
+    relays = {t: _cast_relay_table(ctx, pl, t, gw)[0] for t in pl.target_nodes(include_own=False)}
+    stage = _cast_stage_table(ctx, pl, gw)[0] if pl.staged else {}
+    local_order = [pl.at(pl.node, q) for q in pl.local_peers(include_self=True)]
+    for i, sp in enumerate(splits):
+        if not sp.size:
+            continue
+        local = [d for d in local_order if d in sp.peers]
+        remote = [t for t in pl.target_nodes(include_own=False)
+                  if any(topo.node_of(d) == t for d in sp.peers)]
+        segs = {d: _cast_segments(spec, r, d, offs[i], sp.size) for d in local}
+        for c in range(k):
+            lo, n = chunk_bounds(sp.size, k, c)
+            if not n:   # a split smaller than `chunks`: nothing in this chunk
+                continue
+            for d in local:
+                for seg in filter(None, (_clip(s, offs[i] + lo, offs[i] + lo + n) for s in segs[d])):
+                    b.copy(ctx.input(r, seg.src_offset, seg.count),
+                           ctx.output(d, seg.dst_offset, seg.count), channel=c % ch)
+            if not remote:
+                continue
+            src, deps = ctx.input(r, offs[i] + lo, n), []
+            if pl.staged:
+                staged = Region(pl.at(pl.node, gw), GC_STAGE, stage[(r, i)] + lo, n)
+                deps = [b.copy(src, staged, channel=c % ch)]
+                src = staged
+            for t in remote:
+                dst = Region(pl.at(t, gw), GC_RELAY, relays[t][(r, i)] + lo, n)
+                b.copy(src, dst, channel=c % ch, deps=deps, label=("x", i, t, c))
+    if pl.num_nodes > 1 and pl.is_gateway:
+        _forward_casts(ctx, b, pl)
+
+
+def _forward_casts(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+    """As a gateway: forward every relayed split to its destinations on my node."""
+    spec, topo, k, ch = ctx.spec, ctx.topology, ctx.params.chunks, ctx.params.channels
+    assert spec.splits is not None
+    table, total = _cast_relay_table(ctx, pl, pl.node, pl.local_rank)
+    b.alloc(GC_RELAY, total)
+    b.alloc(GC_STAGE, _cast_stage_table(ctx, pl, pl.local_rank)[1])
+    for src_node in pl.source_nodes():
+        for x in pl.clients(pl.local_rank):
+            s = pl.at(src_node, x)
+            splits = spec.splits.ranks[s].input
+            offs = _offsets([sp.size for sp in splits])
+            for i, sp in enumerate(splits):
+                if (s, i) not in table:
+                    continue
+                pieces = [(d, seg) for d in sp.peers if topo.node_of(d) == pl.node
+                          for seg in _cast_segments(spec, s, d, offs[i], sp.size)]
+                for c in range(k):
+                    lo, n = chunk_bounds(sp.size, k, c)
+                    for d, seg in pieces:
+                        piece = _clip(seg, offs[i] + lo, offs[i] + lo + n)
+                        if piece is None:
+                            continue
+                        at = table[(s, i)] + piece.src_offset - offs[i]
+                        b.copy(Region(pl.rank, GC_RELAY, at, piece.count),
+                               ctx.output(d, piece.dst_offset, piece.count), channel=ch + c % ch,
+                               deps=[Dep(s, ("x", i, pl.node, c))])
+
+
+# ---- group_reduce -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Atom:
+    """A run of `count` output elements of one destination in which every contributing source's
+    piece is contiguous: (source, input offset) per source; `num_sources` for avg."""
+
+    out_offset: int
+    count: int
+    inputs: tuple[tuple[int, int], ...]
+
+
+def reduce_atoms(spec: CollectiveSpec, dst: int) -> list[Atom]:
+    """Cut `dst`'s output splits at every segment boundary of every source's stream."""
+    assert spec.splits is not None
+    splits = spec.splits.ranks[dst].output
+    offs = _offsets([sp.size for sp in splits])
+    streams = {s: sorted(ps.segments, key=lambda g: g.dst_offset)
+               for (s, d), ps in spec.pair_streams.items() if d == dst}
+    cuts = {o for o in offs} | {o + sp.size for o, sp in zip(offs, splits)}
+    for segs in streams.values():
+        cuts |= {g.dst_offset for g in segs} | {g.dst_offset + g.count for g in segs}
+    points = sorted(cuts)
+    atoms = []
+    for o, sp in zip(offs, splits):
+        if not sp.size or not sp.peers:
+            continue
+        inner = [x for x in points if o <= x <= o + sp.size]
+        for x, y in zip(inner, inner[1:]):
+            inputs = []
+            for s in sp.peers:
+                segs = streams[s]
+                g = segs[bisect_right([q.dst_offset for q in segs], x) - 1]
+                inputs.append((s, g.src_offset + x - g.dst_offset))
+            atoms.append(Atom(x, y - x, tuple(inputs)))
+    return atoms
+
+
+def _reduce_relay_table(ctx: PlanContext, pl: Place, node: int, gateway: int) -> tuple[dict, int]:
+    """Relay slots on gateway (node, gateway): one per (client destination, atom, source node)."""
+    topo, entries = ctx.topology, []
+    for x in pl.clients(gateway):
+        d = pl.at(node, x)
+        for j, atom in enumerate(reduce_atoms(ctx.spec, d)):
+            for src_node in sorted({topo.node_of(s) for s, _ in atom.inputs} - {node}):
+                entries.append(((d, j, src_node), atom.count))
+    return slot_table(entries)
+
+
+def build_group_reduce(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+    if pl.num_nodes > 1 and pl.is_gateway:
+        _combine_for_remote(ctx, b, pl)
+    spec, topo, k, ch = ctx.spec, ctx.topology, ctx.params.chunks, ctx.params.channels
+    gw = pl.gateway_of(pl.local_rank)
+    table = _reduce_relay_table(ctx, pl, pl.node, gw)[0] if pl.num_nodes > 1 else {}
+    for j, atom in enumerate(reduce_atoms(spec, pl.rank)):
+        remote = sorted({topo.node_of(s) for s, _ in atom.inputs} - {pl.node})
+        for c in range(k):
+            lo, n = chunk_bounds(atom.count, k, c)
+            if not n:
+                continue
+            srcs = [ctx.input(s, off + lo, n) for s, off in atom.inputs if topo.node_of(s) == pl.node]
+            srcs += [Region(pl.at(pl.node, gw), GR_RELAY, table[(pl.rank, j, m)] + lo, n) for m in remote]
+            deps: list[Dep | int] = [Dep(pl.at(m, gw), ("x", pl.rank, j, c)) for m in remote]
+            b.reduce(srcs, ctx.output(pl.rank, atom.out_offset + lo, n), accumulate=True,
+                     scale=avg_scale(spec, len(atom.inputs)), channel=ch + c % ch, deps=deps)
+
+
+def _combine_for_remote(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+    """As a gateway: for each client destination on other nodes, reduce my node's sources'
+    pieces over NVLink and send the node-partial once over RDMA to its gateway's relay."""
+    topo, k, ch = ctx.topology, ctx.params.chunks, ctx.params.channels
+    b.alloc(GR_RELAY, _reduce_relay_table(ctx, pl, pl.node, pl.local_rank)[1])
+    sent = 0
+    for t in pl.target_nodes(include_own=False):
+        relay = _reduce_relay_table(ctx, pl, t, pl.local_rank)[0]
+        for x in pl.clients(pl.local_rank):
+            d = pl.at(t, x)
+            for j, atom in enumerate(reduce_atoms(ctx.spec, d)):
+                mine = [(s, off) for s, off in atom.inputs if topo.node_of(s) == pl.node]
+                for c in range(k) if mine else ():
+                    lo, n = chunk_bounds(atom.count, k, c)
+                    if not n:
+                        continue
+                    dst = Region(pl.at(t, pl.local_rank), GR_RELAY, relay[(d, j, pl.node)] + lo, n)
+                    src, deps = ctx.input(mine[0][0], mine[0][1] + lo, n), []
+                    if [s for s, _ in mine] != [pl.rank]:
+                        src = Region(pl.rank, GR_SEND, sent, n)
+                        deps = [b.reduce([ctx.input(s, off + lo, n) for s, off in mine], src,
+                                         channel=c % ch)]
+                        sent += n
+                    b.copy(src, dst, channel=c % ch, deps=deps, label=("x", d, j, c))
+    b.alloc(GR_SEND, sent)
