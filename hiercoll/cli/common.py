@@ -56,6 +56,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, mode) as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give the file normal permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
