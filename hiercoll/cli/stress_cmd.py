@@ -1,0 +1,131 @@
+"""`hiercoll stress`: run plans many times on fresh random inputs against an independent reference.
+
+    torchrun --nproc-per-node 4 -m hiercoll stress plan.json --backend cuda --iters 2000
+    torchrun --nproc-per-node 4 -m hiercoll stress --collective all_reduce --topology h200x4 \
+        --algorithms ring,direct --shapes 1,7,128,1024 --hidden 2880,4096 --modes eager,graph
+
+Fails (exit 1) if any iteration's error exceeds the dtype's bound; reports the worst error and the
+first bad iteration per case. `--out` writes every case as JSON (what bench/gpu commits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from hiercoll.cli.common import add_json_flag, print_json, print_table, write_atomic
+from hiercoll.cli.run_cmd import BACKENDS, add_cuda_args, backend_options, device_type
+from hiercoll.errors import HiercollError
+from hiercoll.units import parse_size, parse_size_range
+
+AUTO_NUMPY_LIMIT = 4 << 20   # bytes: numpy reference up to here, the library above (auto)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("stress", help="stress-test plans on real ranks against a reference")
+    p.add_argument("plan", nargs="?", default=None, help="plan file (or use --collective ...)")
+    p.add_argument("--backend", default="gloo", choices=BACKENDS)
+    p.add_argument("--collective", "-c", default=None)
+    p.add_argument("--topology", "-t", default=None, help="preset or file (without a plan file)")
+    p.add_argument("--nodes", "-n", type=int, default=None)
+    p.add_argument("--algorithms", default=None,
+                   help="comma list (default: the plan's, or every applicable algorithm)")
+    p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32", "fp64"])
+    p.add_argument("--reduce-op", default=None, choices=["sum", "avg", "max", "min"])
+    p.add_argument("--sizes", default=None, help="byte sizes, LOW:HIGH or a,b,c")
+    p.add_argument("--shapes", default=None, help="M values: sizes are M x hidden elements")
+    p.add_argument("--hidden", default="2880,4096", help="hidden sizes for --shapes")
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--modes", default="eager", help="eager, graph or eager,graph")
+    p.add_argument("--reference", default="auto", choices=["auto", "numpy", "library"],
+                   help=f"auto: numpy up to {AUTO_NUMPY_LIMIT >> 20} MiB, the library above")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write all reports to this JSON file (rank 0)")
+    add_cuda_args(p)
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hiercoll.executor.sweep import Case, cases_from_args
+    if args.iters < 1:
+        raise HiercollError(f"--iters: {args.iters} must be >= 1")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in ("eager", "graph"):
+            raise HiercollError(f"--modes: {m!r} should be eager or graph")
+    sizes = _sizes(args)
+    cases: list[Case] = cases_from_args(args, sizes)
+    backend_options(args)
+    from hiercoll.executor.launch import init_from_env, shutdown
+    launch = init_from_env(device_type(args.backend))
+    reports: list[dict[str, Any]] = []
+    try:
+        for case in cases:
+            for r in _stress_case(case, modes, launch, args):
+                reports.append(r)
+                if launch.rank == 0 and not args.json:
+                    mode = r["mode"]
+                    print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['algorithm']:>10} {r['collective']} "
+                          f"{r['nbytes']:>11} B {mode:5} iters {r['iterations']:5} "
+                          f"max|err| {r['max_abs_error']:.3g} (bound {r['bound']:.3g})"
+                          + ("" if r["ok"] else f" first bad iteration {r['first_bad_iteration']}"),
+                          flush=True)
+    finally:
+        shutdown()
+    ok = all(r["ok"] for r in reports)
+    if launch.rank == 0:
+        if args.out:
+            write_atomic(args.out, json.dumps({"backend": args.backend, "cases": reports},
+                                              indent=1, sort_keys=True) + "\n")
+        if args.json:
+            print_json({"ok": ok, "cases": reports})
+        else:
+            bad = [r for r in reports if not r["ok"]]
+            print_table("stress summary", ["field", "value"],
+                        [["cases", len(reports)], ["failed", len(bad)],
+                         ["worst error", max((r["max_abs_error"] for r in reports), default=0)]])
+    return 0 if ok else 1
+
+
+def _sizes(args: argparse.Namespace) -> list[int] | None:
+    if args.sizes and args.shapes:
+        raise HiercollError("--sizes and --shapes: give one of them")
+    if args.sizes:
+        return parse_size_range(args.sizes)
+    if args.shapes:
+        from hiercoll.collectives import DType
+        item = DType(args.dtype or "bf16").itemsize
+        hidden = [parse_size(h, "--hidden") for h in args.hidden.split(",")]
+        ms = [parse_size(m, "--shapes") for m in args.shapes.split(",")]
+        return sorted({m * h * item for h in hidden for m in ms})
+    return None
+
+
+def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """One prepare (one set of symmetric allocations) per case, then every mode on it."""
+    from hiercoll.executor.backends import get_backend
+    from hiercoll.executor.graph_backend import maybe_graph
+    from hiercoll.executor.inputs import RefKind
+    from hiercoll.executor.interface import check_launch
+    from hiercoll.executor.stress import stress
+    from hiercoll.executor.sweep import LIBRARY
+    check_launch(case.schedule, launch.world_size)
+    backend = (get_backend(LIBRARY) if case.algorithm == LIBRARY
+               else get_backend(args.backend, **backend_options(args)))
+    prepared = backend.prepare(case.schedule)
+    ref = RefKind(args.reference) if args.reference != "auto" else (
+        RefKind.NUMPY if case.schedule.spec.nbytes <= AUTO_NUMPY_LIMIT or launch.device.type == "cpu"
+        else RefKind.LIBRARY)
+    ref_backend = ref_prep = None
+    if ref == RefKind.LIBRARY:
+        ref_backend = get_backend("nccl")
+        ref_prep = ref_backend.prepare(case.schedule)
+    out = []
+    for mode in modes:
+        runner, prep = maybe_graph(backend, prepared, mode, launch.device)
+        report = stress(runner, prep, launch.device, args.iters, ref, seed=args.seed, mode=mode,
+                        ref_backend=ref_backend, ref_prepared=ref_prep)
+        out.append(report.to_json() | {"topology": case.topology_name, "notes": prepared.notes})
+    return out

@@ -1,0 +1,119 @@
+"""One benchmark harness, long-form rows (one per collective x algorithm x mode x size).
+
+Times are per call, from CUDA events around back-to-back calls (eager) or graph replays (graph),
+p50/p90/p99 over iterations, then the max over ranks (the slowest rank finishes the collective).
+On CPU (gloo) wall-clock time per call. Bandwidths follow nccl-tests (CollectiveSpec).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from hiercoll.collectives import CollectiveSpec
+from hiercoll.executor.graphs import capture
+from hiercoll.executor.inputs import device_inputs
+from hiercoll.executor.interface import Backend, Mode, Prepared
+from hiercoll.executor.torch_dtypes import torch_dtype
+
+
+@dataclass(frozen=True)
+class Timing:
+    p50_us: float
+    p90_us: float
+    p99_us: float
+    iters: int
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    collective: str
+    algorithm: str
+    backend: str
+    mode: str
+    world_size: int
+    topology: str
+    dtype: str
+    nbytes: int
+    p50_us: float
+    p90_us: float
+    p99_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    iters: int
+    predicted_us: float | None = None
+    zero_copy: bool = False      # cuda: the call worked on the symmetric buffers (no copy-in/out)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_row(spec: CollectiveSpec, algorithm: str, backend: str, mode: Mode, topology: str,
+             timing: Timing, predicted_us: float | None = None, zero_copy: bool = False) -> BenchRow:
+    algbw, busbw = spec.bandwidths_gbps(timing.p50_us)
+    return BenchRow(spec.kind.value, algorithm, backend, mode.value, spec.world_size, topology,
+                    spec.dtype.value, spec.nbytes, round(timing.p50_us, 2), round(timing.p90_us, 2),
+                    round(timing.p99_us, 2), round(algbw, 2), round(busbw, 2), timing.iters,
+                    predicted_us, zero_copy)
+
+
+def iterations_for(nbytes: int, budget_bytes: float = 8e9, lo: int = 5, hi: int = 200) -> int:
+    """Fewer iterations for big sizes so a sweep fits a time budget."""
+    return int(min(hi, max(lo, budget_bytes // max(nbytes, 1))))
+
+
+def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: Mode,
+             iters: int, warmup: int = 3, group: Any = None, zero_copy: bool = False) -> Timing:
+    """Collective: every rank must call it with the same arguments. `zero_copy` (cuda backend):
+    pass the prepared symmetric input/output views, so no copy-in/copy-out is timed."""
+    spec, rank = prepared.schedule.spec, prepared.rank
+    gen = torch.Generator(device=device)
+    gen.manual_seed(1234 + rank)
+    inp = device_inputs(spec, rank, device, gen)
+    out = torch.zeros(spec.output_count(rank), dtype=torch_dtype(spec.dtype), device=device)
+    if zero_copy:
+        sym_in, sym_out = prepared.input_view, prepared.output_view  # type: ignore[attr-defined]
+        sym_in.copy_(inp)
+        inp, out = sym_in, sym_out
+    if device.type != "cuda":
+        times = []
+        for i in range(warmup + iters):
+            dist.barrier(group)
+            t0 = time.perf_counter()
+            backend.run(prepared, inp, out)
+            if i >= warmup:
+                times.append((time.perf_counter() - t0) * 1e6)
+        return _summarise(times, device, group)
+    if mode == Mode.GRAPH:
+        cap = capture(backend, prepared, inp, out)
+        call = cap.replay
+    else:
+        for _ in range(warmup):
+            backend.run(prepared, inp, out)
+
+        def call() -> None:
+            backend.run(prepared, inp, out)
+    torch.cuda.synchronize()
+    dist.barrier(group)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        call()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    return _summarise(times, device, group)
+
+
+def _summarise(times_us: list[float], device: torch.device, group: Any) -> Timing:
+    p = np.percentile(np.asarray(times_us), [50, 90, 99])
+    t = torch.tensor(p, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    v = t.tolist()
+    return Timing(v[0], v[1], v[2], len(times_us))

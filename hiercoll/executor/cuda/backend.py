@@ -1,0 +1,213 @@
+"""The cuda backend runtime: symmetric allocations, the encoded row table, streams, launches.
+
+`prepare` lowers the schedule (lowering.py), allocates one symmetric data allocation and one
+signal allocation (same order on every rank, never freed), encodes the rows and resolves the
+copy-engine peer views. `run` is capturable into a CUDA graph: it only enqueues work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hiercoll.errors import HiercollError, VerificationError
+from hiercoll.executor.cuda.lowering import (CopyLaunch, CudaOptions, KernelLaunch, RankProgram,
+                                             RecvLaunch, SendLaunch, lower)
+from hiercoll.executor.cuda.symm import SymmetricTensor, allocate, deltas
+from hiercoll.executor.cuda.table import ERR_WORDS, Table, encode
+from hiercoll.executor.interface import (BackendName, Prepared, RunResult, check_launch,
+                                         check_tensor)
+from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.schedule import INPUT, OUTPUT, Schedule
+
+SPINS_PER_MS = 1000      # rough: one acquire poll of a local slot takes about a microsecond
+
+
+@dataclass
+class _Copy:
+    dst: torch.Tensor
+    src: torch.Tensor
+
+
+@dataclass
+class CudaPrepared(Prepared):
+    program: RankProgram | None = None
+    data: SymmetricTensor | None = None
+    signals: SymmetricTensor | None = None
+    table: Table | None = None
+    table_dev: torch.Tensor | None = None
+    epoch: torch.Tensor | None = None
+    err: torch.Tensor | None = None
+    streams: dict[int, torch.cuda.Stream] = field(default_factory=dict)
+    copies: dict[int, _Copy] = field(default_factory=dict)   # id(CopyLaunch) -> views
+    net_stream: torch.cuda.Stream | None = None
+    net_views: dict[int, torch.Tensor] = field(default_factory=dict)   # id(Send/Recv) -> view
+    spin_limit: int = 0
+    reduce_op: str = "sum"
+
+    @property
+    def input_view(self) -> torch.Tensor:
+        """The symmetric input: write here directly to skip the copy-in."""
+        return self._view(INPUT)
+
+    @property
+    def output_view(self) -> torch.Tensor:
+        return self._view(OUTPUT)
+
+    def _view(self, name: str) -> torch.Tensor:
+        assert self.program is not None and self.data is not None
+        off = self.program.layout.offsets[name]
+        spec = self.schedule.spec
+        n = spec.input_count(self.rank) if name == INPUT else spec.output_count(self.rank)
+        return self.data.tensor[off:off + n]
+
+
+class CudaBackend:
+    name = BackendName.CUDA
+
+    def __init__(self, **options: Any) -> None:
+        self.options = CudaOptions(**options)
+
+    def prepare(self, schedule: Schedule, group: Any = None) -> CudaPrepared:
+        if group is not None and group != dist.group.WORLD:
+            raise HiercollError("cuda backend: runs on the default (WORLD) process group; a "
+                                "subgroup rendezvous hangs later ones in torch 2.11")
+        world = dist.get_world_size()
+        check_launch(schedule, world)
+        rank = dist.get_rank()
+        device = torch.device("cuda", torch.cuda.current_device())
+        program = lower(schedule, rank, self.options)
+        dtype = torch_dtype(schedule.spec.dtype)
+        data = allocate(program.layout.total, dtype, device, group)
+        signals = allocate(program.num_slots, torch.int32, device, group)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        table = encode(program, deltas(data, rank, itemsize), deltas(signals, rank, 4))
+        table_dev = torch.tensor(table.words, dtype=torch.int64, device=device)
+        prepared = CudaPrepared(
+            schedule, rank, world, self.name, list(program.notes), program=program, data=data,
+            signals=signals, table=table, table_dev=table_dev,
+            epoch=torch.zeros(1, dtype=torch.int32, device=device),
+            err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=device),
+            streams={ch: torch.cuda.Stream(device=device) for ch in program.streams},
+            spin_limit=int(math.ceil(self.options.debug_timeout_ms * SPINS_PER_MS)),
+            reduce_op=schedule.spec.reduce_op.value)
+        for items in program.streams.values():
+            for item in items:
+                if isinstance(item, CopyLaunch):
+                    prepared.copies[id(item)] = _Copy(
+                        data.peer_view(item.dst.rank, item.dst.offset, item.count),
+                        data.peer_view(item.src.rank, item.src.offset, item.count))
+        if program.net:
+            prepared.net_stream = torch.cuda.Stream(device=device)
+            for item in program.net:
+                if isinstance(item, SendLaunch):
+                    prepared.net_views[id(item)] = data.tensor[item.src.offset:
+                                                               item.src.offset + item.count]
+                elif isinstance(item, RecvLaunch):
+                    prepared.net_views[id(item)] = data.tensor[item.dst.offset:
+                                                               item.dst.offset + item.count]
+            prepared.notes.append(f"{sum(isinstance(x, SendLaunch) for x in program.net)} "
+                                  "inter-node sends through NCCL send/recv")
+        prepared.notes.append(f"grid {_grid(program)} CTAs; {sum(map(len, program.streams.values()))}"
+                              f" launches on {len(program.streams)} stream(s); "
+                              f"{len(prepared.copies)} copy-engine copies")
+        from hiercoll.kernels.program import warm_up
+        warm_up(table_dev, data.tensor, signals.tensor, prepared.epoch, prepared.err,  # type: ignore[arg-type]
+                prepared.reduce_op)
+        torch.cuda.synchronize()
+        dist.barrier()
+        return prepared
+
+    def run(self, prepared: Prepared, input: torch.Tensor, output: torch.Tensor) -> RunResult:
+        assert isinstance(prepared, CudaPrepared) and prepared.program is not None
+        spec, rank, p = prepared.schedule.spec, prepared.rank, prepared.program
+        dtype = torch_dtype(spec.dtype)
+        check_tensor("input", input, spec.input_count(rank), dtype, "cuda")
+        check_tensor("output", output, spec.output_count(rank), dtype, "cuda")
+        main = torch.cuda.current_stream()
+        sym_in, sym_out = prepared.input_view, prepared.output_view
+        if input.data_ptr() != sym_in.data_ptr() and input.numel():
+            sym_in.copy_(input)
+        if p.copy_in_output and output.data_ptr() != sym_out.data_ptr() and output.numel():
+            sym_out.copy_(output)
+        assert prepared.epoch is not None
+        if p.start_barrier is not None:
+            self._kernel(prepared, p.start_barrier, bump_epoch=True)
+        else:
+            prepared.epoch.add_(1)
+        for ch, items in p.streams.items():
+            stream = prepared.streams[ch]
+            stream.wait_stream(main)
+            with torch.cuda.stream(stream):
+                for item in items:
+                    if isinstance(item, KernelLaunch):
+                        self._kernel(prepared, item)
+                    else:
+                        c = prepared.copies[id(item)]
+                        c.dst.copy_(c.src, non_blocking=True)
+        if prepared.net_stream is not None:
+            self._net(prepared, main)
+        for stream in prepared.streams.values():
+            main.wait_stream(stream)
+        self._kernel(prepared, p.end_barrier)
+        if output.data_ptr() != sym_out.data_ptr() and output.numel():
+            output.copy_(sym_out)
+        if prepared.spin_limit and not torch.cuda.is_current_stream_capturing():
+            self._check_timeouts(prepared)
+        return RunResult(self.name, rank, output)
+
+    def _net(self, prepared: CudaPrepared, main: torch.cuda.Stream) -> None:
+        """The net stream: wait rows, NCCL sends/receives in the global order, signal rows."""
+        assert prepared.program is not None and prepared.net_stream is not None
+        net = prepared.net_stream
+        net.wait_stream(main)
+        with torch.cuda.stream(net):
+            for item in prepared.program.net:
+                if isinstance(item, KernelLaunch):
+                    self._kernel(prepared, item)
+                elif isinstance(item, SendLaunch):
+                    dist.isend(prepared.net_views[id(item)], item.peer).wait()
+                elif isinstance(item, RecvLaunch):
+                    dist.irecv(prepared.net_views[id(item)], item.peer).wait()
+        main.wait_stream(net)
+
+    @staticmethod
+    def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False) -> None:
+        from hiercoll.kernels.program import launch_rows
+        assert prepared.table is not None and prepared.data is not None
+        assert prepared.signals is not None and prepared.table_dev is not None
+        enc = prepared.table.launches[id(launch)]
+        launch_rows(prepared.table_dev, prepared.data.tensor, prepared.signals.tensor,
+                    prepared.epoch, prepared.err, enc.first_row, enc.num_rows,  # type: ignore[arg-type]
+                    enc.grid, enc.aligned, prepared.reduce_op, prepared.spin_limit, bump_epoch)
+
+    @staticmethod
+    def _check_timeouts(prepared: CudaPrepared) -> None:
+        torch.cuda.synchronize()
+        assert prepared.err is not None and prepared.table is not None
+        err = prepared.err.tolist()
+        if err[0]:
+            t = prepared.table
+            row, widx = int(err[1]), int(err[2])
+            producer = _producer_of(t, prepared, row, widx)
+            raise VerificationError(
+                f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for "
+                f"{producer} (slot value {err[3]}, needed {err[4]}; epoch "
+                f"{int(prepared.epoch.item())})")  # type: ignore[union-attr]
+
+
+def _producer_of(table: Table, prepared: CudaPrepared, row: int, widx: int) -> str:
+    """The producer named by wait `widx` of row `row` (rows list their waits in order)."""
+    from hiercoll.executor.cuda.table import F_NWAIT, ROW_WORDS
+    before = sum(table.words[i * ROW_WORDS + F_NWAIT] for i in range(row))
+    return table.wait_producers[before + widx]
+
+
+def _grid(program: RankProgram) -> int:
+    grids = [x.grid for items in program.streams.values() for x in items
+             if isinstance(x, KernelLaunch) and x.rows[0].count]
+    return max(grids, default=1)

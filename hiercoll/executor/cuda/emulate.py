@@ -1,0 +1,213 @@
+"""Run every rank's lowered cuda program in one process, with numpy, at CTA granularity.
+
+This checks the lowering itself on CPU (CI): signals, epochs, barriers, stream forks/joins and
+channel order. Each step of the emulation is one CTA doing one row (wait, its share of the data,
+signal), one copy-engine copy, or one host-ordered action of a rank's main stream; a seeded random
+scheduler picks among the steps that can run, so a missing signal or barrier shows up as a wrong
+output, stale data from the previous call, or a reported deadlock. Several calls run back to back
+with fresh inputs, so slot reuse across calls (epochs) is exercised as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hiercoll.collectives import ReduceOp, round_to
+from hiercoll.errors import VerificationError
+from hiercoll.executor.cuda.lowering import (CopyLaunch, CudaOptions, KernelLaunch, RankProgram,
+                                             RecvLaunch, Row, SendLaunch, lower)
+from hiercoll.schedule import INPUT, OUTPUT, Schedule
+
+EMU_BLOCK = 3   # elements per CTA step: small and odd, so CTAs interleave inside every region
+NET = -1        # stream key of the net stream (channels are >= 0)
+
+
+@dataclass
+class _Rank:
+    program: RankProgram
+    data: np.ndarray
+    sig: np.ndarray
+    epoch: int = 0
+    main_pc: int = 0             # index into the main-stream action list of the current call
+    call: int = 0
+    forked_call: int = -1        # the last call whose channel streams may start
+    stream_pos: dict[int, int] = field(default_factory=dict)     # launch index per channel
+    stream_call: dict[int, int] = field(default_factory=dict)    # call each channel is on
+    ctas: dict[int, list[int]] = field(default_factory=dict)     # channel -> row pc per CTA
+    cta_epoch: dict[int, int] = field(default_factory=dict)
+    main_ctas: list[int] | None = None
+    main_epoch: int = 0
+
+
+class _Emulator:
+    def __init__(self, schedule: Schedule, opts: CudaOptions, calls: Sequence[Sequence[np.ndarray]],
+                 outputs_before: Sequence[Sequence[np.ndarray]], seed: int) -> None:
+        self.schedule, self.spec = schedule, schedule.spec
+        self.calls, self.before = calls, outputs_before
+        self.rng = np.random.default_rng(seed)
+        self.ranks = []
+        for r in range(schedule.world_size):
+            p = lower(schedule, r, opts)
+            keys = self._streams_of(p)
+            self.ranks.append(_Rank(p, np.full(p.layout.total, np.nan), np.zeros(p.num_slots, np.int64),
+                                    stream_pos={ch: 0 for ch in keys},
+                                    stream_call={ch: 0 for ch in keys},
+                                    ctas={}))
+        self.results: list[list[np.ndarray | None]] = [[None] * schedule.world_size for _ in calls]
+
+    @staticmethod
+    def _streams_of(p: RankProgram) -> dict[int, tuple]:  # type: ignore[type-arg]
+        return dict(p.streams) | ({NET: p.net} if p.net else {})
+
+    # ---- main stream: copy-in, epoch++, start barrier, fork, join, end barrier, copy-out -------
+    def _main_actions(self, rk: _Rank) -> list[str]:
+        acts = ["copy_in", "epoch"]
+        if rk.program.start_barrier is not None:
+            acts.append("start_barrier")
+        return acts + ["fork", "join", "end_barrier", "copy_out"]
+
+    def _main_step(self, r: int, rk: _Rank) -> bool:
+        """Advance rank r's main stream by one step if it can; True if it did."""
+        if rk.call >= len(self.calls):
+            return False
+        act = self._main_actions(rk)[rk.main_pc]
+        p, lay = rk.program, rk.program.layout
+        if act == "copy_in":
+            n = self.spec.input_count(r)
+            rk.data[lay.offsets[INPUT]:lay.offsets[INPUT] + n] = self.calls[rk.call][r]
+            if p.copy_in_output:
+                m = self.spec.output_count(r)
+                rk.data[lay.offsets[OUTPUT]:lay.offsets[OUTPUT] + m] = self.before[rk.call][r]
+        elif act == "epoch":
+            rk.epoch += 1
+        elif act in ("start_barrier", "end_barrier"):
+            launch = p.start_barrier if act == "start_barrier" else p.end_barrier
+            assert launch is not None
+            if rk.main_ctas is None:
+                rk.main_ctas, rk.main_epoch = [0] * launch.grid, rk.epoch
+            if not self._cta_steps(r, rk, launch, rk.main_ctas, rk.main_epoch):
+                return False
+            if any(pc < len(launch.rows) for pc in rk.main_ctas):
+                return True
+            rk.main_ctas = None
+        elif act == "fork":
+            rk.forked_call = rk.call
+        elif act == "join":
+            if any(rk.stream_call[ch] <= rk.call for ch in rk.stream_call):
+                return False
+        elif act == "copy_out":
+            m = self.spec.output_count(r)
+            self.results[rk.call][r] = rk.data[lay.offsets[OUTPUT]:lay.offsets[OUTPUT] + m].copy()
+        rk.main_pc += 1
+        if rk.main_pc == len(self._main_actions(rk)):
+            rk.main_pc, rk.call = 0, rk.call + 1
+        return True
+
+    # ---- channel streams ---------------------------------------------------------------------
+    def _stream_step(self, r: int, rk: _Rank, ch: int) -> bool:
+        items = self._streams_of(rk.program)[ch]
+        if rk.stream_call[ch] > rk.forked_call or rk.stream_call[ch] >= len(self.calls):
+            return False
+        if rk.stream_pos[ch] == len(items):
+            rk.stream_pos[ch], rk.stream_call[ch] = 0, rk.stream_call[ch] + 1
+            return True
+        item = items[rk.stream_pos[ch]]
+        if isinstance(item, (SendLaunch, RecvLaunch)):
+            return self._net_step(r, rk, item)
+        if isinstance(item, CopyLaunch):
+            src = self.ranks[item.src.rank].data[item.src.offset:item.src.offset + item.count]
+            self.ranks[item.dst.rank].data[item.dst.offset:item.dst.offset + item.count] = src
+            rk.stream_pos[ch] += 1
+            return True
+        if ch not in rk.ctas:
+            rk.ctas[ch], rk.cta_epoch[ch] = [0] * item.grid, rk.epoch
+        if not self._cta_steps(r, rk, item, rk.ctas[ch], rk.cta_epoch[ch]):
+            return False
+        if all(pc == len(item.rows) for pc in rk.ctas[ch]):
+            del rk.ctas[ch]
+            rk.stream_pos[ch] += 1
+        return True
+
+    def _net_step(self, r: int, rk: _Rank, item: SendLaunch | RecvLaunch) -> bool:
+        """A send and its receive complete together, when both are at the head of their net
+        streams in the same call (NCCL pairs p2p operations in posting order)."""
+        peer = self.ranks[item.peer]
+        if NET not in peer.stream_call or peer.stream_call[NET] != rk.stream_call[NET] \
+                or peer.stream_call[NET] > peer.forked_call:
+            return False
+        pos = peer.stream_pos[NET]
+        if pos >= len(peer.program.net):
+            return False
+        other = peer.program.net[pos]
+        want = RecvLaunch if isinstance(item, SendLaunch) else SendLaunch
+        if not isinstance(other, want) or other.op != item.op:
+            return False
+        send, recv = (item, other) if isinstance(item, SendLaunch) else (other, item)
+        src_rank = r if isinstance(item, SendLaunch) else item.peer
+        dst_rank = item.peer if isinstance(item, SendLaunch) else r
+        src = self.ranks[src_rank].data[send.src.offset:send.src.offset + send.count]
+        self.ranks[dst_rank].data[recv.dst.offset:recv.dst.offset + recv.count] = src
+        rk.stream_pos[NET] += 1
+        peer.stream_pos[NET] += 1
+        return True
+
+    def _cta_steps(self, r: int, rk: _Rank, launch: KernelLaunch, pcs: list[int], epoch: int) -> bool:
+        """One random CTA of `launch` that can run its next row does so; False if none can."""
+        ready = [c for c, pc in enumerate(pcs) if pc < len(launch.rows)
+                 and all(rk.sig[w.slot] >= w.per_epoch * epoch for w in launch.rows[pc].waits)]
+        if not ready:
+            return False
+        c = ready[int(self.rng.integers(len(ready)))]
+        self._do_row(launch.rows[pcs[c]], c, launch.grid)
+        pcs[c] += 1
+        return True
+
+    def _do_row(self, row: Row, cta: int, grid: int) -> None:
+        if row.count and row.dst is not None:
+            idx = np.arange(row.count)
+            idx = idx[(idx // EMU_BLOCK) % grid == cta]
+            srcs = [self.ranks[s.rank].data[s.offset + idx] for s in row.srcs]
+            dst = self.ranks[row.dst.rank].data
+            if not row.reduce:
+                dst[row.dst.offset + idx] = srcs[0]
+            else:
+                op = self.spec.reduce_op
+                stack = np.stack(srcs)
+                val = (stack.max(0) if op == ReduceOp.MAX else stack.min(0) if op == ReduceOp.MIN
+                       else stack.sum(0)) * row.scale
+                if row.accumulate:
+                    val = dst[row.dst.offset + idx] + val
+                dst[row.dst.offset + idx] = round_to(val, self.spec.dtype)
+        for s in row.signals:
+            self.ranks[s.rank].sig[s.slot] += 1
+
+    def run(self) -> list[list[np.ndarray]]:
+        while True:
+            steps = []
+            for r, rk in enumerate(self.ranks):
+                steps.append((r, None))
+                steps.extend((r, ch) for ch in rk.stream_call)
+            self.rng.shuffle(steps)
+            progressed = False
+            for r, ch in steps:
+                rk = self.ranks[r]
+                if (self._main_step(r, rk) if ch is None else self._stream_step(r, rk, ch)):
+                    progressed = True
+                    break
+            if not progressed:
+                break
+        if any(rk.call < len(self.calls) for rk in self.ranks):
+            stuck = [f"rank {r} call {rk.call} step {self._main_actions(rk)[rk.main_pc]}"
+                     for r, rk in enumerate(self.ranks) if rk.call < len(self.calls)]
+            raise VerificationError("lowered program deadlocks: " + "; ".join(stuck))
+        return [[o for o in call] for call in self.results]  # type: ignore[misc]
+
+
+def emulate(schedule: Schedule, calls: Sequence[Sequence[np.ndarray]],
+            outputs_before: Sequence[Sequence[np.ndarray]], opts: CudaOptions | None = None,
+            seed: int = 0) -> list[list[np.ndarray]]:
+    """Outputs of every rank for every call (`calls[k][r]`: rank r's input of call k)."""
+    return _Emulator(schedule, opts or CudaOptions(), calls, outputs_before, seed).run()

@@ -1,0 +1,377 @@
+"""What the cuda backend launches, in which order, with which signals. Pure Python (no torch), so
+CI tests it on CPU; the runtime (`backend.py`) only turns these objects into tensors and launches.
+
+Model. Every rank holds one symmetric data allocation (all its buffers at the same element offsets
+on every rank, `SymmetricLayout`) and one symmetric int32 signal array with one slot per op of the
+whole schedule (its global id) plus barrier slots. Op P finishing adds 1 per CTA to slot gid(P) on
+every rank that waits for it (release, system scope); a waiter needs `per_epoch * epoch` (acquire,
+system scope), where `epoch` counts calls (a device counter, so CUDA-graph replay works and slots
+are never reset). Each channel of a rank is one stream; consecutive SM ops of a channel form one
+persistent kernel launch that walks their rows, with a grid-wide wait on the previous row (channel
+order); copy-engine ops become [wait row] copy [signal row]. Each call is fenced by two barriers:
+a start barrier after the copy-in (no peer reads this rank's input, or writes its scratch and
+output, before this rank has its new input in and has copied out the previous call's output) and
+an end barrier before the copy-out (every peer's pushes into this rank's output are done). The
+emulator (emulate.py) found the need for the start barrier: without it a fast rank's next call
+overwrote a slow rank's output before the copy-out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from hiercoll.errors import HiercollError
+from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
+
+ALIGN_BYTES = 256           # every buffer starts on this boundary inside the allocation
+VECTOR_BYTES = 16           # one vector access; regions aligned to it take the vectorised kernel
+MAX_CTAS = 32
+BYTES_PER_CTA = 64 * 1024   # auto grid: one CTA per this many bytes of the largest SM op
+
+
+class Engine(StrEnum):
+    SM = "sm"       # Triton kernel: loads/stores through peer mappings
+    CE = "ce"       # copy engine: peer_view.copy_()
+    NET = "net"     # inter-node transport: NCCL send/recv between the two owners
+
+
+class InterTransport(StrEnum):
+    """How ops that cross nodes (transport `inter`) move data."""
+
+    PEER = "peer"   # like intra-node ops, through peer mappings (all GPUs in one NVLink domain)
+    NCCL = "nccl"   # send/recv on a per-rank net stream, in one global order (no peer mapping)
+
+
+@dataclass(frozen=True)
+class CudaOptions:
+    """The lowering's knobs (the auto-picker may tune them): declared here, once."""
+
+    ce_threshold_bytes: int = 8 << 20   # copies at least this big go to the copy engine
+    ctas: int | None = None             # CTAs per SM launch; None = from the largest op
+    debug_timeout_ms: float = 0.0       # > 0: waits give up and report instead of hanging
+    inter_transport: InterTransport = InterTransport.PEER
+
+    def __post_init__(self) -> None:
+        if self.ce_threshold_bytes < 0:
+            raise HiercollError(f"ce_threshold_bytes: {self.ce_threshold_bytes} must be >= 0")
+        if self.ctas is not None and not 1 <= self.ctas <= 132:
+            raise HiercollError(f"ctas: {self.ctas} must be in 1..132 (one H200 has 132 SMs)")
+        if self.debug_timeout_ms < 0:
+            raise HiercollError(f"debug_timeout_ms: {self.debug_timeout_ms} must be >= 0")
+        try:
+            object.__setattr__(self, "inter_transport", InterTransport(self.inter_transport))
+        except ValueError:
+            raise HiercollError(f"inter_transport: {self.inter_transport!r} should be one of "
+                                f"{', '.join(t.value for t in InterTransport)}") from None
+
+
+@dataclass(frozen=True)
+class SymmetricLayout:
+    """Element offset of every buffer in the per-rank allocation (identical on all ranks)."""
+
+    offsets: dict[str, int]
+    sizes: dict[str, int]       # the largest size of the buffer over ranks
+    total: int                  # elements of the allocation
+
+    def addr(self, region: Region) -> Addr:
+        return Addr(region.rank, self.offsets[region.buffer] + region.offset)
+
+
+@dataclass(frozen=True, order=True)
+class Addr:
+    """Element `offset` of rank `rank`'s symmetric data allocation."""
+
+    rank: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Spin until this rank's slot `slot` >= per_epoch * epoch; `producer` names who signals."""
+
+    slot: int
+    per_epoch: int
+    producer: str        # "r.i" op id, or "barrier:<name>@rank"
+
+
+@dataclass(frozen=True)
+class Signal:
+    """Add 1 per CTA to slot `slot` of rank `rank` (release, system scope)."""
+
+    rank: int
+    slot: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """One step of a kernel launch: wait, move/reduce `count` elements, signal."""
+
+    op: str                       # "r.i", or a pseudo-op name for barriers / CE fences
+    count: int
+    dst: Addr | None
+    srcs: tuple[Addr, ...]
+    reduce: bool
+    accumulate: bool
+    scale: float
+    waits: tuple[Wait, ...]
+    signals: tuple[Signal, ...]
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    rows: tuple[Row, ...]
+    grid: int
+    aligned: bool                 # every row's regions are VECTOR_BYTES-aligned
+
+
+@dataclass(frozen=True)
+class CopyLaunch:
+    op: str
+    dst: Addr
+    src: Addr
+    count: int
+
+
+@dataclass(frozen=True)
+class SendLaunch:
+    """Send `count` elements at `src` (this rank's allocation) to rank `peer` (NET engine)."""
+
+    op: str
+    src: Addr
+    count: int
+    peer: int
+
+
+@dataclass(frozen=True)
+class RecvLaunch:
+    """Receive `count` elements from rank `peer` into `dst` (this rank's allocation)."""
+
+    op: str
+    dst: Addr
+    count: int
+    peer: int
+
+
+Launch = KernelLaunch | CopyLaunch | SendLaunch | RecvLaunch
+
+
+@dataclass(frozen=True)
+class RankProgram:
+    """Everything rank `rank` launches for one call, in order."""
+
+    rank: int
+    layout: SymmetricLayout
+    num_slots: int
+    start_barrier: KernelLaunch | None
+    streams: dict[int, tuple[Launch, ...]]    # channel -> launches, in stream order
+    end_barrier: KernelLaunch
+    copy_in_output: bool                      # group_reduce accumulates into the output
+    notes: tuple[str, ...] = field(default=())
+    net: tuple[Launch, ...] = ()              # the net stream (NET engine), in global order
+
+
+@dataclass(frozen=True)
+class _Global:
+    """Schedule-wide facts every rank derives identically."""
+
+    base: tuple[int, ...]          # global id of each rank's op 0
+    num_ops: int
+    grid: int
+    engines: dict[OpRef, Engine]
+    consumers: dict[OpRef, frozenset[int]]   # ranks that wait on an op's slot
+    channel_prev: dict[OpRef, OpRef]         # the previous op on the same (rank, channel)
+
+    def gid(self, ref: OpRef) -> int:
+        return self.base[ref[0]] + ref[1]
+
+    def per_epoch(self, ref: OpRef) -> int:
+        return self.grid if self.engines[ref] == Engine.SM else 1
+
+    def explicit_prev(self, ref: OpRef) -> OpRef | None:
+        """The channel predecessor this op must wait on by signal: stream order cannot give it
+        when either op runs on the net stream."""
+        p = self.channel_prev.get(ref)
+        if p is not None and Engine.NET in (self.engines[p], self.engines[ref]):
+            return p
+        return None
+
+
+def symmetric_layout(schedule: Schedule) -> SymmetricLayout:
+    sizes: dict[str, int] = {}
+    for r in range(schedule.world_size):
+        for name, n in schedule.buffers(r).items():
+            sizes[name] = max(sizes.get(name, 0), n)
+    align = max(1, ALIGN_BYTES // schedule.spec.dtype.itemsize)
+    offsets, pos = {}, 0
+    for name in [INPUT, OUTPUT] + sorted(set(sizes) - {INPUT, OUTPUT}):
+        offsets[name] = pos
+        pos += -(-max(sizes.get(name, 0), 1) // align) * align
+    return SymmetricLayout(offsets, sizes, pos)
+
+
+def _engine(op: Op, itemsize: int, opts: CudaOptions) -> Engine:
+    if (opts.inter_transport == InterTransport.NCCL and op.transport == Transport.INTER
+            and op.kind == OpKind.COPY):
+        return Engine.NET
+    big = op.dst.count * itemsize >= max(opts.ce_threshold_bytes, 1)
+    remote = op.dst.rank != op.rank or op.srcs[0].rank != op.rank
+    return Engine.CE if op.kind == OpKind.COPY and big and remote else Engine.SM
+
+
+def _auto_grid(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptions) -> int:
+    if opts.ctas is not None:
+        return opts.ctas
+    itemsize = schedule.spec.dtype.itemsize
+    biggest = max((op.dst.count * itemsize for op in schedule.ops()
+                   if engines[op.ref] == Engine.SM), default=0)
+    channels = max((len({op.channel for op in schedule.rank_ops(r)})
+                    for r in range(schedule.world_size)), default=1)
+    cap = max(1, min(MAX_CTAS, 120 // max(channels, 1)))
+    return max(1, min(cap, -(-biggest // BYTES_PER_CTA)))
+
+
+def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
+    w, itemsize = schedule.world_size, schedule.spec.dtype.itemsize
+    base, n = [], 0
+    for r in range(w):
+        base.append(n)
+        n += len(schedule.rank_ops(r))
+    engines = {op.ref: _engine(op, itemsize, opts) for op in schedule.ops()}
+    grid = _auto_grid(schedule, engines, opts)
+    consumers: dict[OpRef, set[int]] = {}
+    channel_prev: dict[OpRef, OpRef] = {}
+    for r in range(w):
+        prev: dict[int, Op] = {}
+        for op in schedule.rank_ops(r):
+            waiter = _waiter(op, engines)
+            for d in op.deps:
+                consumers.setdefault(d, set()).add(waiter)
+            p = prev.get(op.channel)
+            if p is not None:
+                channel_prev[op.ref] = p.ref
+                both_sm = engines[p.ref] == Engine.SM and engines[op.ref] == Engine.SM
+                if both_sm or Engine.NET in (engines[p.ref], engines[op.ref]):
+                    consumers.setdefault(p.ref, set()).add(waiter)
+            prev[op.channel] = op
+    return _Global(tuple(base), n, grid, engines,
+                   {k: frozenset(v) for k, v in consumers.items()}, channel_prev)
+
+
+def _waiter(op: Op, engines: dict[OpRef, Engine]) -> int:
+    """The rank that waits before `op` starts: the sender for NET ops, else the issuer."""
+    return op.srcs[0].rank if engines[op.ref] == Engine.NET else op.rank
+
+
+def _aligned(rows: list[Row], itemsize: int) -> bool:
+    vec = max(1, VECTOR_BYTES // itemsize)
+    return all(r.count % vec == 0 and all(a.offset % vec == 0 for a in (r.dst, *r.srcs) if a)
+               for r in rows)
+
+
+def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> RankProgram:
+    """Rank `rank`'s program. Deterministic: every rank can lower every other rank."""
+    opts = opts or CudaOptions()
+    g = _global(schedule, opts)
+    layout = symmetric_layout(schedule)
+    itemsize = schedule.spec.dtype.itemsize
+    w = schedule.world_size
+    streams: dict[int, list[Launch]] = {}
+    pending: dict[int, list[Row]] = {}
+    prev_in_launch: dict[int, Op | None] = {}
+
+    def flush(ch: int) -> None:
+        rows = pending.pop(ch, [])
+        if rows:
+            streams.setdefault(ch, []).append(KernelLaunch(tuple(rows), g.grid,
+                                                           _aligned(rows, itemsize)))
+        prev_in_launch[ch] = None
+
+    for op in schedule.rank_ops(rank):
+        waits = _waits(g, op)
+        signals = _signals(g, op)
+        streams.setdefault(op.channel, [])
+        if g.engines[op.ref] == Engine.NET:     # runs on the net stream (below)
+            prev_in_launch[op.channel] = None
+            continue
+        if g.engines[op.ref] == Engine.CE:
+            flush(op.channel)
+            fence = KernelLaunch((Row(f"{op.id}:wait", 0, None, (), False, False, 1.0,
+                                      tuple(waits), ()),), 1, True)
+            streams[op.channel].append(fence)
+            streams[op.channel].append(CopyLaunch(op.id, layout.addr(op.dst),
+                                                  layout.addr(op.srcs[0]), op.dst.count))
+            streams[op.channel].append(KernelLaunch((Row(f"{op.id}:signal", 0, None, (), False,
+                                                         False, 1.0, (), signals),), 1, True))
+            continue
+        prev = prev_in_launch.get(op.channel)
+        if prev is not None:
+            waits.append(Wait(g.gid(prev.ref), g.grid, prev.id))
+        pending.setdefault(op.channel, []).append(Row(
+            op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
+            op.kind == OpKind.REDUCE, op.accumulate, op.scale, tuple(waits), signals))
+        prev_in_launch[op.channel] = op
+    for ch in list(pending):
+        flush(ch)
+    notes = []
+    if opts.inter_transport == InterTransport.PEER and any(
+            op.transport == Transport.INTER for op in schedule.rank_ops(rank)):
+        notes.append("inter-node ops run through peer mappings (all ranks share one NVLink "
+                     "domain here); no RDMA transport is used")
+    if opts.inter_transport == InterTransport.NCCL and any(
+            op.transport == Transport.INTER and op.kind == OpKind.REDUCE
+            for op in schedule.rank_ops(rank)):
+        notes.append("inter-node reduce ops (reduce here, store on the other node) still run "
+                     "through peer mappings; only copies use NCCL send/recv")
+    net = _net_stream(schedule, g, layout, rank)
+    streams = {ch: v for ch, v in streams.items() if v}
+    return RankProgram(rank, layout, g.num_ops + 2 * w + 1,
+                       _barrier(g, w, rank, 0, "start") if w > 1 else None,
+                       {ch: tuple(v) for ch, v in sorted(streams.items())},
+                       _barrier(g, w, rank, 1, "end"), schedule.spec.accumulates_output,
+                       tuple(notes), net)
+
+
+def _waits(g: _Global, op: Op) -> list[Wait]:
+    waits = [Wait(g.gid(d), g.per_epoch(d), f"{d[0]}.{d[1]}") for d in op.deps]
+    p = g.explicit_prev(op.ref)
+    if p is not None:
+        waits.append(Wait(g.gid(p), g.per_epoch(p), f"{p[0]}.{p[1]}"))
+    return waits
+
+
+def _signals(g: _Global, op: Op) -> tuple[Signal, ...]:
+    return tuple(Signal(c, g.gid(op.ref)) for c in sorted(g.consumers.get(op.ref, ())))
+
+
+def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
+                rank: int) -> tuple[Launch, ...]:
+    """This rank's sends and receives, in one global order that extends every dependency (so
+    the per-pair FIFO matching of NCCL pairs them up and no wait can block an earlier op)."""
+    if Engine.NET not in g.engines.values():
+        return ()
+    from hiercoll.executor.order import levels
+    out: list[Launch] = []
+    for level in levels(schedule).levels:
+        for op in level:
+            if g.engines[op.ref] != Engine.NET:
+                continue
+            src, dst = op.srcs[0], op.dst
+            if src.rank == rank:
+                out.append(KernelLaunch((Row(f"{op.id}:wait", 0, None, (), False, False, 1.0,
+                                             tuple(_waits(g, op)), ()),), 1, True))
+                out.append(SendLaunch(op.id, layout.addr(src), op.dst.count, dst.rank))
+            if dst.rank == rank:
+                out.append(RecvLaunch(op.id, layout.addr(dst), op.dst.count, src.rank))
+                out.append(KernelLaunch((Row(f"{op.id}:signal", 0, None, (), False, False, 1.0,
+                                             (), _signals(g, op)),), 1, True))
+    return tuple(out)
+
+
+def _barrier(g: _Global, world: int, rank: int, which: int, name: str) -> KernelLaunch:
+    first = g.num_ops + which * world
+    arrive = Row(f"barrier:{name}:arrive", 0, None, (), False, False, 1.0, (),
+                 tuple(Signal(q, first + rank) for q in range(world)))
+    wait = Row(f"barrier:{name}:wait", 0, None, (), False, False, 1.0,
+               tuple(Wait(first + q, 1, f"barrier:{name}@{q}") for q in range(world)), ())
+    return KernelLaunch((arrive, wait), 1, True)

@@ -1,0 +1,61 @@
+"""Thin adapter over torch's symmetric memory (alpha API; 2.11 on the GPUs, 2.13 in CI).
+
+Everything version-specific lives here: allocation, rendezvous and peer views. The multicast
+pointer must be 0 (NVLS is off on the shared hosts); nothing here calls multimem operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hiercoll.errors import HiercollError
+
+# Every symmetric allocation stays alive for the life of the process. Freeing one lets torch's
+# pool hand the block to a later allocation, and if that reuse differs between ranks the
+# rendezvous pairs different buffers (pytorch #190977: silent corruption). Deliberately a module
+# list, not per-backend state: a sweep drops backends, the memory must not go with them.
+_KEEP_ALIVE: list[Any] = []
+
+
+@dataclass
+class SymmetricTensor:
+    """This rank's allocation, its handle, and every rank's base address."""
+
+    tensor: torch.Tensor         # 1-D, `numel` elements of `dtype` on this rank's GPU
+    handle: Any                  # torch _SymmetricMemory
+    base_ptrs: list[int]
+
+    def peer_view(self, rank: int, offset: int, count: int) -> torch.Tensor:
+        """`count` elements at element `offset` of `rank`'s allocation (a local tensor view that
+        maps the peer's memory: copy_ into it is a copy-engine peer write)."""
+        return self.handle.get_buffer(rank, (count,), self.tensor.dtype, offset)
+
+
+def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any) -> SymmetricTensor:
+    """Collective over `group`: call in the same order on every rank, and never free mid-run."""
+    import torch.distributed._symmetric_memory as symm_mem
+    tensor = symm_mem.empty(numel, dtype=dtype, device=device)
+    tensor.zero_()
+    name = (group or dist.group.WORLD).group_name
+    handle = symm_mem.rendezvous(tensor, group=name)
+    _KEEP_ALIVE.append((tensor, handle))
+    if int(getattr(handle, "multicast_ptr", 0) or 0) != 0:
+        raise HiercollError("symmetric memory: a multicast object was created; set "
+                            "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 (NVLS must stay off here)")
+    return SymmetricTensor(tensor, handle, [int(p) for p in handle.buffer_ptrs])
+
+
+def deltas(alloc: SymmetricTensor, rank: int, itemsize: int) -> list[int]:
+    """(base of rank r - my base) in elements, for every r."""
+    mine = alloc.base_ptrs[rank]
+    out = []
+    for p in alloc.base_ptrs:
+        d = p - mine
+        if d % itemsize:
+            raise HiercollError("symmetric memory: peer mappings are not element-aligned")
+        out.append(d // itemsize)
+    return out

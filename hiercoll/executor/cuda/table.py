@@ -1,0 +1,85 @@
+"""Encode a RankProgram's kernel rows into the flat int64 table the Triton kernel walks.
+
+Pure Python (tested on CPU). Addresses become element offsets relative to this rank's own
+allocation base (`data_delta[r]` = (base of rank r - my base) / itemsize), so the kernel adds them
+to a 16-byte-aligned pointer argument and Triton can vectorise aligned rows.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from hiercoll.executor.cuda.lowering import Addr, CopyLaunch, KernelLaunch, RankProgram, Row
+
+ROW_WORDS = 12
+(F_COUNT, F_DST, F_REDUCE, F_ACC, F_SCALE, F_NSRC, F_SRC, F_NWAIT, F_WAIT, F_NSIG, F_SIG,
+ F_ID) = range(ROW_WORDS)
+WAIT_WORDS = 2          # (slot, per_epoch)
+ERR_WORDS = 8           # [flag, row, wait index, observed, needed, ...]
+
+
+@dataclass(frozen=True)
+class EncodedLaunch:
+    """Rows [first_row, first_row + num_rows) of the table, on `grid` CTAs."""
+
+    first_row: int
+    num_rows: int
+    grid: int
+    aligned: bool
+
+
+@dataclass(frozen=True)
+class Table:
+    words: list[int]                       # int64 words: rows first, then srcs/waits/signals
+    launches: dict[int, EncodedLaunch]     # id(KernelLaunch) -> where its rows are
+    row_names: list[str]                   # debug: op id of each row
+    wait_producers: list[str]              # debug: producer of each wait entry
+
+
+def float_bits(x: float) -> int:
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) -> Table:
+    launches: list[KernelLaunch] = []
+    if program.start_barrier is not None:
+        launches.append(program.start_barrier)
+    for items in [*program.streams.values(), program.net]:
+        launches.extend(x for x in items if isinstance(x, KernelLaunch))
+    launches.append(program.end_barrier)
+    rows: list[Row] = [r for launch in launches for r in launch.rows]
+    words = [0] * (len(rows) * ROW_WORDS)
+    extra: list[int] = []
+    base = len(words)
+    producers: list[str] = []
+
+    def rel(a: Addr) -> int:
+        return data_delta[a.rank] + a.offset
+
+    for i, row in enumerate(rows):
+        w = i * ROW_WORDS
+        words[w + F_COUNT] = row.count
+        words[w + F_DST] = rel(row.dst) if row.dst else 0
+        words[w + F_REDUCE] = int(row.reduce)
+        words[w + F_ACC] = int(row.accumulate)
+        words[w + F_SCALE] = float_bits(row.scale)
+        words[w + F_NSRC], words[w + F_SRC] = len(row.srcs), base + len(extra)
+        extra.extend(rel(s) for s in row.srcs)
+        words[w + F_NWAIT], words[w + F_WAIT] = len(row.waits), base + len(extra)
+        for wt in row.waits:
+            extra.extend((sig_delta[program.rank] + wt.slot, wt.per_epoch))
+            producers.append(wt.producer)
+        words[w + F_NSIG], words[w + F_SIG] = len(row.signals), base + len(extra)
+        extra.extend(sig_delta[s.rank] + s.slot for s in row.signals)
+        words[w + F_ID] = i
+    placed: dict[int, EncodedLaunch] = {}
+    first = 0
+    for launch in launches:
+        placed[id(launch)] = EncodedLaunch(first, len(launch.rows), launch.grid, launch.aligned)
+        first += len(launch.rows)
+    return Table(words + extra, placed, [r.op for r in rows], producers)
+
+
+def copy_launches(program: RankProgram) -> list[CopyLaunch]:
+    return [x for items in program.streams.values() for x in items if isinstance(x, CopyLaunch)]

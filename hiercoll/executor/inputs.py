@@ -1,0 +1,97 @@
+"""Fresh inputs and the independent reference for distributed runs (imports torch).
+
+Two references: `numpy` (every rank draws all ranks' inputs from one seed and compares with
+`collectives.reference`, exact tolerance per element; for CPU and small GPU shapes) and
+`library` (device-side random inputs, the same collective through the `nccl` pseudo-backend;
+a bound from the dtype and world size; for large GPU shapes where numpy would dominate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import torch
+
+from hiercoll.collectives import (REDUCING, CollectiveSpec, ReduceOp, initial_outputs,
+                                  random_inputs, reference, tolerance)
+from hiercoll.executor.torch_dtypes import torch_dtype
+
+
+class RefKind(StrEnum):
+    NUMPY = "numpy"
+    LIBRARY = "library"
+
+
+@dataclass(frozen=True)
+class Check:
+    """Result of comparing one rank's output: worst |error| and the bound it must stay under."""
+
+    max_abs_error: float
+    bound: float
+    ok: bool
+    first_bad_index: int | None
+
+
+@dataclass
+class NumpyCase:
+    """All ranks' inputs/expected outputs for one iteration (identical on every rank)."""
+
+    spec: CollectiveSpec
+    inputs: list[np.ndarray]
+    outputs_before: list[np.ndarray]
+    expected: object
+
+    @staticmethod
+    def draw(spec: CollectiveSpec, seed: int) -> NumpyCase:
+        rng = np.random.default_rng(seed)
+        inputs = random_inputs(spec, rng)
+        before = initial_outputs(spec, rng)
+        return NumpyCase(spec, inputs, before, reference(spec, inputs, before))
+
+    def tensors(self, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        dt = torch_dtype(self.spec.dtype)
+        inp = torch.from_numpy(np.asarray(self.inputs[rank])).to(device=device, dtype=dt)
+        out = torch.from_numpy(np.asarray(self.outputs_before[rank])).to(device=device, dtype=dt)
+        return inp, out
+
+    def check(self, rank: int, output: torch.Tensor) -> Check:
+        got = output.detach().to("cpu", torch.float64).numpy()
+        want = self.expected.outputs[rank]  # type: ignore[attr-defined]
+        err = np.abs(got - want)
+        tol = tolerance(self.spec, self.expected, rank)  # type: ignore[arg-type]
+        bad = ~(err <= tol)
+        worst = float(np.max(err)) if err.size else 0.0
+        if err.size and np.isnan(err).any():
+            worst = float("inf")
+        first = int(np.argmax(bad)) if bad.any() else None
+        return Check(worst, float(np.max(tol)) if tol.size else 0.0, first is None, first)
+
+
+def device_inputs(spec: CollectiveSpec, rank: int, device: torch.device,
+                  generator: torch.Generator) -> torch.Tensor:
+    """Values in +-[0.25, 1) rounded to the dtype: never zeros."""
+    n = spec.input_count(rank)
+    mag = torch.rand(n, device=device, generator=generator) * 0.75 + 0.25
+    sign = torch.randint(0, 2, (n,), device=device, generator=generator) * 2 - 1
+    return (mag * sign).to(torch_dtype(spec.dtype))
+
+
+def library_bound(spec: CollectiveSpec) -> float:
+    """|ours - library| bound for inputs of magnitude < 1: both round at most W+1 times."""
+    if spec.kind not in REDUCING or spec.reduce_op in (ReduceOp.MAX, ReduceOp.MIN):
+        return 0.0
+    w = spec.world_size
+    return 2.0 * spec.dtype.eps * (w + 1) * w
+
+
+def compare_tensors(got: torch.Tensor, want: torch.Tensor, bound: float) -> Check:
+    err = (got.double() - want.double()).abs()
+    if err.numel() == 0:
+        return Check(0.0, bound, True, None)
+    nan = torch.isnan(err)
+    bad = nan | (err > bound)
+    worst = float("inf") if bool(nan.any()) else float(err.max())
+    first = int(torch.nonzero(bad)[0, 0]) if bool(bad.any()) else None
+    return Check(worst, bound, first is None, first)

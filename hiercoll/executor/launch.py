@@ -1,0 +1,69 @@
+"""Process-group setup for `hiercoll run/stress/bench` under torchrun (imports torch lazily).
+
+NVLink multicast is turned off before torch is imported: the lent GPU hosts are shared and a
+multicast object can take them out of service; nothing in hiercoll uses multimem.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from hiercoll.errors import HiercollError
+
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: Any          # torch.device
+    pg_backend: str      # "nccl" or "gloo"
+
+
+def disable_multicast() -> None:
+    """Called by the commands (never at import): set the NVLS-off variables if unset."""
+    for k, v in NO_MULTICAST.items():
+        os.environ.setdefault(k, v)
+
+
+def init_from_env(device_type: str) -> Launch:
+    """Join (or create) the default process group from torchrun's variables.
+
+    Without torchrun (no RANK/WORLD_SIZE) it starts a one-rank group, which only fits one-rank
+    plans; check_launch then says how to launch.
+    """
+    disable_multicast()
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            raise HiercollError("--backend: this backend needs CUDA GPUs; none are visible "
+                                "(use --backend gloo on CPU)")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        pg_backend = "nccl"
+    else:
+        device, pg_backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        kwargs: dict[str, Any] = {"backend": pg_backend, "rank": rank, "world_size": world}
+        if device_type == "cuda":
+            kwargs["device_id"] = device
+        dist.init_process_group(**kwargs)
+    return Launch(rank, world, local_rank, device, pg_backend)
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()

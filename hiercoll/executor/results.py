@@ -1,0 +1,92 @@
+"""Benchmark result files: JSON rows with provenance, a Markdown table and a busbw plot."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def provenance() -> dict[str, Any]:
+    """Command, versions, machine, git sha and date of this run."""
+    import torch
+    info: dict[str, Any] = {
+        "command": " ".join(["hiercoll"] + sys.argv[1:]),
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": platform.python_version(), "torch": torch.__version__, "host": platform.node(),
+    }
+    if torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name(0)
+        info["num_gpus"] = torch.cuda.device_count()
+        try:
+            info["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001 - provenance is best effort, recorded as absent
+            info["nccl"] = None
+        try:
+            import triton
+            info["triton"] = triton.__version__
+        except ImportError:
+            info["triton"] = None
+    try:
+        info["git_sha"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                         text=True, check=False).stdout.strip() or None
+    except OSError:
+        info["git_sha"] = None
+    return info
+
+
+def write_results(out_dir: str | Path, rows: list[dict[str, Any]], world_size: int) -> Path:
+    from hiercoll.cli.common import write_atomic
+    out = Path(out_dir)
+    kinds = sorted({r["collective"] for r in rows})
+    stem = f"{'-'.join(kinds)}-w{world_size}"
+    body = {"provenance": provenance(), "rows": rows}
+    write_atomic(out / f"{stem}.json", json.dumps(body, indent=1, sort_keys=True) + "\n")
+    write_atomic(out / f"{stem}.md", markdown(body))
+    try:
+        plot(rows, out / f"{stem}.png")
+    except ImportError:
+        pass   # matplotlib is optional; the JSON and MD are the record
+    return out / f"{stem}.json"
+
+
+def markdown(body: dict[str, Any]) -> str:
+    prov = body["provenance"]
+    lines = [f"# {', '.join(sorted({r['collective'] for r in body['rows']}))}", "",
+             f"`{prov['command']}`  ", f"{prov['date_utc']}, {prov.get('device', 'cpu')} x"
+             f"{prov.get('num_gpus', '-')}, torch {prov['torch']}, NCCL {prov.get('nccl')}, "
+             f"triton {prov.get('triton')}, git {prov.get('git_sha')}", "",
+             "| algorithm | mode | bytes | p50 us | p90 us | p99 us | algbw GB/s | busbw GB/s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in body["rows"]:
+        lines.append(f"| {r['algorithm']} | {r['mode']} | {r['nbytes']} | {r['p50_us']} | "
+                     f"{r['p90_us']} | {r['p99_us']} | {r['algbw_gbps']} | {r['busbw_gbps']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in rows:
+        series.setdefault((r["algorithm"], r["mode"]), []).append((r["nbytes"], r["busbw_gbps"]))
+    for (algo, mode), pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                ls="-" if mode == "graph" else "--", label=f"{algo} ({mode})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes (S, nccl-tests)")
+    ax.set_ylabel("busbw GB/s")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(", ".join(sorted({r["collective"] for r in rows})) +
+                 f" on {rows[0]['world_size']} ranks")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

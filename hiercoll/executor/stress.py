@@ -1,0 +1,105 @@
+"""The stress loop (the AITER regression method): fresh random inputs every iteration, an
+independent reference, the worst error and the first bad iteration. Collective over the group."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hiercoll.collectives import initial_outputs
+from hiercoll.executor.inputs import (Check, NumpyCase, RefKind, compare_tensors, device_inputs,
+                                      library_bound)
+from hiercoll.executor.interface import Backend, Prepared
+from hiercoll.executor.torch_dtypes import torch_dtype
+
+
+@dataclass(frozen=True)
+class StressReport:
+    """Worst error over all iterations and ranks; `first_bad_iteration` is None when all passed."""
+
+    algorithm: str
+    collective: str
+    dtype: str
+    nbytes: int
+    world_size: int
+    backend: str
+    mode: str
+    reference: str
+    iterations: int
+    max_abs_error: float
+    bound: float
+    first_bad_iteration: int | None
+    first_bad_rank: int | None
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.first_bad_iteration is None
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["ok"] = self.ok
+        return d
+
+
+def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: int,
+           ref: RefKind, seed: int = 0, mode: str = "eager", group: Any = None,
+           ref_prepared: Prepared | None = None, ref_backend: Backend | None = None,
+           stop_on_error: bool = True, check: bool = True) -> StressReport:
+    """Run `iters` iterations; every rank returns the same (all-reduced) report."""
+    spec, rank = prepared.schedule.spec, prepared.rank
+    dt = torch_dtype(spec.dtype)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed * 1_000_003 + rank)
+    worst, bound = 0.0, 0.0
+    first_bad: int | None = None
+    t0 = time.perf_counter()
+    for it in range(iters):
+        if ref == RefKind.NUMPY:
+            case = NumpyCase.draw(spec, seed * 1_000_003 + it)
+            inp, out = case.tensors(rank, device)
+            backend.run(prepared, inp, out)
+            result: Check = case.check(rank, out) if check else Check(0.0, 0.0, True, None)
+        else:
+            assert ref_backend is not None and ref_prepared is not None
+            inp = device_inputs(spec, rank, device, gen)
+            before = torch.from_numpy(initial_outputs(spec, _rng(seed, it))[rank]).to(device, dt)
+            out, want = before.clone(), before.clone()
+            backend.run(prepared, inp, out)
+            ref_backend.run(ref_prepared, inp, want)
+            result = compare_tensors(out, want, library_bound(spec))
+        worst, bound = max(worst, result.max_abs_error), result.bound
+        bad = _first_bad_everywhere(result.ok, it, device, group) if check else None
+        if bad is not None and first_bad is None:
+            first_bad = bad
+            if stop_on_error:
+                iters = it + 1
+                break
+    worst = _max_everywhere(worst, device, group)
+    bad_rank = None
+    if first_bad is not None:
+        bad_rank = int(_max_everywhere(float(rank if not result.ok else -1),
+                                       device, group))
+    return StressReport(prepared.schedule.meta.algorithm, spec.kind.value, spec.dtype.value,
+                        spec.nbytes, spec.world_size, prepared.backend.value, mode, ref.value,
+                        iters, worst, bound, first_bad, bad_rank, time.perf_counter() - t0)
+
+
+def _rng(seed: int, it: int):  # type: ignore[no-untyped-def]
+    import numpy as np
+    return np.random.default_rng(seed * 7919 + it)
+
+
+def _max_everywhere(x: float, device: torch.device, group: Any) -> float:
+    t = torch.tensor([x], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t.item())
+
+
+def _first_bad_everywhere(ok: bool, it: int, device: torch.device, group: Any) -> int | None:
+    flag = _max_everywhere(0.0 if ok else 1.0, device, group)
+    return it if flag > 0 else None

@@ -1,0 +1,79 @@
+"""Which schedules a stress or bench sweep runs: from a plan file, or planned per size from
+(--collective, --topology, --algorithms). No torch; shared by the stress and bench commands."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.errors import HiercollError
+from hiercoll.schedule import Schedule
+
+LIBRARY = "nccl"   # pseudo-algorithm: the library call (rows of every benchmark)
+
+
+@dataclass(frozen=True)
+class Case:
+    algorithm: str
+    schedule: Schedule
+    topology_name: str
+
+
+def _round_to(nbytes: int, spec_kind: Kind, world: int, itemsize: int) -> int:
+    unit = itemsize * (world if spec_kind == Kind.ALL_TO_ALL else 1)
+    return max(unit, nbytes // unit * unit)
+
+
+def cases_from_args(args: argparse.Namespace, sizes: list[int] | None) -> list[Case]:
+    """One case per (algorithm, size), every rank building the same list."""
+    from hiercoll.planner import applicable, plan
+    from hiercoll.topology import load_topology
+    if args.plan:
+        from hiercoll.plan_file import load_plan
+        loaded = load_plan(args.plan)
+        topo, base = loaded.topology, loaded.schedule.spec
+        algos = [loaded.schedule.meta.algorithm]
+        params = dict(loaded.schedule.meta.params)
+        if args.algorithms:
+            algos, params = _split(args.algorithms), {}
+        if sizes is None and not args.algorithms:
+            return [Case(algos[0], loaded.schedule, topo.name)]
+    else:
+        if not args.collective or not args.topology:
+            raise HiercollError("give a plan file, or --collective and --topology")
+        topo = load_topology(args.topology, args.nodes)
+        base = CollectiveSpec(kind=Kind(args.collective), world_size=topo.world_size,
+                              dtype=args.dtype or "bf16", nbytes=0,
+                              reduce_op=args.reduce_op or "sum")
+        algos = _split(args.algorithms) if args.algorithms else []
+        params = {}
+        if sizes is None:
+            raise HiercollError("--sizes or --shapes: which sizes to run")
+    overrides = {}
+    if args.dtype:
+        overrides["dtype"] = args.dtype
+    if args.reduce_op:
+        overrides["reduce_op"] = args.reduce_op
+    cases: list[Case] = []
+    for nbytes in sizes or [base.nbytes]:
+        spec = base.model_copy(update=overrides | {
+            "nbytes": _round_to(nbytes, base.kind, base.world_size,
+                                base.model_copy(update=overrides).dtype.itemsize)})
+        spec = CollectiveSpec.model_validate(spec.model_dump())
+        names = algos or applicable(topo, spec) + [LIBRARY]
+        for name in names:
+            if name == LIBRARY:
+                from hiercoll.schedule import ExpandedOps, ScheduleMeta
+                meta = ScheduleMeta(LIBRARY, {}, spec, topo.fingerprint())
+                bufs = tuple({"input": spec.input_count(r), "output": spec.output_count(r)}
+                             for r in range(spec.world_size))
+                cases.append(Case(name, Schedule(meta, ExpandedOps(tuple(() for _ in bufs), bufs)),
+                                  topo.name))
+                continue
+            cases.append(Case(name, plan(topo, spec, name, params or None), topo.name))
+    return cases
+
+
+def _split(text: str) -> list[str]:
+    return [a.strip() for a in text.split(",") if a.strip()]

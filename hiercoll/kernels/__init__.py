@@ -1,0 +1,1 @@
+"""Triton kernels (import triton only when a kernel module is imported)."""

@@ -1,0 +1,163 @@
+"""The row-walking kernel of the cuda backend: wait on signals, copy or reduce, signal.
+
+Three layers: `_program_kernel` (private, @triton.jit), `launch_rows` (validates and launches), and
+the backend that calls it. Memory ordering follows the AITER fix (ROCm-portable, no inline PTX):
+- producer: data stores -> CTA barrier -> one atomic add per target with sem="release",
+  scope="sys";
+- consumer: one thread spins with sem="acquire", scope="sys"; then *every* thread does its own
+  acquire load at system scope before reading peer data (a block barrier alone is not enough).
+Slots count up forever (epoch * CTAs), so graph replay needs no reset.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from hiercoll.executor.cuda import table as _t
+
+# Triton reads module globals only when they are constexpr.
+F_COUNT = tl.constexpr(_t.F_COUNT)
+F_DST = tl.constexpr(_t.F_DST)
+F_REDUCE = tl.constexpr(_t.F_REDUCE)
+F_ACC = tl.constexpr(_t.F_ACC)
+F_SCALE = tl.constexpr(_t.F_SCALE)
+F_NSRC = tl.constexpr(_t.F_NSRC)
+F_SRC = tl.constexpr(_t.F_SRC)
+F_NWAIT = tl.constexpr(_t.F_NWAIT)
+F_WAIT = tl.constexpr(_t.F_WAIT)
+F_NSIG = tl.constexpr(_t.F_NSIG)
+F_SIG = tl.constexpr(_t.F_SIG)
+ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
+
+REDUCE_CODES = {"sum": 0, "avg": 0, "max": 1, "min": 2}
+NUM_WARPS = 8
+BLOCK = 4096     # elements per CTA per step
+
+
+@triton.jit
+def _wait(sig_base, slot, need, spin_limit, err_ptr, row, widx, lanes):
+    """Spin (one thread) until sig_base[slot] >= need, then every thread acquires."""
+    ptr = sig_base + slot
+    seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+    spins = 0
+    while seen < need:
+        seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+        spins += 1
+        if spin_limit > 0:
+            if spins > spin_limit:
+                tl.atomic_xchg(err_ptr + 1, tl.cast(row, tl.int64))
+                tl.atomic_xchg(err_ptr + 2, tl.cast(widx, tl.int64))
+                tl.atomic_xchg(err_ptr + 3, seen.to(tl.int64))
+                tl.atomic_xchg(err_ptr + 4, need.to(tl.int64))
+                tl.atomic_xchg(err_ptr + 0, 1)
+                seen = need
+    # every consuming thread orders its later loads after an acquire of its own
+    tl.atomic_add(ptr + lanes * 0, lanes * 0, sem="acquire", scope="sys")
+
+
+# Row ranges and the spin limit are not specialised: one binary per dtype/variant, so
+# `warm_up` (num_rows=0) compiles exactly what the calls will launch.
+@triton.jit(do_not_specialize=["first_row", "num_rows", "spin_limit"])
+def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_limit,
+                    REDUCE: tl.constexpr, ACC: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr,
+                    BLOCK: tl.constexpr, LANES: tl.constexpr, BUMP_EPOCH: tl.constexpr = False):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    epoch = tl.load(epoch_ptr)
+    if BUMP_EPOCH and num_rows > 0:   # the call's first launch (one CTA) starts the new epoch
+        epoch = epoch + 1
+        tl.store(epoch_ptr, epoch)
+    lanes = tl.arange(0, LANES)
+    for r in range(first_row, first_row + num_rows):
+        row = table + r * ROW_WORDS
+        nwait = tl.load(row + F_NWAIT)
+        wstart = tl.load(row + F_WAIT)
+        for k in range(nwait):
+            slot = tl.load(table + wstart + 2 * k)
+            need = (tl.load(table + wstart + 2 * k + 1) * epoch).to(tl.int32)
+            _wait(sig, slot, need, spin_limit, err_ptr, r, k, lanes)
+        count = tl.load(row + F_COUNT)
+        if count > 0:
+            dst_off = tl.load(row + F_DST)
+            nsrc = tl.load(row + F_NSRC)
+            sstart = tl.load(row + F_SRC)
+            is_reduce = tl.load(row + F_REDUCE)
+            acc_flag = tl.load(row + F_ACC)
+            scale = tl.load(row + F_SCALE).to(tl.int32).to(tl.float32, bitcast=True)
+            src0_off = tl.load(table + sstart)
+            if ALIGNED:
+                dst_off = tl.multiple_of(dst_off, VEC)
+                src0_off = tl.multiple_of(src0_off, VEC)
+                count = tl.multiple_of(count, VEC)
+            dst = data + dst_off
+            src0 = data + src0_off
+            for start in range(pid * BLOCK, count, nprog * BLOCK):
+                offs = start + tl.arange(0, BLOCK)
+                if ALIGNED:
+                    offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
+                mask = offs < count
+                x = tl.load(src0 + offs, mask=mask)
+                if is_reduce != 0:
+                    acc = x.to(ACC)
+                    for s in range(1, nsrc):
+                        s_off = tl.load(table + sstart + s)
+                        if ALIGNED:
+                            s_off = tl.multiple_of(s_off, VEC)
+                        y = tl.load(data + s_off + offs, mask=mask).to(ACC)
+                        if REDUCE == 1:
+                            acc = tl.maximum(acc, y)
+                        elif REDUCE == 2:
+                            acc = tl.minimum(acc, y)
+                        else:
+                            acc = acc + y
+                    acc = acc * scale.to(ACC)
+                    if acc_flag != 0:
+                        acc = acc + tl.load(dst + offs, mask=mask).to(ACC)
+                    tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+                else:
+                    tl.store(dst + offs, x, mask=mask)
+        nsig = tl.load(row + F_NSIG)
+        if nsig > 0:
+            tl.debug_barrier()   # all of this CTA's stores happen before the release below
+            sstart2 = tl.load(row + F_SIG)
+            for k in range(nsig):
+                slot = tl.load(table + sstart2 + k)
+                tl.atomic_add(sig + slot, 1, sem="release", scope="sys")
+
+
+def launch_rows(table: torch.Tensor, data: torch.Tensor, sig: torch.Tensor, epoch: torch.Tensor,
+                err: torch.Tensor, first_row: int, num_rows: int, grid: int, aligned: bool,
+                reduce_op: str, spin_limit: int = 0, bump_epoch: bool = False) -> None:
+    """Run rows [first_row, first_row+num_rows) of `table` on `grid` CTAs (current stream).
+
+    table: int64 (words) on the device; data: this rank's symmetric allocation (1-D, the spec's
+    dtype); sig: this rank's int32 signal slots; epoch: int32[1] call counter; err: int64[8].
+    bump_epoch: increment the call counter first (only for a one-CTA launch that every later
+    launch of the call is stream-ordered after: the start barrier).
+    """
+    assert not bump_epoch or grid == 1, "only a one-CTA launch may start the epoch"
+    assert table.dtype == torch.int64 and sig.dtype == torch.int32 and epoch.dtype == torch.int32
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"   # CPU tests run the interpreter
+    assert (data.is_cuda or interpret) and data.is_contiguous() and data.dim() == 1
+    assert data.data_ptr() % 16 == 0, "the symmetric allocation must be 16-byte aligned"
+    vec = max(1, 16 // data.element_size())
+    _program_kernel[(grid,)](table, data, sig, epoch, err, first_row, num_rows, spin_limit,
+                             REDUCE=REDUCE_CODES[reduce_op],
+                             ACC=tl.float64 if data.dtype == torch.float64 else tl.float32,
+                             ALIGNED=aligned, VEC=vec,
+                             BLOCK=BLOCK, LANES=32 * NUM_WARPS, BUMP_EPOCH=bump_epoch,
+                             num_warps=NUM_WARPS)
+
+
+def warm_up(table: torch.Tensor, data: torch.Tensor, sig: torch.Tensor, epoch: torch.Tensor,
+            err: torch.Tensor, reduce_op: str) -> None:
+    """Compile every variant a call can launch, with no rows (no waits, nothing moves), so the
+    first real call does not spend seconds in the JIT while its peers spin (and trip debug
+    timeouts)."""
+    for aligned in (False, True):
+        for bump in (False, True):
+            launch_rows(table, data, sig, epoch, err, 0, 0, 1, aligned, reduce_op, 0, bump)

@@ -1,0 +1,240 @@
+"""The cuda lowering on CPU: what would be launched, in which order, with which signals; and the
+emulator that runs every rank's lowered program with random interleavings against numpy."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from hiercoll.collectives import (CollectiveSpec, initial_outputs, random_inputs, reference,
+                                  tolerance)
+from hiercoll.errors import HiercollError, VerificationError
+from hiercoll.executor.cuda import emulate as emu
+from hiercoll.executor.cuda.lowering import (Addr, CopyLaunch, CudaOptions, KernelLaunch,
+                                             RecvLaunch, SendLaunch, Signal, Wait, lower,
+                                             symmetric_layout)
+from hiercoll.executor.cuda.table import (F_COUNT, F_DST, F_NSIG, F_NWAIT, F_SIG, F_SRC, F_WAIT,
+                                          ROW_WORDS, encode, float_bits)
+from hiercoll.planner import applicable, plan
+from hiercoll.topology import Topology, preset
+
+
+def _topo(nodes: int, gpus: int) -> Topology:
+    data = preset("h200x4").model_dump(mode="json")
+    data.update(name=f"test{nodes}x{gpus}", num_nodes=nodes, gpus_per_node=gpus)
+    data["inter"] = dict(data["inter"], num_nics=gpus, nic_affinity=list(range(gpus)))
+    return Topology.model_validate(data)
+
+
+def _spec(kind: str, world: int, count_per_rank: int = 37) -> CollectiveSpec:
+    return CollectiveSpec(kind=kind, world_size=world, nbytes=2 * world * count_per_rank)
+
+
+def test_layout_is_the_same_on_every_rank_and_aligned():
+    s = plan(_topo(1, 4), _spec("reduce_scatter", 4), "ring")
+    lay = symmetric_layout(s)
+    assert list(lay.offsets)[:2] == ["input", "output"]
+    assert all(off % 128 == 0 for off in lay.offsets.values())   # 256 B of bf16
+    assert lay.sizes["output"] == 37 and lay.sizes["input"] == 148
+
+
+def test_direct_all_gather_on_two_ranks_worked_by_hand():
+    """Rank 0: local copy (ch0) then push to rank 1 (ch1); nobody waits on either op, so the
+    only signals are the channel-order ones inside a launch and the two barriers."""
+    s = plan(_topo(1, 2), _spec("all_gather", 2, 8), "direct").expand()
+    ops = s.rank_ops(0)
+    prog = lower(s, 0, CudaOptions(ctas=2))
+    out = prog.layout.offsets["output"]
+    launches = [x for items in prog.streams.values() for x in items]
+    assert all(isinstance(x, KernelLaunch) and x.grid == 2 for x in launches)
+    rows = [r for x in launches for r in x.rows]
+    assert [r.op for r in rows] == [o.id for o in ops]
+    pushed = next(r for r in rows if r.dst and r.dst.rank == 1)
+    assert pushed.srcs == (Addr(0, 0),) and pushed.dst == Addr(1, out)
+    # barriers: arrive signals slot num_ops + rank on both ranks, wait needs both arrivals
+    n = len(s.rank_ops(0)) + len(s.rank_ops(1))
+    assert prog.start_barrier is not None
+    arrive, wait = prog.start_barrier.rows
+    assert arrive.signals == (Signal(0, n + 0), Signal(1, n + 0))
+    assert [w.slot for w in wait.waits] == [n, n + 1]
+    end_arrive, _ = prog.end_barrier.rows
+    assert end_arrive.signals == (Signal(0, n + 2), Signal(1, n + 2))
+
+
+def test_cross_rank_dependency_becomes_a_signal_to_the_waiting_rank():
+    s = plan(_topo(1, 4), _spec("all_reduce", 4), "direct").expand()
+    p1 = lower(s, 1, CudaOptions(ctas=4))
+    reduce_row = next(r for items in p1.streams.values() for x in items for r in x.rows if r.reduce)
+    reduce_op = next(o for o in s.rank_ops(1) if o.kind.value == "reduce")
+    base = {r: sum(len(s.rank_ops(q)) for q in range(r)) for r in range(4)}
+    want = {Wait(base[d[0]] + d[1], 4, f"{d[0]}.{d[1]}") for d in reduce_op.deps}
+    assert want <= set(reduce_row.waits)
+    for dr, di in reduce_op.deps:   # each producer signals rank 1's copy of its slot
+        prod = lower(s, dr, CudaOptions(ctas=4))
+        row = next(r for items in prod.streams.values() for x in items for r in x.rows
+                   if r.op == f"{dr}.{di}")
+        assert Signal(1, base[dr] + di) in row.signals
+
+
+def test_big_copies_go_to_the_copy_engine_between_a_wait_and_a_signal_row():
+    s = plan(_topo(1, 2), _spec("all_gather", 2, 1024), "direct").expand()
+    prog = lower(s, 0, CudaOptions(ce_threshold_bytes=1024))
+    items = [x for xs in prog.streams.values() for x in xs]
+    ce = [i for i, x in enumerate(items) if isinstance(x, CopyLaunch)]
+    assert len(ce) == 1
+    before, after = items[ce[0] - 1], items[ce[0] + 1]
+    assert isinstance(before, KernelLaunch) and before.rows[0].op.endswith(":wait")
+    assert isinstance(after, KernelLaunch) and after.rows[0].op.endswith(":signal")
+    assert items[ce[0]].count == 1024
+
+
+def test_table_encodes_rows_relative_to_this_ranks_base():
+    s = plan(_topo(1, 2), _spec("all_reduce", 2, 16), "direct").expand()
+    prog = lower(s, 0, CudaOptions(ctas=1))
+    data_delta, sig_delta = [0, 1000], [0, 50]
+    t = encode(prog, data_delta, sig_delta)
+    rows = [r for x in ([prog.start_barrier] + [y for v in prog.streams.values() for y in v]
+                        + [prog.end_barrier]) for r in x.rows]
+    assert t.row_names == [r.op for r in rows]
+    for i, row in enumerate(rows):
+        w = t.words[i * ROW_WORDS:(i + 1) * ROW_WORDS]
+        assert w[F_COUNT] == row.count and w[F_NWAIT] == len(row.waits)
+        if row.dst:
+            assert w[F_DST] == data_delta[row.dst.rank] + row.dst.offset
+            assert t.words[w[F_SRC]] == data_delta[row.srcs[0].rank] + row.srcs[0].offset
+        sigs = t.words[w[F_SIG]:w[F_SIG] + w[F_NSIG]]
+        assert sigs == [sig_delta[x.rank] + x.slot for x in row.signals]
+        waits = t.words[w[F_WAIT]:w[F_WAIT] + 2 * w[F_NWAIT]]
+        assert waits[0::2] == [x.slot for x in row.waits]   # own slots: delta 0 on rank 0
+    assert float_bits(0.25) == 0x3E800000
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("ctas", 0, "ctas: 0 must be in 1..132"),
+    ("ce_threshold_bytes", -1, "ce_threshold_bytes: -1 must be >= 0"),
+    ("debug_timeout_ms", -5.0, "debug_timeout_ms"),
+    ("inter_transport", "rdma", "inter_transport: 'rdma' should be one of peer, nccl"),
+])
+def test_options_are_validated(field, value, match):
+    with pytest.raises(HiercollError, match=match):
+        CudaOptions(**{field: value})
+
+
+CASES = [(nodes, gpus, kind, algo)
+         for nodes, gpus in ((1, 2), (1, 4), (2, 2))
+         for kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+         for algo in applicable(_topo(nodes, gpus), _spec(kind, nodes * gpus))]
+
+
+def _check_emulation(s, opts, seed, calls=3):  # type: ignore[no-untyped-def]
+    spec = s.spec
+    rng = np.random.default_rng(seed)
+    ins = [random_inputs(spec, rng) for _ in range(calls)]
+    before = [initial_outputs(spec, rng) for _ in range(calls)]
+    outs = emu.emulate(s, ins, before, opts, seed=seed)
+    for c in range(calls):
+        exp = reference(spec, ins[c], before[c])
+        for r in range(spec.world_size):
+            err = np.abs(outs[c][r] - exp.outputs[r])
+            assert np.all(err <= tolerance(spec, exp, r)), f"call {c} rank {r}"
+
+
+@pytest.mark.parametrize(("nodes", "gpus", "kind", "algo"), CASES)
+def test_emulated_lowering_matches_numpy_over_several_calls(nodes, gpus, kind, algo):
+    s = plan(_topo(nodes, gpus), _spec(kind, nodes * gpus), algo).expand()
+    for seed, opts in enumerate((CudaOptions(ctas=3), CudaOptions(ctas=2, ce_threshold_bytes=64))):
+        _check_emulation(s, opts, seed)
+
+
+def test_emulator_catches_a_missing_start_barrier(monkeypatch):
+    """Without the start barrier a fast rank's next call overwrites a slow rank's output before
+    the slow rank copied it out; some interleaving must show it."""
+    s = plan(_topo(1, 4), _spec("all_gather", 4), "direct").expand()
+    real = emu.lower
+    monkeypatch.setattr(emu, "lower", lambda *a: dataclasses.replace(real(*a), start_barrier=None))
+    failures = 0
+    for seed in range(12):
+        try:
+            _check_emulation(s, CudaOptions(ctas=2), seed)
+        except AssertionError:
+            failures += 1
+    assert failures > 0
+
+
+def test_emulator_reports_a_deadlock_when_a_signal_is_lost(monkeypatch):
+    s = plan(_topo(1, 2), _spec("all_reduce", 2), "direct").expand()
+    real = emu.lower
+
+    def drop_signals(*args):  # type: ignore[no-untyped-def]
+        prog = real(*args)
+        streams = {ch: tuple(dataclasses.replace(x, rows=tuple(dataclasses.replace(r, signals=())
+                                                               for r in x.rows))
+                             if isinstance(x, KernelLaunch) else x for x in items)
+                   for ch, items in prog.streams.items()}
+        return dataclasses.replace(prog, streams=streams)
+
+    monkeypatch.setattr(emu, "lower", drop_signals)
+    with pytest.raises(VerificationError, match="deadlocks: rank 0 call 0 step join"):
+        _check_emulation(s, CudaOptions(ctas=1), 0, calls=1)
+
+
+PARAM_CASES = [(kind, algo) for kind in ("all_reduce", "reduce_scatter", "all_gather")
+               for algo in applicable(_topo(2, 2), _spec(kind, 4))]
+
+
+@pytest.mark.parametrize(("kind", "algo"), PARAM_CASES)
+def test_emulated_lowering_with_chunks_and_channels(kind, algo):
+    """Pipelined chunks on several channels: more streams per rank, more cross-stream waits."""
+    s = plan(_topo(2, 2), _spec(kind, 4, 53), algo, {"chunks": 3, "channels": 2}).expand()
+    assert max(len({o.channel for o in s.rank_ops(r)}) for r in range(4)) >= 2
+    _check_emulation(s, CudaOptions(ctas=2, ce_threshold_bytes=40), seed=7, calls=2)
+
+
+NET = CudaOptions(ctas=2, inter_transport="nccl")
+
+
+def test_inter_node_copies_become_matched_sends_and_receives():
+    """2 nodes x 2 GPUs, hierarchical all-gather: rank 0 and rank 2 (same local rank) exchange
+    over the net stream; each send follows a wait row, each receive precedes a signal row, and
+    both ranks post their pair's operations in the same order (NCCL matches them FIFO)."""
+    s = plan(_topo(2, 2), _spec("all_gather", 4, 8), "hier").expand()
+    progs = [lower(s, r, NET) for r in range(4)]
+    inter = [o for o in s.ops() if o.transport.value == "inter"]
+    assert inter and all(not any(r.op == o.id for items in progs[o.rank].streams.values()
+                                 for x in items if isinstance(x, KernelLaunch) for r in x.rows)
+                         for o in inter)
+    net0 = progs[0].net
+    for i, item in enumerate(net0):
+        if isinstance(item, SendLaunch):
+            assert net0[i - 1].rows[0].op == f"{item.op}:wait"
+        if isinstance(item, RecvLaunch):
+            assert net0[i + 1].rows[0].op == f"{item.op}:signal"
+
+    def pair_order(rank, peer):  # type: ignore[no-untyped-def]
+        return [x.op for x in progs[rank].net
+                if isinstance(x, (SendLaunch, RecvLaunch)) and x.peer == peer]
+    assert pair_order(0, 2) == pair_order(2, 0) and pair_order(0, 2)
+    assert pair_order(1, 3) == pair_order(3, 1)
+
+
+@pytest.mark.parametrize(("kind", "algo"), [(k, a) for k in ("all_reduce", "reduce_scatter",
+                                                             "all_gather", "all_to_all")
+                                            for a in applicable(_topo(2, 2), _spec(k, 4))])
+def test_emulated_nccl_inter_transport_matches_numpy(kind, algo):
+    s = plan(_topo(2, 2), _spec(kind, 4, 41), algo, {"chunks": 2}).expand()
+    _check_emulation(s, NET, seed=5)
+    _check_emulation(s, dataclasses.replace(NET, ce_threshold_bytes=32), seed=6, calls=2)
+
+
+def test_levels_put_every_op_after_its_dependencies_and_channel_predecessor():
+    from hiercoll.executor.order import levels, predecessors
+    s = plan(_topo(1, 4), _spec("all_reduce", 4), "ring", {"chunks": 2}).expand()
+    layered = levels(s)
+    where = {op.ref: i for i, lv in enumerate(layered.levels) for op in lv}
+    assert len(where) == s.num_ops
+    for ref, preds in predecessors(s).items():
+        assert all(where[p] < where[ref] for p in preds)
+    # ring step 0 copies depend on nothing: all of them are in level 0
+    assert {op.ref for op in layered.levels[0]} >= {(r, 0) for r in range(4)}
