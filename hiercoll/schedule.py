@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -262,37 +262,52 @@ def _check_op(schedule: Schedule, op: Op, rank: int, index: int) -> None:
             raise ScheduleError(f"op {op.id}: depends on {dr}.{di}, which does not exist")
 
 
-def _check_acyclic(schedule: Schedule) -> None:
-    """Kahn's algorithm over deps plus channel order; names an op on a cycle if there is one."""
-    w = schedule.world_size
-    lists = [schedule.rank_ops(r) for r in range(w)]
+def topological_order(schedule: Schedule, pick: Callable[[int], int] | None = None) -> list[Op]:
+    """A linear extension of (deps + channel order), by Kahn's algorithm.
+
+    `pick(n)` chooses which of the n ready ops runs next (random for the reference executor,
+    last-ready otherwise). Raises ScheduleError naming an op on a cycle if there is one.
+    """
+    lists = [schedule.rank_ops(r) for r in range(schedule.world_size)]
     indeg: dict[OpRef, int] = {}
     succ: dict[OpRef, list[OpRef]] = {}
-    for ops in lists:
-        last: dict[int, OpRef] = {}
-        for op in ops:
-            preds = set(op.deps)
-            if op.channel in last:
-                preds.add(last[op.channel])
-            last[op.channel] = op.ref
-            indeg[op.ref] = len(preds)
-            for p in preds:
-                succ.setdefault(p, []).append(op.ref)
+    for ref, preds in predecessor_map(schedule).items():
+        indeg[ref] = len(preds)
+        for p in preds:
+            succ.setdefault(p, []).append(ref)
     ready = [ref for ref, d in indeg.items() if d == 0]
-    done = 0
+    order: list[Op] = []
     while ready:
+        if pick is not None:
+            i = pick(len(ready))
+            ready[i], ready[-1] = ready[-1], ready[i]
         ref = ready.pop()
-        done += 1
+        order.append(lists[ref[0]][ref[1]])
         for s in succ.get(ref, ()):
             indeg[s] -= 1
             if indeg[s] == 0:
                 ready.append(s)
-    if done != len(indeg):
+    if len(order) != len(indeg):
         stuck = sorted(ref for ref, d in indeg.items() if d > 0)[0]
         raise ScheduleError(f"op {stuck[0]}.{stuck[1]}: on a dependency cycle (deps + channel "
                             "order); the schedule would deadlock")
+    return order
 
 
-def predecessors(op: Op, prev_on_channel: OpRef | None) -> tuple[OpRef, ...]:
-    """Everything that must finish before `op`: its deps and the previous op on its channel."""
-    return op.deps if prev_on_channel is None else (*op.deps, prev_on_channel)
+def _check_acyclic(schedule: Schedule) -> None:
+    topological_order(schedule)
+
+
+def predecessor_map(schedule: Schedule) -> dict[OpRef, tuple[OpRef, ...]]:
+    """Everything that must finish before each op: its deps and the previous op on its
+    (rank, channel). The one definition of "ordered before" that every consumer uses."""
+    preds: dict[OpRef, tuple[OpRef, ...]] = {}
+    for r in range(schedule.world_size):
+        last: dict[int, OpRef] = {}
+        for op in schedule.rank_ops(r):
+            p = set(op.deps)
+            if op.channel in last:
+                p.add(last[op.channel])
+            last[op.channel] = op.ref
+            preds[op.ref] = tuple(sorted(p))
+    return preds

@@ -229,7 +229,8 @@ def test_emulated_nccl_inter_transport_matches_numpy(kind, algo):
 
 
 def test_levels_put_every_op_after_its_dependencies_and_channel_predecessor():
-    from hiercoll.executor.order import levels, predecessors
+    from hiercoll.executor.order import levels
+    from hiercoll.schedule import predecessor_map as predecessors
     s = plan(_topo(1, 4), _spec("all_reduce", 4), "ring", {"chunks": 2}).expand()
     layered = levels(s)
     where = {op.ref: i for i, lv in enumerate(layered.levels) for op in lv}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hiercoll.schedule import Op, OpRef, Schedule
+from hiercoll.schedule import Op, OpRef, Schedule, predecessor_map
 
 
 @dataclass(frozen=True)
@@ -22,23 +22,9 @@ class Levels:
         return len(self.levels)
 
 
-def predecessors(schedule: Schedule) -> dict[OpRef, tuple[OpRef, ...]]:
-    """Deps plus the previous op on the same (rank, channel), for every op."""
-    preds: dict[OpRef, tuple[OpRef, ...]] = {}
-    for r in range(schedule.world_size):
-        last: dict[int, OpRef] = {}
-        for op in schedule.rank_ops(r):
-            p = set(op.deps)
-            if op.channel in last:
-                p.add(last[op.channel])
-            last[op.channel] = op.ref
-            preds[op.ref] = tuple(sorted(p))
-    return preds
-
-
 def levels(schedule: Schedule) -> Levels:
     """Longest-path layering; raises ValueError on a cycle (validate the schedule first)."""
-    preds = predecessors(schedule)
+    preds = predecessor_map(schedule)
     depth: dict[OpRef, int] = {}
     for ref in sorted(preds):
         stack = [ref]

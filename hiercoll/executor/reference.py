@@ -14,8 +14,8 @@ import numpy as np
 
 from hiercoll.collectives import (CollectiveSpec, ReduceOp, initial_outputs, random_inputs,
                                   reference, round_to, storage_dtype, tolerance)
-from hiercoll.errors import HiercollError
-from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Schedule
+from hiercoll.errors import HiercollError, ScheduleError
+from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Schedule, topological_order
 
 
 @dataclass(frozen=True)
@@ -48,33 +48,10 @@ class VerifyReport:
 
 def _execution_order(schedule: Schedule, rng: np.random.Generator) -> list[Op]:
     """A random linear extension of (deps + channel order)."""
-    lists = [schedule.rank_ops(r) for r in range(schedule.world_size)]
-    indeg: dict[tuple[int, int], int] = {}
-    succ: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for ops in lists:
-        last: dict[int, tuple[int, int]] = {}
-        for op in ops:
-            preds = set(op.deps)
-            if op.channel in last:
-                preds.add(last[op.channel])
-            last[op.channel] = op.ref
-            indeg[op.ref] = len(preds)
-            for p in preds:
-                succ.setdefault(p, []).append(op.ref)
-    ready = [ref for ref, d in indeg.items() if d == 0]
-    order: list[Op] = []
-    while ready:
-        i = int(rng.integers(len(ready)))
-        ready[i], ready[-1] = ready[-1], ready[i]
-        ref = ready.pop()
-        order.append(lists[ref[0]][ref[1]])
-        for s in succ.get(ref, ()):
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.append(s)
-    if len(order) != len(indeg):
-        raise HiercollError("schedule has a dependency cycle; run `hiercoll verify` for the op")
-    return order
+    try:
+        return topological_order(schedule, lambda n: int(rng.integers(n)))
+    except ScheduleError as exc:
+        raise HiercollError(f"cannot execute: {exc}") from None
 
 
 class _Memory:
