@@ -133,12 +133,18 @@ class ScheduleMeta:
     spec: CollectiveSpec
     topology_fingerprint: str
     schema_version: int = SCHEMA_VERSION
+    # ranks r and r+P run the same program shifted by P (declared by the algorithm, checked by
+    # the simulator before it simulates one representative per orbit); None: no such claim
+    symmetry_period: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"algorithm": self.algorithm, "params": self.params,
-                "spec": self.spec.model_dump(mode="json", exclude_none=True),
-                "topology_fingerprint": self.topology_fingerprint,
-                "schema_version": self.schema_version}
+        d = {"algorithm": self.algorithm, "params": self.params,
+             "spec": self.spec.model_dump(mode="json", exclude_none=True),
+             "topology_fingerprint": self.topology_fingerprint,
+             "schema_version": self.schema_version}
+        if self.symmetry_period is not None:
+            d["symmetry_period"] = self.symmetry_period
+        return d
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,6 +19,7 @@ class _MetaModel(BaseModel):
     spec: CollectiveSpec
     topology_fingerprint: str
     schema_version: Literal[1] = Field(description=f"this hiercoll reads version {SCHEMA_VERSION}")
+    symmetry_period: int | None = Field(default=None, ge=1)
 
 
 class _OpModel(BaseModel):
@@ -66,7 +67,8 @@ def parse_expanded(data: dict[str, Any], source: str = "plan") -> Schedule:
     except ValidationError as err:
         raise ScheduleError(format_validation_error(err, source)) from None
     meta = ScheduleMeta(model.meta.algorithm, model.meta.params, model.meta.spec,
-                        model.meta.topology_fingerprint, model.meta.schema_version)
+                        model.meta.topology_fingerprint, model.meta.schema_version,
+                        model.meta.symmetry_period)
     if len(model.ranks) != meta.spec.world_size:
         raise ScheduleError(f"{source}: ranks: {len(model.ranks)} entries for world size "
                             f"{meta.spec.world_size}")

@@ -41,6 +41,11 @@ class Algorithm(ABC):
     def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
         """Emit rank `b.rank`'s ops in order, labelling those that peers depend on."""
 
+    def symmetry_period(self, ctx: PlanContext) -> int | None:
+        """P such that rank r+P runs rank r's program shifted by P, or None. Rank-relative
+        recipes on identical nodes have P = gpus_per_node; the simulator checks the claim."""
+        return None
+
     def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
         """Index of the op labelled `label` on `rank`; override with a formula for scale."""
         return ctx.label_map(rank)[label]
@@ -117,3 +122,15 @@ class RecipeOps:
 
 def params_dict(params: BaseParams) -> dict[str, Any]:
     return params.model_dump(mode="json")
+
+
+def node_period(ctx: PlanContext, *switches: bool) -> int | None:
+    """gpus_per_node when every visiting order is rank-relative (all `switches` on) and the
+    collective has no distinguished rank; what most algorithms return from symmetry_period."""
+    if ctx.spec.kind not in TRANSLATION_INVARIANT or not all(switches):
+        return None
+    return ctx.topology.gpus_per_node
+
+
+TRANSLATION_INVARIANT = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE,
+                                   Kind.ALL_TO_ALL})

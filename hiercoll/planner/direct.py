@@ -15,7 +15,7 @@ from pydantic import Field
 from hiercoll.collectives import Kind, ReduceOp
 from hiercoll.planner.builder import (Dep, Label, RankBuilder, ceil_div, chunk_bounds,
                                       peer_position, swizzled_peers)
-from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
+from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
 from hiercoll.planner.group import build_group_cast, build_group_reduce
 from hiercoll.schedule import Region
 
@@ -76,6 +76,9 @@ class Direct(Algorithm):
     name = "direct"
     kinds = frozenset(Kind)
     Params = DirectParams
+
+    def symmetry_period(self, ctx: PlanContext) -> int | None:
+        return node_period(ctx, ctx.params.swizzle)  # type: ignore[attr-defined]
 
     def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
         kind = ctx.spec.kind

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.builder import Label, RankBuilder
-from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
+from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
 from hiercoll.planner.hier_all_gather import ag_index, build_all_gather
 from hiercoll.planner.hier_all_to_all import a2a_index, build_all_to_all
 from hiercoll.planner.hier_common import HierParams, Place, rails_unsupported
@@ -25,6 +25,10 @@ class Hier(Algorithm):
     def unsupported(self, topo: Topology, spec: CollectiveSpec, params: BaseParams) -> str | None:
         return (super().unsupported(topo, spec, params)
                 or rails_unsupported(topo, getattr(params, "nics", None)))
+
+    def symmetry_period(self, ctx: PlanContext) -> int | None:
+        p = ctx.params
+        return node_period(ctx, p.node_swizzle, p.rank_swizzle)  # type: ignore[attr-defined]
 
     def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
         pl, kind = Place.of(ctx, b.rank), ctx.spec.kind

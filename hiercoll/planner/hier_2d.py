@@ -21,7 +21,7 @@ from pydantic import Field
 
 from hiercoll.collectives import Kind
 from hiercoll.planner.builder import Dep, Label, RankBuilder
-from hiercoll.planner.context import Algorithm, PlanContext
+from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.planner.hier_common import Place, SwizzleParams, avg_scale, other_slot
 from hiercoll.planner.hier_reduce_scatter import SCATTER, node_pieces, scatter, shards_of
 from hiercoll.schedule import Region
@@ -46,6 +46,10 @@ class Hier2D(Algorithm):
     name = "hier_2d"
     kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE})
     Params = Hier2DParams
+
+    def symmetry_period(self, ctx: PlanContext) -> int | None:
+        p = ctx.params
+        return node_period(ctx, p.node_swizzle, p.rank_swizzle)  # type: ignore[attr-defined]
 
     def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
         pl, kind = Place.of(ctx, b.rank), ctx.spec.kind

@@ -67,5 +67,6 @@ def plan(topology: Topology, spec: CollectiveSpec, algorithm: str,
     if why:
         raise HiercollError(f"--algorithm {algorithm}: {why}")
     ctx = PlanContext(topology, spec, p, algo)
-    meta = ScheduleMeta(algo.name, params_dict(p), spec, topology.fingerprint())
+    meta = ScheduleMeta(algo.name, params_dict(p), spec, topology.fingerprint(),
+                        symmetry_period=algo.symmetry_period(ctx))
     return Schedule(meta, RecipeOps(ctx))

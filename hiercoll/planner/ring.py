@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hiercoll.collectives import Kind, ReduceOp
 from hiercoll.planner.builder import Dep, Label, RankBuilder, ceil_div, chunk_bounds
-from hiercoll.planner.context import Algorithm, PlanContext
+from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.schedule import Region
 
 RECV = "ring_recv"
@@ -19,6 +19,9 @@ RECV = "ring_recv"
 class Ring(Algorithm):
     name = "ring"
     kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE})
+
+    def symmetry_period(self, ctx: PlanContext) -> int | None:
+        return node_period(ctx)  # the ring is rotation-invariant
 
     def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
         if ctx.spec.kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hiercoll.collectives import Kind
 from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds, swizzled_peers
-from hiercoll.planner.context import Algorithm, PlanContext
+from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.planner.direct import DirectParams, reduce_into_owners
 
 
@@ -13,6 +13,9 @@ class TwoShot(Algorithm):
     name = "two_shot"
     kinds = frozenset({Kind.ALL_REDUCE})
     Params = DirectParams
+
+    def symmetry_period(self, ctx: PlanContext) -> int | None:
+        return node_period(ctx, ctx.params.swizzle)  # type: ignore[attr-defined]
 
     def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
         reduce_into_owners(ctx, b, ctx.spec.shard, at_block_offset=True)

@@ -1,0 +1,9 @@
+"""The simulator: validate a schedule (deadlock, races, postcondition) and time it
+(simpy processes per rank and channel, max-min fair fluid flows over the topology's links)."""
+
+from hiercoll.sim.bounds import lower_bound
+from hiercoll.sim.check import CheckReport, check
+from hiercoll.sim.result import LinkStat, SimResult
+from hiercoll.sim.simulate import simulate
+
+__all__ = ["CheckReport", "LinkStat", "SimResult", "check", "lower_bound", "simulate"]

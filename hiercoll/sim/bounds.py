@@ -1,0 +1,95 @@
+"""Lower bound of a collective on a topology, whatever the schedule: the bytes that must cross
+the most loaded cut (one GPU against the rest, one node against the rest) over that cut's
+bandwidth, plus one launch and one hop of latency. Every simulated time must be at least this
+(a property test checks it); the ratio says how much a better schedule could still gain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.topology import IntraKind, Topology
+
+
+@dataclass(frozen=True)
+class Bound:
+    time_us: float
+    cut: str          # which cut binds: "gpu" or "node"
+    bytes: float      # bytes over that cut
+
+
+def _gpu_capacity(t: Topology) -> float:
+    """GB/s a GPU can push out (or take in) over every path at once."""
+    f = t.intra
+    if t.gpus_per_node == 1:
+        intra = 0.0
+    elif f.kind == IntraKind.MESH:
+        intra = f.gbps * f.links_per_pair * (t.gpus_per_node - 1)
+    else:
+        intra = f.gbps
+    if t.num_nodes > 1 and t.inter is not None:
+        intra += t.inter.gpu_nic_gbps or 2 * t.inter.nic_gbps
+    return intra
+
+
+def _node_capacity(t: Topology) -> float:
+    assert t.inter is not None
+    return t.inter.num_nics * t.inter.nic_gbps / t.inter.oversubscription
+
+
+def _group_cut_bytes(spec: CollectiveSpec, t: Topology) -> tuple[float, float]:
+    """(max bytes into/out of one GPU from other GPUs, max into/out of one node): every remote
+    destination GPU must receive its piece; every remote destination node must get it once."""
+    isz = spec.dtype.itemsize
+    gpu_in = [0.0] * spec.world_size
+    gpu_out = [0.0] * spec.world_size
+    node_in = [0.0] * t.num_nodes
+    node_out = [0.0] * t.num_nodes
+    for (s, d), ps in spec.pair_streams.items():
+        if s != d:
+            gpu_in[d] += ps.total * isz
+            gpu_out[s] += ps.total * isz
+    assert spec.splits is not None
+    cast = spec.kind == Kind.GROUP_CAST
+    for r, rs in enumerate(spec.splits.ranks):
+        for sp in (rs.input if cast else rs.output):
+            nodes = {t.node_of(p) for p in sp.peers} - {t.node_of(r)}
+            for n in nodes:   # the piece crosses into (cast) / out of (reduce) node n at least once
+                (node_in if cast else node_out)[n] += sp.size * isz
+                (node_out if cast else node_in)[t.node_of(r)] += sp.size * isz
+    gpu_out_max = max(gpu_out, default=0.0)
+    if not cast:   # group_reduce sources can pre-reduce: only the output side is certain
+        gpu_out_max = 0.0
+    return max(max(gpu_in, default=0.0), gpu_out_max), max(max(node_in), max(node_out))
+
+
+def cut_bytes(spec: CollectiveSpec, t: Topology) -> tuple[float, float]:
+    """(bytes across the busiest one-GPU cut, bytes across the busiest one-node cut)."""
+    w, n, s = spec.world_size, t.num_nodes, float(spec.total_bytes)
+    k = spec.kind
+    if k in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
+        return _group_cut_bytes(spec, t)
+    if k == Kind.ALL_REDUCE:
+        return 2 * (w - 1) / w * s, 2 * (n - 1) / n * s
+    if k in (Kind.REDUCE_SCATTER, Kind.ALL_GATHER):
+        return (w - 1) / w * s, (n - 1) / n * s
+    if k == Kind.ALL_TO_ALL:
+        l = t.gpus_per_node
+        return (w - 1) / w * s, l * s * (w - l) / w
+    # broadcast / reduce: the root's data must reach (leave) every other GPU and node once
+    return (s if w > 1 else 0.0), (s if n > 1 else 0.0)
+
+
+def lower_bound(spec: CollectiveSpec, t: Topology) -> Bound:
+    gpu_bytes, node_bytes = cut_bytes(spec, t)
+    gpu_time = gpu_bytes / (_gpu_capacity(t) * 1e3) if gpu_bytes else 0.0
+    node_time = node_bytes / (_node_capacity(t) * 1e3) if t.num_nodes > 1 and node_bytes else 0.0
+    if not gpu_bytes and not node_bytes:
+        return Bound(0.0, "gpu", 0.0)
+    latency = 0.0
+    if gpu_bytes:
+        latency = t.intra.latency_us if t.num_nodes == 1 or t.inter is None else min(
+            t.intra.latency_us if t.gpus_per_node > 1 else t.inter.latency_us, t.inter.latency_us)
+    if node_time > gpu_time:
+        return Bound(node_time + latency + t.costs.launch_us, "node", node_bytes)
+    return Bound(gpu_time + latency + t.costs.launch_us, "gpu", gpu_bytes)

@@ -1,0 +1,100 @@
+"""The timing run: one simpy process per (rank, channel) replaying its ops in order.
+
+An op waits for its dependencies, pays the launch cost, then moves its bytes as one fluid flow
+over every link it touches (network path and HBM, with weights), plus the path latency. With a
+translation symmetry only the representative ranks run; a dependency on another rank waits for
+the same op of that rank's representative, which finishes at the same time by symmetry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import simpy
+
+from hiercoll.schedule import Op, OpKind, Schedule
+from hiercoll.sim.fluid import FluidNetwork
+from hiercoll.sim.links import Network
+
+
+@dataclass
+class OpTiming:
+    start: dict[tuple[int, int], float]     # dependencies met and channel free
+    end: dict[tuple[int, int], float]
+
+
+def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
+    """(links with weights, latency) for one op. A copy streams src HBM -> path -> dst HBM; a
+    reduce reads every source into the issuing GPU and writes the result to its destination."""
+    weights: dict[int, float] = {}
+
+    def add(items: Sequence[tuple[int, float]]) -> None:
+        for lid, w in items:
+            weights[lid] = weights.get(lid, 0.0) + w
+
+    if op.kind == OpKind.COPY:
+        a, b = op.srcs[0].rank, op.dst.rank
+        add([(net.hbm(a), 1.0), (net.hbm(b), 1.0)])
+        add(net.net_path(a, b))
+        latency = net.latency_us(a, b)
+    else:
+        i = op.rank
+        reads = list(op.srcs) + ([op.dst] if op.accumulate else [])
+        latency = 0.0
+        for src in reads:
+            add([(net.hbm(src.rank), 1.0)])
+            add(net.net_path(src.rank, i))
+            latency = max(latency, net.latency_us(src.rank, i))
+        add([(net.hbm(op.dst.rank), 1.0)])
+        add(net.net_path(i, op.dst.rank))
+        latency += net.latency_us(i, op.dst.rank)
+    return tuple(weights.items()), latency
+
+
+def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us: float,
+               record: bool = False) -> tuple[OpTiming, FluidNetwork]:
+    env = simpy.Environment()
+    isz = schedule.spec.dtype.itemsize
+    fold = net.fold
+    done: dict[tuple[int, int], simpy.Event] = {}
+    timing = OpTiming({}, {})
+    lists = {r: schedule.rank_ops(r) for r in ranks}
+    paths: dict[tuple[int, int], tuple[tuple[tuple[int, float], ...], float]] = {}
+    for r, ops in lists.items():
+        for op in ops:
+            done[op.ref] = env.event()
+            paths[op.ref] = op_links(net, op)
+    fluid = FluidNetwork(env, [l.bytes_per_us for l in net.links], record)
+
+    def rep(ref: tuple[int, int]) -> tuple[int, int]:
+        return ref if fold is None else (ref[0] % fold, ref[1])
+
+    def channel(ops: list[Op]):  # type: ignore[no-untyped-def]
+        for op in ops:
+            waits = [done[rep(d)] for d in op.deps]
+            if waits:
+                yield env.all_of(waits)
+            timing.start[op.ref] = env.now
+            links, latency = paths[op.ref]
+            yield env.timeout(launch_us)
+            yield fluid.transfer(links, op.dst.count * isz)
+            if latency:
+                yield env.timeout(latency)
+            timing.end[op.ref] = env.now
+            done[op.ref].succeed()
+
+    for r, ops in lists.items():
+        by_channel: dict[int, list[Op]] = {}
+        for op in ops:
+            by_channel.setdefault(op.channel, []).append(op)
+        for ch in sorted(by_channel):
+            env.process(channel(by_channel[ch]))
+    env.run()
+    missing = [ref for ref, ev in done.items() if not ev.triggered]
+    if missing:
+        from hiercoll.errors import VerificationError
+        r, i = missing[0]
+        raise VerificationError(f"deadlock: op {r}.{i} and {len(missing) - 1} others never ran "
+                                "(a dependency waits on an op that waits on it)")
+    return timing, fluid

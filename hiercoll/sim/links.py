@@ -1,0 +1,122 @@
+"""The network as links: every resource a transfer occupies, with its bandwidth and tier.
+
+Inside a node: each GPU's NVSwitch port (egress, ingress), or one link per ordered GPU pair
+(mesh), or PCIe up/down plus the host bridge. Between nodes: the GPU's PCIe path to its NIC, the
+NIC's tx/rx, and (when oversubscribed) the node's uplink/downlink into the fabric. Every GPU's HBM
+is a link too: copies and reductions read and write it, so they share it.
+
+With a translation symmetry of period P (rank r and r+P run the same program), links are folded
+onto their orbit representative: a flow's weight on a folded link is how many links of that
+orbit its path uses, which makes max-min rates on the folded network equal the full ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from hiercoll.topology import IntraKind, Topology
+
+
+class Tier(StrEnum):
+    INTRA = "intra"
+    INTER = "inter"
+    MEMORY = "memory"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkInfo:
+    name: str
+    tier: Tier
+    bytes_per_us: float     # capacity, one direction
+    counts_traffic: bool    # the link where a tier's bytes are counted once per transfer
+
+
+@dataclass
+class Network:
+    """Link table for one topology; `fold` is the symmetry period (None: exact, every link)."""
+
+    topology: Topology
+    fold: int | None = None
+    links: list[LinkInfo] = field(default_factory=list)
+    _ids: dict[tuple, int] = field(default_factory=dict)
+    _paths: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
+
+    # ---- folding -----------------------------------------------------------------------------
+    def _gpu(self, g: int) -> int:
+        return g if self.fold is None else g % self.fold
+
+    def _node(self, n: int) -> int:
+        if self.fold is None:
+            return n
+        return n % max(self.fold // self.topology.gpus_per_node, 1)
+
+    def _link(self, key: tuple, tier: Tier, gbps: float, counts: bool = False) -> int:
+        lid = self._ids.get(key)
+        if lid is None:
+            lid = len(self.links)
+            self._ids[key] = lid
+            name = key[0] + "[" + ",".join(str(k) for k in key[1:]) + "]"
+            self.links.append(LinkInfo(name, tier, gbps * 1e3, counts))
+        return lid
+
+    # ---- paths -------------------------------------------------------------------------------
+    def hbm(self, g: int) -> int:
+        t = self.topology
+        return self._link(("hbm", self._gpu(g)), Tier.MEMORY, t.gpu.hbm_gbps * t.costs.reduce_efficiency)
+
+    def net_path(self, a: int, b: int) -> tuple[tuple[int, float], ...]:
+        """Network links (no HBM) from GPU a to GPU b, with weights (1 per link use)."""
+        key = (a, b)
+        hit = self._paths.get(key)
+        if hit is not None:
+            return hit
+        path = self._intra(a, b) if self.topology.same_node(a, b) else self._inter(a, b)
+        merged: dict[int, float] = {}
+        for lid in path:
+            merged[lid] = merged.get(lid, 0.0) + 1.0
+        out = tuple(merged.items())
+        self._paths[key] = out
+        return out
+
+    def _intra(self, a: int, b: int) -> list[int]:
+        t, f = self.topology, self.topology.intra
+        if a == b:
+            return []
+        if f.kind == IntraKind.NVSWITCH:
+            return [self._link(("nvl_out", self._gpu(a)), Tier.INTRA, f.gbps, True),
+                    self._link(("nvl_in", self._gpu(b)), Tier.INTRA, f.gbps)]
+        if f.kind == IntraKind.MESH:
+            return [self._link(("xgmi", self._gpu(a), self._gpu(b)), Tier.INTRA,
+                               f.gbps * f.links_per_pair, True)]
+        path = [self._link(("pcie_up", self._gpu(a)), Tier.INTRA, f.gbps, True),
+                self._link(("pcie_down", self._gpu(b)), Tier.INTRA, f.gbps)]
+        if f.bridge_gbps is not None:
+            path.append(self._link(("bridge", self._node(t.node_of(a))), Tier.INTRA, f.bridge_gbps))
+        return path
+
+    def _inter(self, a: int, b: int) -> list[int]:
+        t = self.topology
+        inter = t.inter
+        assert inter is not None
+        na, nb = t.node_of(a), t.node_of(b)
+        nic_a, nic_b = t.nic_of_local_rank(t.local_rank_of(a)), t.nic_of_local_rank(t.local_rank_of(b))
+        g2n = inter.gpu_nic_gbps or 2 * inter.nic_gbps
+        path = [self._link(("gpu_to_nic", self._gpu(a)), Tier.INTER, g2n),
+                self._link(("nic_tx", self._node(na), nic_a), Tier.INTER, inter.nic_gbps, True),
+                self._link(("nic_rx", self._node(nb), nic_b), Tier.INTER, inter.nic_gbps),
+                self._link(("nic_to_gpu", self._gpu(b)), Tier.INTER, g2n)]
+        if inter.oversubscription > 1.0:
+            uplink = inter.num_nics * inter.nic_gbps / inter.oversubscription
+            path += [self._link(("fabric_up", self._node(na)), Tier.INTER, uplink),
+                     self._link(("fabric_down", self._node(nb)), Tier.INTER, uplink)]
+        return path
+
+    def latency_us(self, a: int, b: int) -> float:
+        t = self.topology
+        if a == b:
+            return 0.0
+        if t.same_node(a, b):
+            return t.intra.latency_us
+        assert t.inter is not None
+        return t.inter.latency_us

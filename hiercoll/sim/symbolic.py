@@ -1,0 +1,154 @@
+"""Symbolic execution: which input contributions every element range holds.
+
+A content is a sorted tuple of terms (source, delta, count): element e of the region holds
+`count` copies of input element e + delta of rank `source` (source -1-r stands for rank r's
+output as it was before the call, which group_reduce accumulates into). Buffers are kept as
+sorted, non-overlapping segments, so a copy of a million elements is one segment operation.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Region
+
+Term = tuple[int, int, int]
+Content = tuple[Term, ...] | None          # None: nothing written yet (garbage)
+
+
+def shift(content: Content, by: int) -> Content:
+    """Content moved by `by` elements (to dst offset = src offset + by)."""
+    if content is None or by == 0:
+        return content
+    return tuple((s, d - by, c) for s, d, c in content)
+
+
+def combine(parts: list[Content]) -> Content:
+    if any(p is None for p in parts):
+        return None
+    acc: dict[tuple[int, int], int] = {}
+    for p in parts:
+        for s, d, c in p:  # type: ignore[union-attr]
+            acc[(s, d)] = acc.get((s, d), 0) + c
+    return tuple(sorted((s, d, c) for (s, d), c in acc.items()))
+
+
+@dataclass
+class SegmentBuffer:
+    """[starts[i], starts[i+1]) holds contents[i]; the last start is the buffer's end."""
+
+    size: int
+    starts: list[int] = field(default_factory=list)
+    contents: list[Content] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.starts:
+            self.starts, self.contents = [0, self.size], [None]
+
+    def _split(self, at: int) -> None:
+        if at <= 0 or at >= self.size:
+            return
+        i = bisect_right(self.starts, at) - 1
+        if self.starts[i] != at:
+            self.starts.insert(i + 1, at)
+            self.contents.insert(i + 1, self.contents[i])
+
+    def read(self, lo: int, hi: int) -> list[tuple[int, int, Content]]:
+        """[(start, end, content)] covering [lo, hi)."""
+        if hi <= lo:
+            return []
+        i = bisect_right(self.starts, lo) - 1
+        out = []
+        while i < len(self.contents) and self.starts[i] < hi:
+            out.append((max(lo, self.starts[i]), min(hi, self.starts[i + 1]), self.contents[i]))
+            i += 1
+        return out
+
+    def write(self, lo: int, hi: int, pieces: list[tuple[int, int, Content]]) -> None:
+        if hi <= lo:
+            return
+        self._split(lo)
+        self._split(hi)
+        i, j = bisect_left(self.starts, lo), bisect_left(self.starts, hi)
+        new_starts = [a for a, _, _ in pieces]
+        self.starts[i:j] = new_starts
+        self.contents[i:j] = [c for _, _, c in pieces]
+
+
+class SymbolicMemory:
+    def __init__(self, spec: CollectiveSpec, sizes: list[dict[str, int]]):
+        self.bufs: list[dict[str, SegmentBuffer]] = []
+        for r, bs in enumerate(sizes):
+            d = {name: SegmentBuffer(n) for name, n in bs.items()}
+            if bs.get(INPUT):
+                d[INPUT].contents = [((r, 0, 1),)]
+            if spec.accumulates_output and bs.get(OUTPUT):
+                d[OUTPUT].contents = [((-1 - r, 0, 1),)]
+            self.bufs.append(d)
+
+    def _read(self, reg: Region, to_offset: int) -> list[tuple[int, int, Content]]:
+        by = to_offset - reg.offset
+        return [(a + by, b + by, shift(c, by))
+                for a, b, c in self.bufs[reg.rank][reg.buffer].read(reg.offset, reg.offset + reg.count)]
+
+    def run(self, op: Op) -> None:
+        d = op.dst
+        if op.kind == OpKind.COPY:
+            pieces = self._read(op.srcs[0], d.offset)
+        else:
+            sources = [self._read(s, d.offset) for s in op.srcs]
+            if op.accumulate:
+                sources.append(self._read(d, d.offset))
+            pieces = _merge(sources, d.offset, d.offset + d.count)
+        self.bufs[d.rank][d.buffer].write(d.offset, d.offset + d.count, pieces)
+
+
+def _merge(sources: list[list[tuple[int, int, Content]]], lo: int, hi: int) -> list[tuple[int, int, Content]]:
+    """Pointwise combine of several piece lists over [lo, hi)."""
+    cuts = sorted({lo, hi} | {a for src in sources for a, _, _ in src})
+    out = []
+    idx = [0] * len(sources)
+    for a, b in zip(cuts, cuts[1:]):
+        parts = []
+        for k, src in enumerate(sources):
+            while idx[k] < len(src) and src[idx[k]][1] <= a:
+                idx[k] += 1
+            parts.append(src[idx[k]][2])
+        out.append((a, b, combine(parts)))
+    return out
+
+
+def expected_output(spec: CollectiveSpec, rank: int) -> SegmentBuffer:
+    """What rank's output must hold by the collective's definition."""
+    n, w = spec.output_count(rank), spec.world_size
+    buf = SegmentBuffer(n)
+    k = spec.kind
+    everyone = tuple((s, 0, 1) for s in range(w))
+    if k == Kind.ALL_REDUCE or (k == Kind.REDUCE and rank == spec.root):
+        buf.contents = [everyone]
+    elif k == Kind.REDUCE_SCATTER:
+        off = spec.shard(rank)[0]
+        buf.contents = [tuple((s, off, 1) for s in range(w))]
+    elif k == Kind.BROADCAST:
+        buf.contents = [((spec.root, 0, 1),)]
+    elif k == Kind.ALL_GATHER:
+        buf.write(0, n, [(spec.shard(s)[0], spec.shard(s)[0] + spec.shard(s)[1],
+                          ((s, -spec.shard(s)[0], 1),)) for s in range(w) if spec.shard(s)[1]])
+    elif k == Kind.ALL_TO_ALL:
+        b = spec.count // w
+        if b:
+            buf.write(0, n, [(s * b, (s + 1) * b, ((s, rank * b - s * b, 1),)) for s in range(w)])
+    elif k in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
+        base: Content = ((-1 - rank, 0, 1),) if k == Kind.GROUP_REDUCE else None
+        buf.contents = [base]
+        for (s, d), ps in spec.pair_streams.items():
+            if d != rank:
+                continue
+            for seg in ps.segments:
+                lo, hi = seg.dst_offset, seg.dst_offset + seg.count
+                cur = buf.read(lo, hi)
+                term = ((s, seg.src_offset - seg.dst_offset, 1),)
+                buf.write(lo, hi, [(a, b2, combine([c if c is not None else (), term])) for a, b2, c in cur])
+    return buf

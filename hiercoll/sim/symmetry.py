@@ -1,0 +1,60 @@
+"""Translation symmetry: rank r and r+P run the same program, shifted.
+
+The planner declares a period for schedules built from rank-relative recipes (swizzled visiting
+orders; rotation-invariant rings). On topologies made of identical nodes, shifting every rank
+by a multiple of gpus_per_node is an automorphism, so ranks in one orbit finish every op at the
+same time and only P representatives need simulating. The declaration is checked before use: on
+every rank for expanded schedules, on sampled orbits for lazy ones (a 4096-GPU ring cannot be
+built in full); a mismatch falls back to the exact simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hiercoll.schedule import Op, Schedule
+from hiercoll.topology import Topology
+
+SAMPLED_ORBITS = 3
+
+
+@dataclass(frozen=True)
+class Symmetry:
+    period: int
+    checked_ranks: int      # ranks compared against their representative
+    exhaustive: bool        # every rank checked (exact), or sampled orbits
+
+
+def timing_view(op: Op, by: int, world: int) -> tuple:  # type: ignore[type-arg]
+    """What the timing of an op depends on, with every rank shifted by `by`: offsets and
+    buffer names do not matter, ranks, sizes, channel and dependencies do."""
+    return (op.channel, op.kind, op.accumulate, (op.dst.rank + by) % world, op.dst.count,
+            tuple(sorted(((s.rank + by) % world, s.count) for s in op.srcs)),
+            tuple(sorted(((r + by) % world, i) for r, i in op.deps)))
+
+
+def _matches(schedule: Schedule, rep: int, k: int, period: int) -> bool:
+    w = schedule.world_size
+    other = (rep + k * period) % w
+    a, b = schedule.rank_ops(rep), schedule.rank_ops(other)
+    if len(a) != len(b):
+        return False
+    by = k * period
+    return all(timing_view(x, by, w) == timing_view(y, 0, w) for x, y in zip(a, b))
+
+
+def find_symmetry(schedule: Schedule, topology: Topology) -> Symmetry | None:
+    period = schedule.meta.symmetry_period
+    w, l = schedule.world_size, topology.gpus_per_node
+    if not period or period >= w or w % period or period % l:
+        return None
+    orbits = w // period
+    if schedule.is_expanded:
+        ks = list(range(1, orbits))
+    else:
+        ks = sorted({1, orbits - 1, orbits // 2} - {0})[:SAMPLED_ORBITS]
+    for k in ks:
+        for rep in range(period):
+            if not _matches(schedule, rep, k, period):
+                return None
+    return Symmetry(period, len(ks) * period, schedule.is_expanded)
