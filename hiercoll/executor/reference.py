@@ -151,8 +151,28 @@ def compare(spec: CollectiveSpec, mem: _Memory, expected, ) -> tuple[float, Mism
     return worst, first
 
 
-def verify(schedule: Schedule, trials: int = 3, seed: int | None = None) -> VerifyReport:
-    """Run `trials` times, each with fresh random inputs and a different random op order."""
+DEFAULT_MAX_MEMORY = 2 << 30
+
+
+def memory_needed(schedule: Schedule) -> int:
+    """Bytes the reference executor holds: every buffer of every rank in the storage dtype,
+    a last-writer index per element, and float64 temporaries of the largest op."""
+    per_elem = storage_dtype(schedule.spec.dtype).itemsize + 8
+    elems = sum(n for r in range(schedule.world_size) for n in schedule.buffers(r).values())
+    return elems * per_elem + 4 * 8 * schedule.spec.count
+
+
+def verify(schedule: Schedule, trials: int = 3, seed: int | None = None,
+           max_memory: int = DEFAULT_MAX_MEMORY) -> VerifyReport:
+    """Run `trials` times, each with fresh random inputs and a different random op order.
+
+    Refuses (HiercollError) a plan whose buffers would not fit in `max_memory`: the static
+    check (hiercoll.sim.check) proves large plans symbolically instead."""
+    need = memory_needed(schedule)
+    if need > max_memory:
+        raise HiercollError(f"the reference executor would need {need / 2**30:.1f} GiB for this plan "
+                            f"(limit {max_memory / 2**30:.1f} GiB); plan the same algorithm at a smaller "
+                            "--bytes to run it on data (the static check still covers this size)")
     spec = schedule.spec
     rng = np.random.default_rng(seed)
     worst = 0.0

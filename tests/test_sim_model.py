@@ -1,0 +1,111 @@
+"""The timing model against hand-worked answers: closed forms, contention, max-min fairness."""
+
+import pytest
+
+import hiercoll as hc
+from hiercoll.collectives import CollectiveSpec
+from hiercoll.schedule import ExpandedOps, Op, OpKind, Region, Schedule, ScheduleMeta, Transport
+from hiercoll.sim import simulate
+from hiercoll.sim.fluid import Flow, max_min_rates
+from tests.helpers import small_topology
+
+
+def test_ring_reduce_scatter_matches_alpha_beta():
+    topo = small_topology(1, 4)                       # one flow per port at every step
+    w, s = 4, 64 << 20
+    spec = CollectiveSpec(kind="reduce_scatter", world_size=w, dtype="fp32", nbytes=s)
+    res = simulate(hc.plan(topo, spec, "ring"), topo)
+    bw = topo.intra.gbps * 1e3                        # bytes per us
+    alpha = topo.costs.launch_us + topo.intra.latency_us
+    hbm = topo.gpu.hbm_gbps * topo.costs.reduce_efficiency * 1e3
+    final_reduce = topo.costs.launch_us + 3 * (s / w) / hbm   # local: read 2 pieces, write 1
+    expected = (w - 1) * (alpha + s / (w * bw)) + final_reduce
+    assert res.time_us == pytest.approx(expected, rel=0.005)
+
+
+def _handmade(topo, flows: list[tuple[int, int, int]], count: int) -> Schedule:
+    """One copy per (issuer, src, dst), each on its own channel, all at t=0."""
+    w = topo.world_size
+    ops = [[] for _ in range(w)]
+    bufs = [{"input": count, "output": count, "scratch": count * w} for _ in range(w)]
+    for ch, (issuer, src, dst) in enumerate(flows):
+        ops[issuer].append(Op(issuer, len(ops[issuer]), ch, OpKind.COPY,
+                              Region(dst, "scratch", src * count, count), (Region(src, "input", 0, count),),
+                              (), Transport.INTRA))
+    spec = CollectiveSpec(kind="all_reduce", world_size=w, dtype="fp32", nbytes=count * 4)
+    meta = ScheduleMeta("handmade", {}, spec, topo.fingerprint())
+    return Schedule(meta, ExpandedOps(tuple(map(tuple, ops)), tuple(bufs)))
+
+
+def _transfer_times(topo, flows, count):
+    res = simulate(_handmade(topo, flows, count), topo)
+    fixed = topo.costs.launch_us + topo.intra.latency_us
+    return [res.op_end[ref] - fixed for ref in sorted(res.op_end)], res
+
+
+def test_n_minus_one_flows_out_of_one_port_take_n_minus_one_times_longer():
+    topo = small_topology(1, 5)
+    count = 1 << 22
+    one, _ = _transfer_times(topo, [(0, 0, 1)], count)
+    many, _ = _transfer_times(topo, [(0, 0, p) for p in range(1, 5)], count)
+    assert all(t == pytest.approx(4 * one[0], rel=1e-6) for t in many)
+
+
+def test_max_min_fair_share():
+    """A: 0->1, B: 0->2, C: 3->2, D: 4->2. Port in[2] is shared three ways, so B, C, D get a
+    third; A shares out[0] only with B and takes the rest: two thirds (not a half)."""
+    topo = small_topology(1, 5)
+    count = 1 << 22
+    nbytes = count * 4
+    bw = topo.intra.gbps * 1e3
+    times, _ = _transfer_times(topo, [(0, 0, 1), (0, 0, 2), (3, 3, 2), (4, 4, 2)], count)
+    a, b, c, d = times
+    assert a == pytest.approx(nbytes / (bw * 2 / 3), rel=1e-6)
+    assert b == c == pytest.approx(nbytes / (bw / 3), rel=1e-6)
+    assert d == pytest.approx(b, rel=1e-9)
+
+
+def test_weighted_progressive_filling():
+    """A reduce reading two local sources uses HBM with weight 3 (2 reads + 1 write)."""
+    import simpy
+    env = simpy.Environment()
+    f1 = Flow(((0, 3.0),), 1.0, env.event())
+    f2 = Flow(((0, 1.0), (1, 1.0)), 1.0, env.event())
+    rates = max_min_rates({f1, f2}, {0, 1}, [100.0, 10.0])
+    assert rates[f2] == pytest.approx(10.0)             # bottlenecked on link 1
+    assert rates[f1] == pytest.approx((100.0 - 10.0) / 3)
+
+
+def test_inter_node_traffic_is_counted_once_per_transfer():
+    topo = small_topology(2, 2)
+    spec = CollectiveSpec(kind="all_gather", world_size=4, dtype="bf16", nbytes=4 * 2 * 1024)
+    res = simulate(hc.plan(topo, spec, "direct"), topo)
+    # every rank sends its 1024-element shard to the 2 ranks of the other node
+    assert res.bytes_inter == 4 * 2 * 1024 * 2
+    assert res.bytes_intra == 4 * 1 * 1024 * 2
+
+
+def test_folded_simulation_equals_exact():
+    topo = hc.load_topology("dgx-h100", 3)
+    spec = CollectiveSpec(kind="all_reduce", world_size=24, dtype="bf16", nbytes=24 << 20)
+    for algo in ("ring", "hier", "two_shot"):
+        s = hc.plan(topo, spec, algo, {"chunks": 2})
+        folded, exact = simulate(s, topo), simulate(s, topo, mode="exact")
+        assert folded.shortcut and "period 8" in folded.shortcut and exact.shortcut is None
+        assert folded.time_us == pytest.approx(exact.time_us, rel=1e-9)
+        assert folded.bytes_inter == pytest.approx(exact.bytes_inter, rel=1e-9)
+
+
+def test_uneven_shards_break_symmetry_and_fall_back_to_exact():
+    topo = hc.load_topology("dgx-h100", 2)
+    spec = CollectiveSpec(kind="reduce_scatter", world_size=16, dtype="bf16", nbytes=2 * 1001)
+    res = simulate(hc.plan(topo, spec, "ring"), topo)
+    assert res.shortcut is None and len(res.ranks_simulated) == 16
+
+
+def test_lower_bound_reported_and_respected():
+    topo = hc.load_topology("dgx-h100", 2)
+    spec = CollectiveSpec(kind="reduce_scatter", world_size=16, dtype="bf16", nbytes=64 << 20)
+    res = simulate(hc.plan(topo, spec, "hier"), topo)
+    assert 0 < res.lower_bound_us <= res.time_us and 0 < res.bound_ratio <= 1
+    assert res.critical_path and res.critical_path[-1].count(".") == 1
