@@ -1,7 +1,8 @@
 """The (algorithm, params) pairs worth simulating for one call, and a cheap bound to prune them.
 
 Candidates come from each applicable algorithm's own parameter model: every choice of a
-Literal/enum field, chunk counts that keep pieces large enough to pipeline, one or two channels;
+Literal/enum field, chunk counts that keep pieces large enough to pipeline, one or two channels
+(and one per GPU of a node on several nodes: NCCL's one ring per NIC);
 boolean switches stay at their defaults (the swizzles are on because they are better).
 """
 
@@ -51,7 +52,8 @@ def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None 
             continue
         algo = algorithms()[name]
         fields = algo.Params.model_fields
-        axes: dict[str, list[Any]] = {"chunks": chunk_opts, "channels": list(CHANNEL_CHOICES)}
+        channels = sorted(set(CHANNEL_CHOICES) | ({topology.gpus_per_node} if topology.num_nodes > 1 else set()))
+        axes: dict[str, list[Any]] = {"chunks": chunk_opts, "channels": channels}
         for fname, f in fields.items():
             opts = _choices(f.annotation)
             if opts:
