@@ -39,12 +39,15 @@ class DType(StrEnum):
 
     @property
     def itemsize(self) -> int:
-        return {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}[self.value]
+        return _ITEMSIZE[self.value]
 
     @property
     def eps(self) -> float:
         """Unit roundoff (half an ulp at 1.0)."""
         return {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24, "fp64": 2.0**-53}[self.value]
+
+
+_ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
 
 
 class ReduceOp(StrEnum):
@@ -142,7 +145,7 @@ class CollectiveSpec(BaseModel):
         return self
 
     # ---- layout ------------------------------------------------------------------------------
-    @property
+    @cached_property
     def count(self) -> int:
         """Elements of S (for grouped kinds: of the largest output)."""
         if self.kind in GROUPED:
@@ -155,8 +158,13 @@ class CollectiveSpec(BaseModel):
 
     def shard(self, index: int) -> tuple[int, int]:
         """(offset, count) of shard `index` of `count`: balanced, first `count % W` one longer."""
+        return self._shards[index]
+
+    @cached_property
+    def _shards(self) -> list[tuple[int, int]]:
         base, extra = divmod(self.count, self.world_size)
-        return index * base + min(index, extra), base + (1 if index < extra else 0)
+        return [(i * base + min(i, extra), base + (1 if i < extra else 0))
+                for i in range(self.world_size)]
 
     def input_count(self, rank: int) -> int:
         k = self.kind

@@ -40,10 +40,16 @@ def transport_between(topo: Topology, a: int, b: int) -> Transport:
 
 
 def op_transport(topo: Topology, dst: Region, srcs: Sequence[Region]) -> Transport:
-    """The widest tier any source-to-destination movement of the op crosses."""
-    tiers = [transport_between(topo, s.rank, dst.rank) for s in srcs]
-    order = (Transport.LOCAL, Transport.INTRA, Transport.INTER)
-    return max(tiers, key=order.index)
+    """The widest tier any source-to-destination movement of the op crosses (hot: one call
+    per op of every planned rank, hence no helper calls)."""
+    g, d = topo.gpus_per_node, dst.rank
+    tier = Transport.LOCAL
+    for s in srcs:
+        if s.rank != d:
+            if s.rank // g != d // g:
+                return Transport.INTER
+            tier = Transport.INTRA
+    return tier
 
 
 @dataclass
@@ -81,19 +87,21 @@ class RankBuilder:
                                    accumulate, scale), label)
 
     def finish(self, resolve: "Resolver") -> list[Op]:
+        """Resolve labels to indices and freeze the ops (hot: one call per planned rank)."""
         out = []
+        rank, labels, topo = self.rank, self.labels, self.topology
         for i, p in enumerate(self.ops):
             refs = []
             for d in p.deps:
                 if isinstance(d, int):
-                    refs.append((self.rank, d))
-                elif d.rank == self.rank:
-                    refs.append((self.rank, self.labels[d.label]))
+                    refs.append((rank, d))
+                elif d.rank == rank:
+                    refs.append((rank, labels[d.label]))
                 else:
                     refs.append((d.rank, resolve(d.rank, d.label)))
-            out.append(Op(self.rank, i, p.channel, p.kind, p.dst, p.srcs,
-                          tuple(dict.fromkeys(refs)), op_transport(self.topology, p.dst, p.srcs),
-                          p.accumulate, p.scale))
+            deps = tuple(dict.fromkeys(refs)) if len(refs) > 1 else tuple(refs)
+            out.append(Op(rank, i, p.channel, p.kind, p.dst, p.srcs, deps,
+                          op_transport(topo, p.dst, p.srcs), p.accumulate, p.scale))
         return out
 
 

@@ -80,7 +80,7 @@ class Ring(Algorithm):
 
     def _slot(self, ctx: PlanContext, ring: RingOrder, rank: int, step: int, c: int) -> Region:
         k = self.pieces(ctx)
-        width = ceil_div(ceil_div(ctx.spec.count, ctx.world), k)
+        width = ceil_div(ceil_div(ctx.spec.count, ctx.world), k)   # cheap: count is cached
         owner = ring.rank_at(ring.pos_of(rank) - step - 2)   # block received at `step`
         _, n = self._piece(ctx, owner, c)
         return Region(rank, RECV, ((step % 2) * k + c) * width, n)

@@ -1,7 +1,7 @@
 """The timing run: one simpy process per (rank, channel) replaying its ops in order.
 
-An op waits for its dependencies, pays the launch cost, then moves its bytes as one fluid flow
-over every link it touches (network path and HBM, with weights), plus the path latency. With a
+An op waits for its dependencies, pays the launch cost and the path latency, then moves its
+bytes as one fluid flow over every link it touches (network path and HBM, with weights). With a
 translation symmetry only the representative ranks run; a dependency on another rank waits for
 the same op of that rank's representative, which finishes at the same time by symmetry.
 """
@@ -61,10 +61,15 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
     timing = OpTiming({}, {})
     lists = {r: schedule.rank_ops(r) for r in ranks}
     paths: dict[tuple[int, int], tuple[tuple[tuple[int, float], ...], float]] = {}
+    by_shape: dict[tuple, tuple[tuple[tuple[int, float], ...], float]] = {}  # type: ignore[type-arg]
     for r, ops in lists.items():
         for op in ops:
             done[op.ref] = env.event()
-            paths[op.ref] = op_links(net, op)
+            shape = (op.kind, op.rank, op.dst.rank, op.accumulate, tuple(s.rank for s in op.srcs))
+            hit = by_shape.get(shape)
+            if hit is None:
+                hit = by_shape[shape] = op_links(net, op)
+            paths[op.ref] = hit
     fluid = FluidNetwork(env, [l.bytes_per_us for l in net.links], record)
 
     def rep(ref: tuple[int, int]) -> tuple[int, int]:
@@ -72,15 +77,14 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
 
     def channel(ops: list[Op]):  # type: ignore[no-untyped-def]
         for op in ops:
-            waits = [done[rep(d)] for d in op.deps]
-            if waits:
-                yield env.all_of(waits)
+            for d in op.deps:            # waiting on each in turn = waiting for all
+                ev = done[rep(d)]
+                if not ev.processed:
+                    yield ev
             timing.start[op.ref] = env.now
             links, latency = paths[op.ref]
-            yield env.timeout(launch_us)
+            yield env.timeout(launch_us + latency)   # launch, then the first byte's flight
             yield fluid.transfer(links, op.dst.count * isz)
-            if latency:
-                yield env.timeout(latency)
             timing.end[op.ref] = env.now
             done[op.ref].succeed()
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hiercoll.schedule import Op, Schedule
 from hiercoll.topology import Topology
 
-SAMPLED_ORBITS = 3
+SAMPLED_ORBITS = 2   # the neighbour orbit and the farthest one
 
 
 @dataclass(frozen=True)
@@ -25,12 +25,16 @@ class Symmetry:
     exhaustive: bool        # every rank checked (exact), or sampled orbits
 
 
-def timing_view(op: Op, by: int, world: int) -> tuple:  # type: ignore[type-arg]
+def timing_view(op: Op, by: int, world: int) -> tuple:  # type: ignore[type-arg]  # hot
     """What the timing of an op depends on, with every rank shifted by `by`: offsets and
     buffer names do not matter, ranks, sizes, channel and dependencies do."""
-    return (op.channel, op.kind, op.accumulate, (op.dst.rank + by) % world, op.dst.count,
-            tuple(sorted(((s.rank + by) % world, s.count) for s in op.srcs)),
-            tuple(sorted(((r + by) % world, i) for r, i in op.deps)))
+    srcs = [((s.rank + by) % world, s.count) for s in op.srcs]
+    deps = [((r + by) % world, i) for r, i in op.deps]
+    if len(srcs) > 1:
+        srcs.sort()
+    if len(deps) > 1:
+        deps.sort()
+    return (op.channel, op.kind, op.accumulate, (op.dst.rank + by) % world, op.dst.count, srcs, deps)
 
 
 def _matches(schedule: Schedule, rep: int, k: int, period: int) -> bool:
@@ -52,7 +56,7 @@ def find_symmetry(schedule: Schedule, topology: Topology) -> Symmetry | None:
     if schedule.is_expanded:
         ks = list(range(1, orbits))
     else:
-        ks = sorted({1, orbits - 1, orbits // 2} - {0})[:SAMPLED_ORBITS]
+        ks = sorted({1, orbits // 2, orbits - 1} - {0})[:SAMPLED_ORBITS]
     for k in ks:
         for rep in range(period):
             if not _matches(schedule, rep, k, period):
