@@ -23,6 +23,7 @@ from hiercoll.collectives import GROUPED, CollectiveSpec, Kind
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.planner.candidates import Candidate, baseline_algorithm, candidates, egress_bound_us
 from hiercoll.planner.registry import plan
+from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
 
 
@@ -98,15 +99,24 @@ def default_cache_path() -> Path | None:
     return Path(root) / "sim-cache.json"
 
 
-def _simulate(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: SimCache) -> Scored:
+def _simulate(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: SimCache,
+              schedule: Schedule | None = None) -> Scored:
     key = SimCache.key(topology, spec, cand)
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
-        res = simulate(plan(topology, spec, cand.algorithm, cand.params), topology)
+        res = simulate(schedule or plan(topology, spec, cand.algorithm, cand.params), topology)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2])
+
+
+def _bound(topology: Topology, schedule: Schedule) -> float:
+    """The tighter of two cheap lower bounds on the candidate's simulated time: the busiest
+    rank's egress over its bandwidth, and the contention-free critical path."""
+    from hiercoll.sim.bounds import contention_free_us
+    return max(egress_bound_us(schedule, topology),
+               contention_free_us(schedule, topology, verify_symmetry=False))
 
 
 def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
@@ -115,18 +125,29 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
     if not cands:
         raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
                             + (f" among {only}" if only else ""))
-    bounded = sorted(((egress_bound_us(plan(topology, spec, c.algorithm, c.params), topology), i, c)
-                      for i, c in enumerate(cands)), key=lambda t: (t[0], t[1]))
-    scored: list[Scored] = []
-    pruned = 0
     base = baseline_algorithm(spec)
-    for bound, _, cand in bounded:
+    scored: list[Scored] = []
+    pending = []
+    for i, cand in enumerate(cands):
+        cached = cache.get(SimCache.key(topology, spec, cand))
+        if cached is not None:          # already simulated: no need for a bound
+            scored.append(_simulate(topology, spec, cand, cache))
+            if on_step:
+                on_step()
+            continue
+        sched = plan(topology, spec, cand.algorithm, cand.params)
+        pending.append((_bound(topology, sched), i, cand, sched))
+    pending.sort(key=lambda t: (t[0], t[1]))
+    pruned = 0
+    have_base = any(s.candidate.algorithm == base for s in scored)
+    for bound, _, cand, sched in pending:
         best = min((s.time_us for s in scored), default=math.inf)
-        must = cand.algorithm == base  # the baseline row is always reported
+        must = cand.algorithm == base and not have_base  # the baseline row is always reported
         if bound >= best and not must:
             pruned += 1
         else:
-            scored.append(_simulate(topology, spec, cand, cache))
+            scored.append(_simulate(topology, spec, cand, cache, sched))
+            have_base = have_base or cand.algorithm == base
         if on_step:
             on_step()
     scored.sort(key=lambda s: (s.time_us, s.candidate.label()))

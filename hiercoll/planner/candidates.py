@@ -20,7 +20,7 @@ from hiercoll.schedule import Op, OpKind, Schedule, Transport
 from hiercoll.topology import IntraKind, Topology
 
 MIN_CHUNK_BYTES = 256 * 1024
-CHUNK_CHOICES = (1, 2, 4, 8)
+CHUNK_CHOICES = (1, 2, 4)
 CHANNEL_CHOICES = (1, 2)
 
 
@@ -82,7 +82,10 @@ def egress_bound_us(schedule: Schedule, topology: Topology) -> float:
     if topology.inter is not None:
         inter_bw = topology.inter.nic_gbps * topology.inter.num_nics / topology.gpus_per_node
     worst = 0.0
-    for r in sorted({0, topology.gpus_per_node - 1, topology.world_size - 1}):
+    from hiercoll.sim.bounds import declared_period
+    period = declared_period(schedule, topology)
+    ranks = range(period) if period else sorted({0, topology.gpus_per_node - 1, topology.world_size - 1})
+    for r in ranks:
         out_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
         in_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
         per_channel: dict[int, int] = {}

@@ -96,11 +96,16 @@ class Direct(Algorithm):
             scatter_blocks(ctx, b)
 
     def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
-        kind, p = ctx.spec.kind, ctx.params
-        if kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE) and label[0] == "put":  # type: ignore[index]
-            _, c, owner = label  # type: ignore[misc]
-            return c * ctx.world + peer_position(rank, owner, ctx.world, p.swizzle)  # type: ignore[attr-defined]
+        if ctx.spec.kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE) and label[0] == "put":  # type: ignore[index]
+            return put_index(ctx, rank, label)
         return super().index_of(ctx, rank, label)
+
+
+def put_index(ctx: PlanContext, rank: int, label: Label) -> int:
+    """Index of ("put", chunk, owner) in `reduce_into_owners`' layout: per chunk, W-1 puts in
+    visiting order, then the reduce."""
+    _, c, owner = label  # type: ignore[misc]
+    return c * ctx.world + peer_position(rank, owner, ctx.world, ctx.params.swizzle)  # type: ignore[attr-defined]
 
 
 def scatter_blocks(ctx: PlanContext, b: RankBuilder) -> None:

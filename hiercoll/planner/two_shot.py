@@ -4,9 +4,9 @@ direct all-gather of the slices. Moves 2(W-1)/W of S per rank like the ring, in 
 from __future__ import annotations
 
 from hiercoll.collectives import Kind
-from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds, swizzled_peers
+from hiercoll.planner.builder import Dep, Label, RankBuilder, chunk_bounds, swizzled_peers
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
-from hiercoll.planner.direct import DirectParams, reduce_into_owners
+from hiercoll.planner.direct import DirectParams, put_index, reduce_into_owners
 
 
 class TwoShot(Algorithm):
@@ -16,6 +16,11 @@ class TwoShot(Algorithm):
 
     def symmetry_period(self, ctx: PlanContext) -> int | None:
         return node_period(ctx, ctx.params.swizzle)  # type: ignore[attr-defined]
+
+    def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
+        if label[0] == "put":  # type: ignore[index]
+            return put_index(ctx, rank, label)
+        return super().index_of(ctx, rank, label)
 
     def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
         reduce_into_owners(ctx, b, ctx.spec.shard, at_block_offset=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.schedule import Schedule
+from hiercoll.sim.config import gpu_nic_gbps
 from hiercoll.topology import IntraKind, Topology
 
 
@@ -28,7 +30,7 @@ def _gpu_capacity(t: Topology) -> float:
     else:
         intra = f.gbps
     if t.num_nodes > 1 and t.inter is not None:
-        intra += t.inter.gpu_nic_gbps or 2 * t.inter.nic_gbps
+        intra += gpu_nic_gbps(t.inter)
     return intra
 
 
@@ -93,3 +95,62 @@ def lower_bound(spec: CollectiveSpec, t: Topology) -> Bound:
     if node_time > gpu_time:
         return Bound(node_time + latency + t.costs.launch_us, "node", node_bytes)
     return Bound(gpu_time + latency + t.costs.launch_us, "gpu", gpu_bytes)
+
+
+def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: bool = True) -> float:
+    """A lower bound on this schedule's simulated time: the longest path through dependencies
+    and channel order when every op runs alone on the network (launch + latency + its bytes at
+    the best rate its path allows). Contention only adds to it, so the auto-picker may skip a
+    candidate whose bound is already slower than the best simulated time. Linear in the ops
+    (of one representative per orbit when a translation symmetry holds). The auto-picker trusts
+    the declared symmetry here to stay cheap; the simulation itself always checks it."""
+    from hiercoll.sim.engine import op_links
+    from hiercoll.sim.links import Network
+    from hiercoll.sim.symmetry import find_symmetry
+
+    if verify_symmetry:
+        sym = find_symmetry(schedule, topology)
+        fold = sym.period if sym else None
+    else:   # trust the planner's declaration (tests check every algorithm's claim exhaustively)
+        fold = declared_period(schedule, topology)
+    net = Network(topology, fold)
+    ranks = range(fold if fold else schedule.world_size)
+    isz = schedule.spec.dtype.itemsize
+    launch = topology.costs.launch_us
+    cost: dict[tuple[int, int], float] = {}
+    for r in ranks:
+        for op in schedule.rank_ops(r):
+            links, latency = op_links(net, op)
+            rate = min((net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
+            cost[op.ref] = launch + latency + op.dst.count * isz / rate
+    preds: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for r in ranks:
+        last: dict[int, tuple[int, int]] = {}
+        for op in schedule.rank_ops(r):
+            ps = [(d[0] % fold, d[1]) if fold else d for d in op.deps]
+            if op.channel in last:
+                ps.append(last[op.channel])
+            last[op.channel] = op.ref
+            preds[op.ref] = ps
+    succ: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    indeg = {ref: len(ps) for ref, ps in preds.items()}
+    for ref, ps in preds.items():
+        for p in ps:
+            succ.setdefault(p, []).append(ref)
+    ready = [ref for ref, d in indeg.items() if d == 0]
+    finish: dict[tuple[int, int], float] = {}
+    while ready:
+        ref = ready.pop()
+        finish[ref] = max((finish[p] for p in preds[ref]), default=0.0) + cost[ref]
+        for s_ in succ.get(ref, ()):
+            indeg[s_] -= 1
+            if indeg[s_] == 0:
+                ready.append(s_)
+    return max(finish.values(), default=0.0)
+
+
+def declared_period(schedule: Schedule, topology: Topology) -> int | None:
+    p, w = schedule.meta.symmetry_period, schedule.world_size
+    if not p or p >= w or w % p or p % topology.gpus_per_node:
+        return None
+    return p

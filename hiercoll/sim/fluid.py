@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import simpy
 
-EPS_BYTES = 1e-6
+from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
+
 
 
 @dataclass(eq=False, slots=True)
@@ -24,6 +25,7 @@ class Flow:
     rate: float = 0.0                     # bytes per microsecond
     t_ref: float = 0.0
     version: int = 0
+    ids: tuple[int, ...] = ()             # link ids alone (the component search walks them)
 
 
 @dataclass
@@ -53,7 +55,7 @@ class FluidNetwork:
         if nbytes <= EPS_BYTES or not links:
             done.succeed()
             return done
-        flow = Flow(links, float(nbytes), done, t_ref=self.env.now)
+        flow = Flow(links, float(nbytes), done, t_ref=self.env.now, ids=tuple(l for l, _ in links))
         now = self.env.now
         for lid, w in links:
             self.flows_on[lid].add(flow)
@@ -85,7 +87,7 @@ class FluidNetwork:
             for f in self.flows_on[lid]:
                 if f not in flows:
                     flows.add(f)
-                    stack.extend(l for l, _ in f.links if l not in links)
+                    stack.extend(f.ids)
         return flows, links
 
     def _recompute(self, _event: object = None) -> None:
@@ -99,7 +101,10 @@ class FluidNetwork:
             f.t_ref = now
         rates = max_min_rates(flows, links, self.cap)
         for f in flows:
-            f.rate = rates[f]
+            rate = rates[f]
+            if f.rate > 0 and abs(rate - f.rate) <= RATE_RTOL * f.rate:
+                continue                     # same rate: its pending wake-up is still right
+            f.rate = rate
             f.version += 1
             delay = max(f.remaining, 0.0) / f.rate if f.rate > 0 else float("inf")
             ev = self.env.timeout(delay)
@@ -128,40 +133,38 @@ class FluidNetwork:
 
 def max_min_rates(flows: set[Flow], links: set[int], cap: list[float]) -> dict[Flow, float]:
     """Weighted progressive filling: raise every unfrozen flow's rate together; when a link
-    fills, freeze its flows at the current level. Unique max-min fair allocation."""
+    fills, freeze its flows at the current level. Unique max-min fair allocation.
+
+    Hot (called at every flow start/end): plain dicts and lists, only links that still carry
+    unfrozen flows are scanned."""
     remaining = {lid: cap[lid] for lid in links}
-    weight_sum = {lid: 0.0 for lid in links}
+    weight_sum = dict.fromkeys(links, 0.0)
     members: dict[int, list[Flow]] = {lid: [] for lid in links}
     for f in flows:
         for lid, w in f.links:
             weight_sum[lid] += w
             members[lid].append(f)
     rates: dict[Flow, float] = {}
-    unfrozen = set(flows)
+    active = [lid for lid in links if weight_sum[lid] > 1e-12]
     level = 0.0
-    while unfrozen:
-        best, bottlenecks = float("inf"), []
-        for lid, ws in weight_sum.items():
-            if ws <= 1e-12:
-                continue
-            share = remaining[lid] / ws
-            if share < best - 1e-12:
-                best, bottlenecks = share, [lid]
-            elif share <= best + 1e-12:
+    while active:
+        best = min(remaining[lid] / weight_sum[lid] for lid in active)
+        level += best
+        bottlenecks = []
+        for lid in active:
+            remaining[lid] -= best * weight_sum[lid]
+            if remaining[lid] <= SATURATED_RTOL * cap[lid]:
                 bottlenecks.append(lid)
-        if not bottlenecks:
-            break
-        step = best
-        for lid in weight_sum:
-            remaining[lid] -= step * weight_sum[lid]
-        level += step
-        frozen = {f for lid in bottlenecks for f in members[lid] if f in unfrozen}
-        for f in frozen:
+        if not bottlenecks:     # rounding: the minimum link is the bottleneck
+            bottlenecks = [min(active, key=lambda l: remaining[l] / weight_sum[l])]
+        for lid in bottlenecks:
+            for f in members[lid]:
+                if f not in rates:
+                    rates[f] = level
+                    for l2, w in f.links:
+                        weight_sum[l2] -= w
+        active = [lid for lid in active if weight_sum[lid] > 1e-12 and lid not in bottlenecks]
+    for f in flows:
+        if f not in rates:
             rates[f] = level
-            unfrozen.discard(f)
-            for lid, w in f.links:
-                weight_sum[lid] -= w
-    for f in unfrozen:
-        rates[f] = level
     return rates
-

@@ -82,7 +82,7 @@ def timeline_png(schedule: Schedule, result: SimResult, path: str, max_ranks: in
     ax.set_title(title, fontsize=10)
     used = {(op.kind.value, op.transport.value) for r in ranks for op in schedule.rank_ops(r)}
     ax.legend(handles=[Patch(color=c, label=f"{k} {t}") for (k, t), c in COLOURS.items() if (k, t) in used],
-              loc="upper right", fontsize=8)
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)   # outside: never hides a bar
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
