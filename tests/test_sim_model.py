@@ -109,3 +109,43 @@ def test_lower_bound_reported_and_respected():
     res = simulate(hc.plan(topo, spec, "hier"), topo)
     assert 0 < res.lower_bound_us <= res.time_us and 0 < res.bound_ratio <= 1
     assert res.critical_path and res.critical_path[-1].count(".") == 1
+
+
+def test_flows_sharing_only_an_idle_link_keep_their_rates():
+    """A: 0->1 alone on its ports; B1, B2: 2->0 share out[2] and in[0]. A and the Bs meet only on
+    HBM of GPU 0, far from full, so A ending must not change the Bs (they keep their wake-up):
+    A takes T, the Bs 2T."""
+    topo = small_topology(1, 3)
+    count = 1 << 22
+    t_one = count * 4 / (topo.intra.gbps * 1e3)
+    (a, b1, b2), _ = _transfer_times(topo, [(0, 0, 1), (2, 2, 0), (2, 2, 0)], count)
+    assert a == pytest.approx(t_one, rel=1e-9)
+    assert b1 == b2 == pytest.approx(2 * t_one, rel=1e-9)
+
+
+def test_contention_free_bound_never_exceeds_the_simulation():
+    """The auto-picker prunes with this bound, so it must stay below the simulated time, folded
+    or not (an op alone sees real links: a folded HBM link's weight 2 must not halve its rate)."""
+    from hiercoll.sim.bounds import contention_free_us
+    topo = hc.load_topology("dgx-h100", 2)
+    spec = CollectiveSpec(kind="all_reduce", world_size=16, dtype="bf16", nbytes=16 << 20)
+    for algo in ("ring", "direct", "hier", "two_shot"):
+        s = hc.plan(topo, spec, algo)
+        assert contention_free_us(s, topo) <= simulate(s, topo).time_us * (1 + 1e-9), algo
+
+
+def test_every_declared_symmetry_holds_on_every_rank():
+    """The auto-picker trusts declarations (mode="trusted"); here each algorithm's claim is
+    checked exhaustively on expanded schedules of 3 nodes."""
+    from hiercoll.planner import algorithms, applicable
+    from hiercoll.sim.symmetry import find_symmetry
+    topo = small_topology(3, 4)
+    for kind in ("reduce_scatter", "all_gather", "all_reduce", "all_to_all"):
+        spec = CollectiveSpec(kind=kind, world_size=12, dtype="bf16", nbytes=12 * 2 * 24)
+        for algo in applicable(topo, spec):
+            for params in ({}, {"chunks": 2, "channels": 2}):
+                s = hc.plan(topo, spec, algo, params)
+                if s.meta.symmetry_period:
+                    assert find_symmetry(s.expand(), topo) is not None, (kind, algo, params)
+                    assert simulate(s, topo, mode="trusted").time_us == pytest.approx(
+                        simulate(s, topo, mode="exact").time_us, rel=1e-9)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hiercoll.collectives import GROUPED, CollectiveSpec, Kind
 from hiercoll.errors import HiercollError, format_validation_error
-from hiercoll.planner.candidates import Candidate, baseline_algorithm, candidates, egress_bound_us
+from hiercoll.planner.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
 from hiercoll.planner.registry import plan
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
@@ -105,22 +105,23 @@ def _simulate(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: 
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
-        res = simulate(schedule or plan(topology, spec, cand.algorithm, cand.params), topology)
+        res = simulate(schedule or plan(topology, spec, cand.algorithm, cand.params), topology,
+                       mode="trusted")
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2])
 
 
 def _bound(topology: Topology, schedule: Schedule) -> float:
-    """The tighter of two cheap lower bounds on the candidate's simulated time: the busiest
-    rank's egress over its bandwidth, and the contention-free critical path."""
+    """Both lower bounds (tests check them against simulations)."""
     from hiercoll.sim.bounds import contention_free_us
-    return max(egress_bound_us(schedule, topology),
+    return max(rank_bound_us(schedule, topology),
                contention_free_us(schedule, topology, verify_symmetry=False))
 
 
 def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
-             only: list[str] | None = None, on_step: Callable[[], None] | None = None) -> Row:
+             only: list[str] | None = None, on_step: Callable[[], None] | None = None,
+             prune: bool = True) -> Row:
     cands = candidates(topology, spec, only)
     if not cands:
         raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
@@ -136,14 +137,17 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                 on_step()
             continue
         sched = plan(topology, spec, cand.algorithm, cand.params)
-        pending.append((_bound(topology, sched), i, cand, sched))
+        pending.append((rank_bound_us(sched, topology), i, cand, sched))
     pending.sort(key=lambda t: (t[0], t[1]))
     pruned = 0
     have_base = any(s.candidate.algorithm == base for s in scored)
     for bound, _, cand, sched in pending:
-        best = min((s.time_us for s in scored), default=math.inf)
-        must = cand.algorithm == base and not have_base  # the baseline row is always reported
-        if bound >= best and not must:
+        # the baseline (flat ring) is reported at its own best, so it competes among itself
+        pool = [s for s in scored if cand.algorithm != base or s.candidate.algorithm == base]
+        best = min((s.time_us for s in pool), default=math.inf)
+        must = cand.algorithm == base and not have_base
+        # stage 1: one rank's bound (cheap); stage 2: the contention-free critical path
+        if prune and not must and (bound >= best or _bound(topology, sched) >= best):
             pruned += 1
         else:
             scored.append(_simulate(topology, spec, cand, cache, sched))

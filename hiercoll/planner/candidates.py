@@ -72,36 +72,37 @@ def baseline_algorithm(spec: CollectiveSpec) -> str:
     return "ring" if spec.kind in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER) else "direct"
 
 
-def egress_bound_us(schedule: Schedule, topology: Topology) -> float:
-    """A cheap lower bound from the busiest rank's egress: bytes it sends per tier over that
-    tier's per-GPU bandwidth, plus one launch per op on its longest channel. Skips simulating
-    candidates that cannot beat the best time found so far."""
+def rank_bound_us(schedule: Schedule, topology: Topology, rank: int = 0) -> float:
+    """A cheap lower bound from one rank's own ops (only that rank is built): its channels run
+    their ops one after another, each taking at least launch + latency + bytes at the best rate
+    its path allows; and the bytes it sends or receives per tier need that tier's bandwidth."""
+    from hiercoll.sim.engine import op_links
+    from hiercoll.sim.links import Network
+    net = Network(topology)
     isz = schedule.spec.dtype.itemsize
-    intra_bw = topology.intra.gbps * (topology.gpus_per_node - 1 if topology.intra.kind == IntraKind.MESH else 1)
+    f = topology.intra
+    intra_bw = f.gbps * (f.links_per_pair * (topology.gpus_per_node - 1) if f.kind == IntraKind.MESH else 1)
     inter_bw = 0.0
     if topology.inter is not None:
-        inter_bw = topology.inter.nic_gbps * topology.inter.num_nics / topology.gpus_per_node
-    worst = 0.0
-    from hiercoll.sim.bounds import declared_period
-    period = declared_period(schedule, topology)
-    ranks = range(period) if period else sorted({0, topology.gpus_per_node - 1, topology.world_size - 1})
-    for r in ranks:
-        out_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
-        in_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
-        per_channel: dict[int, int] = {}
-        for op in schedule.rank_ops(r):
-            per_channel[op.channel] = per_channel.get(op.channel, 0) + 1
-            for a, b in _flows(op, r):
-                if a == r and b != r:
-                    out_bytes[_tier(topology, a, b)] += op.dst.count * isz
-                elif b == r and a != r:
-                    in_bytes[_tier(topology, a, b)] += op.dst.count * isz
-        t = max(per_channel.values(), default=0) * topology.costs.launch_us
-        moved = {k: max(out_bytes[k], in_bytes[k]) for k in out_bytes}
-        t += max(moved[Transport.INTRA] / (intra_bw * 1e3),
+        inter_bw = min(topology.inter.nic_gbps, topology.inter.gpu_nic_gbps or 2 * topology.inter.nic_gbps)
+    out_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
+    in_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
+    per_channel: dict[int, float] = {}
+    for op in schedule.rank_ops(rank):
+        links, latency = op_links(net, op)
+        rate = min((net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
+        nbytes = op.dst.count * isz
+        per_channel[op.channel] = (per_channel.get(op.channel, 0.0) + topology.costs.launch_us
+                                   + latency + nbytes / rate)
+        for a, b in _flows(op, rank):
+            if a == rank and b != rank:
+                out_bytes[_tier(topology, a, b)] += nbytes
+            elif b == rank and a != rank:
+                in_bytes[_tier(topology, a, b)] += nbytes
+    moved = {k: max(out_bytes[k], in_bytes[k]) for k in out_bytes}
+    volume = max(moved[Transport.INTRA] / (intra_bw * 1e3),
                  moved[Transport.INTER] / (inter_bw * 1e3) if inter_bw else 0.0)
-        worst = max(worst, t)
-    return worst
+    return max(max(per_channel.values(), default=0.0), volume)
 
 
 def _tier(topology: Topology, a: int, b: int) -> Transport:

@@ -24,3 +24,9 @@ def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
     from hiercoll.planner.autopick import choose  # needs the simulator
     pick = choose(topology, spec, tuning_path=tuning)
     return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source)
+
+
+def plan_auto(topology: Topology, spec: CollectiveSpec, algorithm: str = "auto",
+              params: dict[str, Any] | None = None, tuning: str | None = None) -> Schedule:
+    """`hc.plan`: a named algorithm, or "auto" (the tuning file's choice, else a simulated search)."""
+    return plan_with(topology, spec, algorithm, params, tuning).schedule

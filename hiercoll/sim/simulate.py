@@ -9,14 +9,14 @@ from typing import Literal
 
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import OpRef, Schedule
-from hiercoll.sim.bounds import lower_bound
+from hiercoll.sim.bounds import declared_period, lower_bound
 from hiercoll.sim.engine import run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
-from hiercoll.sim.symmetry import find_symmetry
+from hiercoll.sim.symmetry import Symmetry, find_symmetry
 from hiercoll.topology import Topology
 
-Mode = Literal["auto", "exact"]
+Mode = Literal["auto", "exact", "trusted"]
 
 
 @contextmanager
@@ -35,7 +35,9 @@ def _without_cyclic_gc() -> Iterator[None]:
 def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
              record: bool = False) -> SimResult:
     """Time `schedule` on `topology`. `mode="auto"` folds ranks that a verified translation
-    symmetry makes identical (the result says so); `"exact"` simulates every rank."""
+    symmetry makes identical (the result says so); `"exact"` simulates every rank; `"trusted"`
+    folds on the planner's declaration without re-checking it (the auto-picker's inner loop:
+    tests check every algorithm's declaration exhaustively)."""
     with _without_cyclic_gc():
         return _simulate(schedule, topology, mode, record)
 
@@ -44,7 +46,11 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool) 
     if schedule.meta.topology_fingerprint != topology.fingerprint():
         raise HiercollError("simulate: the schedule was planned for another topology "
                             f"({schedule.meta.topology_fingerprint} != {topology.fingerprint()})")
-    sym = find_symmetry(schedule, topology) if mode == "auto" else None
+    if mode == "trusted":
+        period = declared_period(schedule, topology)
+        sym = Symmetry(period, 0, False) if period else None
+    else:
+        sym = find_symmetry(schedule, topology) if mode == "auto" else None
     fold = sym.period if sym else None
     ranks = list(range(fold if fold else schedule.world_size))
     net = Network(topology, fold)
@@ -63,9 +69,10 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool) 
     preds = _folded_preds(schedule, ranks, fold)
     shortcut = None
     if sym:
+        how = ("every rank" if sym.exhaustive else f"{sym.checked_ranks} ranks (sampled orbits)"
+               if sym.checked_ranks else "nothing (declared by the planner, trusted)")
         shortcut = (f"translation symmetry: period {sym.period}, {len(ranks)} of "
-                    f"{schedule.world_size} ranks simulated; symmetry checked on "
-                    f"{'every rank' if sym.exhaustive else f'{sym.checked_ranks} ranks (sampled orbits)'}")
+                    f"{schedule.world_size} ranks simulated; symmetry checked on {how}")
     result = SimResult(end, algbw, busbw, bound.time_us, bound.cut, per_tier[Tier.INTRA],
                        per_tier[Tier.INTER], links, timing.start, timing.end,
                        critical_path(preds, timing.start, timing.end), ranks, shortcut,
