@@ -41,22 +41,29 @@ def _run(args: argparse.Namespace) -> int:
     table = []
     for r in rows:
         ru = r.runner_up
-        speedup = f"{r.flat_ring_time_us / r.time_us:.2f}x" if r.flat_ring_time_us else "-"
-        table.append([format_size(r.bytes), r.algorithm, _short(r.params), f"{r.time_us:.1f}",
+        ring = (f"{r.flat_ring_time_us:.1f} ({r.flat_ring_time_us / r.time_us:.2f}x)"
+                if r.flat_ring_time_us else "-")
+        table.append([format_size(r.bytes), f"{r.algorithm} {_short(r.params)}".strip(), f"{r.time_us:.1f}",
                       f"{r.busbw_gbps:.1f}", f"{r.pct_of_bound:.0f}%",
-                      f"{ru['algorithm']} {_short(ru['params'])}" if ru else "-",
-                      f"+{r.margin_pct:.1f}%" if r.margin_pct is not None else "-",
-                      f"{r.flat_ring_time_us:.1f}" if r.flat_ring_time_us else "-", speedup])
+                      f"{ru['algorithm']} {_short(ru['params'])} +{r.margin_pct:.0f}%" if ru else "-", ring])
+    base = rows[0].baseline_algorithm
     print_table(f"{template.kind.value} on {topology.name} ({topology.world_size} ranks, "
                 f"{template.dtype.value}): {sum(r.simulated for r in rows)} simulated, "
-                f"{sum(r.pruned for r in rows)} pruned, {elapsed:.1f} s",
-                ["size", "choice", "params", "time us", "busbw GB/s", "of bound", "runner-up",
-                 "margin", f"{rows[0].baseline_algorithm} us", "vs " + rows[0].baseline_algorithm],
-                table)
+                f"{sum(r.pruned for r in rows)} pruned by bounds, {elapsed:.1f} s",
+                ["size", "choice", "us", "busbw", "bound", "runner-up", f"{base} us (x)"], table)
     if args.output:
         console.print(f"wrote {args.output}")
     return 0
 
 
 def _short(params: dict) -> str:  # type: ignore[type-arg]
-    return ",".join(f"{k}={v}" for k, v in sorted(params.items()) if not isinstance(v, bool))
+    """chunks=2, channels=8 -> 'k2 c8'; other non-default knobs as key=value."""
+    short = {"chunks": "k", "channels": "c"}
+    parts = []
+    for k, v in sorted(params.items()):
+        if k in short:
+            if v != 1:
+                parts.append(f"{short[k]}{v}")
+        elif not isinstance(v, bool) and v is not None:
+            parts.append(f"{k}={v}")
+    return " ".join(parts)

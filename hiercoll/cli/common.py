@@ -35,7 +35,8 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
 
 
-TEXT_COLUMNS = {"algorithm", "op", "link", "field", "value", "params", "runner-up", "choice", "kind"}
+TEXT_COLUMNS = {"algorithm", "op", "link", "field", "value", "params", "runner-up", "choice", "kind",
+                "size"}
 
 
 def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
