@@ -89,6 +89,12 @@ class GroupSplits(BaseModel):
     ranks: list[RankSplits]
 
 
+def transpose(splits: GroupSplits) -> GroupSplits:
+    """group_cast arguments <-> group_reduce arguments: a group_reduce is a group_cast run
+    backwards (MagiAttention pairs them for the forward and backward pass)."""
+    return GroupSplits(ranks=[RankSplits(input=r.output, output=r.input) for r in splits.ranks])
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """`count` elements at `src_offset` of the source's input land at `dst_offset` of the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from hiercoll.collectives import GroupSplits, RankSplits, Split
+from hiercoll.collectives import GroupSplits, RankSplits, Split, transpose
 from hiercoll.topology import Topology
 
 
@@ -62,21 +62,5 @@ def random_group_cast(world: int, seed: int, max_size: int = 6) -> GroupSplits:
 
 
 def random_group_reduce(world: int, seed: int, max_size: int = 6) -> GroupSplits:
-    """Random output splits (each summing a random set of sources), input splits re-cut."""
-    rng = random.Random(seed)
-    outputs: list[list[Split]] = []
-    owed: dict[tuple[int, int], int] = {}
-    for d in range(world):
-        splits = []
-        for _ in range(rng.randint(0, 3)):
-            srcs = rng.sample(range(world), rng.randint(1, world))
-            size = rng.randint(0, max_size)
-            splits.append(Split(size=size, peers=srcs))
-            for s in srcs:
-                owed[(s, d)] = owed.get((s, d), 0) + size
-        outputs.append(splits)
-    inputs = []
-    for s in range(world):
-        per_dst = {d: _pieces(owed.get((s, d), 0), rng) for d in range(world) if (s, d) in owed}
-        inputs.append([Split(size=n, peers=[d]) for d, n in _interleave(per_dst, rng)])
-    return GroupSplits(ranks=[RankSplits(input=i, output=o) for i, o in zip(inputs, outputs)])
+    """Random output splits (each summing a random set of sources): a transposed group_cast."""
+    return transpose(random_group_cast(world, seed, max_size))

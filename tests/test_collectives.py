@@ -118,3 +118,13 @@ def test_kinds_are_all_covered_by_reference():
         before = [np.zeros(s.output_count(r)) for r in range(3)]
         exp = reference(s, x, before)
         assert [len(o) for o in exp.outputs] == [s.output_count(r) for r in range(3)]
+
+
+def test_transpose_turns_group_cast_into_group_reduce():
+    from hiercoll.collectives import transpose
+    cast = random_group_cast(4, 3)
+    reduce_spec = CollectiveSpec(kind="group_reduce", world_size=4, splits=transpose(cast))
+    cast_spec = CollectiveSpec(kind="group_cast", world_size=4, splits=cast)
+    assert {k: v.total for k, v in reduce_spec.pair_streams.items()} == \
+        {k: v.total for k, v in cast_spec.pair_streams.items()}
+    assert transpose(transpose(cast)) == cast
