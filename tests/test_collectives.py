@@ -125,6 +125,7 @@ def test_transpose_turns_group_cast_into_group_reduce():
     cast = random_group_cast(4, 3)
     reduce_spec = CollectiveSpec(kind="group_reduce", world_size=4, splits=transpose(cast))
     cast_spec = CollectiveSpec(kind="group_cast", world_size=4, splits=cast)
+    # what d received from s in the cast, d now sends back to s
     assert {k: v.total for k, v in reduce_spec.pair_streams.items()} == \
-        {k: v.total for k, v in cast_spec.pair_streams.items()}
+        {(d, s): v.total for (s, d), v in cast_spec.pair_streams.items()}
     assert transpose(transpose(cast)) == cast
