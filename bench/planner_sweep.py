@@ -19,6 +19,8 @@ from hiercoll.topology import preset
 from hiercoll.units import format_size, parse_size_range
 
 KINDS = [Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE, Kind.ALL_TO_ALL]
+COLOURS = {"ring": "tab:red", "direct": "tab:blue", "two_shot": "tab:purple", "hier": "tab:orange",
+           "hier_2d": "tab:green"}
 
 
 def run(nodes: list[int], sizes: list[int], preset_name: str) -> dict:
@@ -88,7 +90,8 @@ def plot(payload: dict, path_prefix: str) -> list[str]:
             xs = [r["bytes"] for r in sel]
             for a in sorted({a for r in sel for a in r["algorithms"]}):
                 pts = [(r["bytes"], r["algorithms"][a]["busbw_gbps"]) for r in sel if a in r["algorithms"]]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=a)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=a,
+                        color=COLOURS.get(a, "grey"))
             ax.plot(xs, [r["lower_bound_busbw_gbps"] for r in sel], "k--", lw=1, label="lower bound")
             ax.scatter(xs, [r["algorithms"][r["autopick"]]["busbw_gbps"] for r in sel], s=90,
                        facecolors="none", edgecolors="red", label="auto-pick", zorder=5)
@@ -98,9 +101,14 @@ def plot(payload: dict, path_prefix: str) -> list[str]:
             ax.grid(alpha=0.3)
         for ax in axes[1]:
             ax.set_xlabel("size S (bytes)")
-        axes[0][0].legend(fontsize=8)
+        handles = {}
+        for ax in axes.flat:
+            for h, label in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(label, h)
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=9)
+        fig.subplots_adjust(bottom=0.1)
         fig.suptitle(f"{payload['preset']}, {n} nodes x 8 GPUs: simulated busbw per algorithm")
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0.05, 1, 1))
         path = f"{path_prefix}_{n}n.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -114,7 +122,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="64KiB:1GiB:4")
     ap.add_argument("--preset", default="dgx-h100")
     ap.add_argument("--name", default="planner_sweep", help="results file stem under bench/results")
+    ap.add_argument("--replot", action="store_true", help="only redraw the PNGs from the JSON")
     args = ap.parse_args()
+    if args.replot:
+        import json
+        from common import RESULTS
+        print(plot(json.loads((RESULTS / f"{args.name}.json").read_text()), str(RESULTS / "planner_sweep")))
+        return
     t0 = time.perf_counter()
     payload = run([int(x) for x in args.nodes.split(",")], parse_size_range(args.sizes), args.preset)
     payload["meta"] = stamp(command_line()) | {"seconds": round(time.perf_counter() - t0, 1)}

@@ -1,0 +1,37 @@
+"""Shared by the bench scripts: machine/version stamp and atomic result writing."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def stamp(command: str) -> dict[str, Any]:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=False).stdout.strip()
+    except OSError:
+        sha = ""
+    return {"command": command, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.node() and 'cpu-dev'} {platform.machine()}, {os.cpu_count()} cores, "
+                       f"{platform.python_implementation()} {platform.python_version()}",
+            "git_sha": sha}
+
+
+def write_results(name: str, payload: dict[str, Any], markdown: str) -> None:
+    from hiercoll.cli.common import write_atomic
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    write_atomic(RESULTS / f"{name}.json", json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    write_atomic(RESULTS / f"{name}.md", markdown)
+
+
+def command_line() -> str:
+    return "python " + " ".join([os.path.relpath(sys.argv[0]), *sys.argv[1:]])
