@@ -61,6 +61,12 @@ def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None 
         keys = list(axes)
         for combo in itertools.product(*(axes[k] for k in keys)):
             params = dict(zip(keys, combo))
+            pieces = params["chunks"] * params["channels"]
+            if algo.channels_carry_chunks:
+                if params["channels"] > params["chunks"]:
+                    continue   # idle channels: the same schedule as channels == chunks
+            elif params["chunks"] > 1 and size // pieces < MIN_CHUNK_BYTES:
+                continue       # a ring pipelines only pieces that stay large (its channels count)
             p = parse_params(algo, params)
             if algo.unsupported(topology, spec, p) is None:
                 out.append(Candidate(name, p.model_dump(mode="json")))
@@ -76,9 +82,9 @@ def rank_bound_us(schedule: Schedule, topology: Topology, rank: int = 0) -> floa
     """A cheap lower bound from one rank's own ops (only that rank is built): its channels run
     their ops one after another, each taking at least launch + latency + bytes at the best rate
     its path allows; and the bytes it sends or receives per tier need that tier's bandwidth."""
-    from hiercoll.sim.engine import op_links
+    from hiercoll.sim.engine import LinkCache
     from hiercoll.sim.links import Network
-    net = Network(topology)
+    paths = LinkCache(Network(topology))
     isz = schedule.spec.dtype.itemsize
     f = topology.intra
     intra_bw = f.gbps * (f.links_per_pair * (topology.gpus_per_node - 1) if f.kind == IntraKind.MESH else 1)
@@ -89,8 +95,7 @@ def rank_bound_us(schedule: Schedule, topology: Topology, rank: int = 0) -> floa
     in_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
     per_channel: dict[int, float] = {}
     for op in schedule.rank_ops(rank):
-        links, latency = op_links(net, op)
-        rate = min((net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
+        latency, rate = paths(op)[1], paths.best_rate(op)
         nbytes = op.dst.count * isz
         per_channel[op.channel] = (per_channel.get(op.channel, 0.0) + topology.costs.launch_us
                                    + latency + nbytes / rate)

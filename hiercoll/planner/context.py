@@ -30,6 +30,9 @@ class Algorithm(ABC):
     name: ClassVar[str]
     kinds: ClassVar[frozenset[Kind]]
     Params: ClassVar[type[BaseParams]] = BaseParams
+    # True when channels only spread chunks (chunk c on channel c % channels), so more channels
+    # than chunks change nothing; the ring gives every channel its own slice instead.
+    channels_carry_chunks: ClassVar[bool] = True
 
     def unsupported(self, topo: Topology, spec: CollectiveSpec, params: BaseParams) -> str | None:
         """Why this algorithm cannot plan this case, or None."""

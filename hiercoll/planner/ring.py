@@ -43,6 +43,7 @@ class RingOrder:
 class Ring(Algorithm):
     name = "ring"
     kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE})
+    channels_carry_chunks = False
 
     def symmetry_period(self, ctx: PlanContext) -> int | None:
         return node_period(ctx)  # rail-rotated rings are invariant under a shift by one node

@@ -104,7 +104,7 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
     candidate whose bound is already slower than the best simulated time. Linear in the ops
     (of one representative per orbit when a translation symmetry holds). The auto-picker trusts
     the declared symmetry here to stay cheap; the simulation itself always checks it."""
-    from hiercoll.sim.engine import op_links
+    from hiercoll.sim.engine import LinkCache
     from hiercoll.sim.links import Network
     from hiercoll.sim.symmetry import find_symmetry
 
@@ -113,16 +113,15 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
         fold = sym.period if sym else None
     else:   # trust the planner's declaration (tests check every algorithm's claim exhaustively)
         fold = declared_period(schedule, topology)
-    net = Network(topology)   # unfolded: one op alone sees real links (a folded HBM has weight 2)
+    paths = LinkCache(Network(topology))   # unfolded: one op alone sees real links (a folded HBM has weight 2)
     ranks = range(fold if fold else schedule.world_size)
     isz = schedule.spec.dtype.itemsize
     launch = topology.costs.launch_us
     cost: dict[tuple[int, int], float] = {}
     for r in ranks:
         for op in schedule.rank_ops(r):
-            links, latency = op_links(net, op)
-            rate = min((net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
-            cost[op.ref] = launch + latency + op.dst.count * isz / rate
+            latency = paths(op)[1]
+            cost[op.ref] = launch + latency + op.dst.count * isz / paths.best_rate(op)
     preds: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for r in ranks:
         last: dict[int, tuple[int, int]] = {}

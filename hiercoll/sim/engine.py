@@ -52,6 +52,27 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
     return tuple(weights.items()), latency
 
 
+class LinkCache:
+    """op -> (links with weights, latency), computed once per op shape: ops that move data
+    between the same ranks the same way share a path (a ring has a handful of shapes)."""
+
+    def __init__(self, net: Network):
+        self.net = net
+        self._by_shape: dict[tuple, tuple[tuple[tuple[int, float], ...], float]] = {}  # type: ignore[type-arg]
+
+    def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
+        shape = (op.kind, op.rank, op.dst.rank, op.accumulate, tuple(s.rank for s in op.srcs))
+        hit = self._by_shape.get(shape)
+        if hit is None:
+            hit = self._by_shape[shape] = op_links(self.net, op)
+        return hit
+
+    def best_rate(self, op: Op) -> float:
+        """Bytes/us the op could move alone on the network (its tightest weighted link)."""
+        links, _ = self(op)
+        return min((self.net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
+
+
 def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us: float,
                record: bool = False) -> tuple[OpTiming, FluidNetwork]:
     env = simpy.Environment()
@@ -61,15 +82,11 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
     timing = OpTiming({}, {})
     lists = {r: schedule.rank_ops(r) for r in ranks}
     paths: dict[tuple[int, int], tuple[tuple[tuple[int, float], ...], float]] = {}
-    by_shape: dict[tuple, tuple[tuple[tuple[int, float], ...], float]] = {}  # type: ignore[type-arg]
+    cached = LinkCache(net)
     for r, ops in lists.items():
         for op in ops:
             done[op.ref] = env.event()
-            shape = (op.kind, op.rank, op.dst.rank, op.accumulate, tuple(s.rank for s in op.srcs))
-            hit = by_shape.get(shape)
-            if hit is None:
-                hit = by_shape[shape] = op_links(net, op)
-            paths[op.ref] = hit
+            paths[op.ref] = cached(op)
     fluid = FluidNetwork(env, [l.bytes_per_us for l in net.links], record)
 
     def rep(ref: tuple[int, int]) -> tuple[int, int]:
