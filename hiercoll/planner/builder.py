@@ -5,13 +5,14 @@ peer's label map, which never needs our own)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from hiercoll.schedule import Op, OpKind, Region, Transport
 from hiercoll.topology import Topology
 
 Label = Hashable
+Resolver = Callable[[int, Label], int]   # (peer rank, label) -> index of that op on the peer
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,7 @@ class RankBuilder:
         return self._emit(_Pending(channel, OpKind.REDUCE, dst, tuple(srcs), tuple(deps),
                                    accumulate, scale), label)
 
-    def finish(self, resolve: "Resolver") -> list[Op]:
+    def finish(self, resolve: Resolver) -> list[Op]:
         """Resolve labels to indices and freeze the ops (hot: one call per planned rank)."""
         out = []
         rank, labels, topo = self.rank, self.labels, self.topology
@@ -103,12 +104,6 @@ class RankBuilder:
             out.append(Op(rank, i, p.channel, p.kind, p.dst, p.srcs, deps,
                           op_transport(topo, p.dst, p.srcs), p.accumulate, p.scale))
         return out
-
-
-class Resolver:
-    """Callable (rank, label) -> index on that rank."""
-
-    def __call__(self, rank: int, label: Label) -> int: ...  # pragma: no cover
 
 
 def chunk_bounds(count: int, chunks: int, c: int) -> tuple[int, int]:
