@@ -22,25 +22,29 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--sizes", default="4KiB:4GiB")
     ap.add_argument("--collectives", default="all_reduce,reduce_scatter")
+    ap.add_argument("--jobs", default="1,2", help="worker processes to time, comma list")
     args = ap.parse_args()
     topo = preset("dgx-h100", args.nodes)
     sizes = parse_size_range(args.sizes)
     rows = []
-    for kind in args.collectives.split(","):
+    for kind, jobs in [(k, int(j)) for k in args.collectives.split(",") for j in args.jobs.split(",")]:
         template = CollectiveSpec(kind=kind, world_size=topo.world_size, dtype="bf16", nbytes=0)
         t0 = time.perf_counter()
-        picked = sweep(topo, template, sizes, progress=False, cache_path=None)
-        rows.append({"collective": kind, "sizes": len(sizes), "seconds": round(time.perf_counter() - t0, 1),
+        picked = sweep(topo, template, sizes, progress=False, cache_path=None, jobs=jobs)
+        rows.append({"collective": kind, "jobs": jobs, "sizes": len(sizes),
+                     "seconds": round(time.perf_counter() - t0, 1),
                      "simulated": sum(r.simulated for r in picked), "pruned": sum(r.pruned for r in picked),
                      "choices": [[r.bytes, r.algorithm, r.params] for r in picked]})
-        print(rows[-1]["collective"], rows[-1]["seconds"], "s", rows[-1]["simulated"], "simulated",
+        print(rows[-1]["collective"], f"jobs={jobs}", rows[-1]["seconds"], "s", rows[-1]["simulated"], "simulated",
               rows[-1]["pruned"], "pruned", flush=True)
     payload = {"topology": topo.name, "rows": rows, "meta": stamp(command_line())}
     md = [f"# Auto-pick speed: {len(sizes)} sizes ({args.sizes}) on {topo.name} "
           f"({topo.world_size} GPUs), empty cache", "", f"Command: `{payload['meta']['command']}`  ",
-          f"Date: {payload['meta']['date']}; machine: {payload['meta']['machine']}, one core", "",
-          "| collective | sizes | seconds | simulated | pruned by bounds |", "|---|---|---|---|---|"]
-    md += [f"| {r['collective']} | {r['sizes']} | {r['seconds']} | {r['simulated']} | {r['pruned']} |" for r in rows]
+          f"Date: {payload['meta']['date']}; machine: {payload['meta']['machine']}", "",
+          "| collective | worker processes | sizes | seconds | simulated | pruned by bounds |",
+          "|---|---|---|---|---|---|"]
+    md += [f"| {r['collective']} | {r['jobs']} | {r['sizes']} | {r['seconds']} | {r['simulated']} | {r['pruned']} |"
+           for r in rows]
     write_results("autopick_speed", payload, "\n".join(md) + "\n")
 
 

@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--algorithms", default=None, help="comma list to restrict the search")
     p.add_argument("-o", "--output", default=None, help="tuning.json to write (merged)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the sim cache")
+    p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
     add_json_flag(p)
     p.set_defaults(func=_run)
 
@@ -29,7 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     only = [a.strip() for a in args.algorithms.split(",")] if args.algorithms else None
     t0 = time.perf_counter()
     rows = sweep(topology, template, sizes, only, progress=not args.json,
-                 cache_path=None if args.no_cache else default_cache_path())
+                 cache_path=None if args.no_cache else default_cache_path(), jobs=args.jobs)
     elapsed = time.perf_counter() - t0
     if args.output:
         write_tuning(args.output, rows_to_table(topology, template, rows))

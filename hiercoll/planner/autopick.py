@@ -12,7 +12,8 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,8 +121,7 @@ def _bound(topology: Topology, schedule: Schedule) -> float:
 
 
 def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
-             only: list[str] | None = None, on_step: Callable[[], None] | None = None,
-             prune: bool = True) -> Row:
+             only: list[str] | None = None, prune: bool = True) -> Row:
     cands = candidates(topology, spec, only)
     if not cands:
         raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
@@ -133,8 +133,6 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
         cached = cache.get(SimCache.key(topology, spec, cand))
         if cached is not None:          # already simulated: no need for a bound
             scored.append(_simulate(topology, spec, cand, cache))
-            if on_step:
-                on_step()
             continue
         sched = plan(topology, spec, cand.algorithm, cand.params)
         pending.append((rank_bound_us(sched, topology), i, cand, sched))
@@ -152,8 +150,6 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
         else:
             scored.append(_simulate(topology, spec, cand, cache, sched))
             have_base = have_base or cand.algorithm == base
-        if on_step:
-            on_step()
     scored.sort(key=lambda s: (s.time_us, s.candidate.label()))
     best, runner = scored[0], next((s for s in scored[1:]
                                     if s.candidate.algorithm != scored[0].candidate.algorithm), None)
@@ -176,25 +172,57 @@ def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
     return template.model_copy(update={"nbytes": max(unit, nbytes // unit * unit)})
 
 
+def _pick_in_worker(job: tuple[Topology, CollectiveSpec, list[str] | None, dict[str, list[float]]],
+                    ) -> tuple[Row, dict[str, list[float]]]:
+    """One size in a worker process: its row, and the simulations it added to the cache."""
+    topology, spec, only, known = job
+    cache = SimCache(None)
+    cache.data = dict(known)
+    row = pick_one(topology, spec, cache, only)
+    return row, {k: v for k, v in cache.data.items() if k not in known}
+
+
 def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
           only: list[str] | None = None, progress: bool = True, cache_path: Path | None = None,
-          ) -> list[Row]:
-    """One Row per size (a single row for group kinds, whose sizes come from the splits)."""
+          jobs: int | None = None) -> list[Row]:
+    """One Row per size (a single row for group kinds, whose sizes come from the splits).
+    Sizes are independent searches, so `jobs` worker processes take one size each (default:
+    every core)."""
     cache = SimCache(cache_path)
     specs = [template] if template.kind in GROUPED else [spec_for_size(template, s) for s in sizes]
-    total = sum(len(candidates(topology, s, only)) for s in specs)
-    rows: list[Row] = []
-    if progress:
-        from rich.progress import Progress
-        from hiercoll.cli.common import err_console
-        with Progress(console=err_console, transient=True) as bar:
-            task = bar.add_task(f"simulating {template.kind.value} candidates", total=total)
-            for s in specs:
-                rows.append(pick_one(topology, s, cache, only, lambda: bar.advance(task)))
-    else:
-        rows = [pick_one(topology, s, cache, only) for s in specs]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
+    rows: list[Row | None] = [None] * len(specs)
+    with _progress(progress, f"auto-picking {template.kind.value}", len(specs)) as advance:
+        if jobs == 1:
+            for i, s in enumerate(specs):
+                rows[i] = pick_one(topology, s, cache, only)
+                advance()
+        else:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                futures = {pool.submit(_pick_in_worker, (topology, s, only, cache.data)): i
+                           for i, s in enumerate(specs)}
+                for fut in as_completed(futures):
+                    row, added = fut.result()
+                    rows[futures[fut]] = row
+                    for key, value in added.items():
+                        cache.put(key, value)
+                    advance()
     cache.save()
-    return rows
+    return [r for r in rows if r is not None]
+
+
+@contextmanager
+def _progress(show: bool, title: str, total: int) -> Iterator[Callable[[], None]]:
+    """A rich progress bar on stderr (sizes done), or a no-op."""
+    if not show:
+        yield lambda: None
+        return
+    from rich.progress import Progress
+    from hiercoll.cli.common import err_console
+    with Progress(console=err_console, transient=True) as bar:
+        task = bar.add_task(title, total=total)
+        yield lambda: bar.advance(task)
 
 
 # ---- tuning files --------------------------------------------------------------------------------
