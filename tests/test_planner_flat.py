@@ -15,7 +15,6 @@ from hiercoll.planner import algorithms, applicable
 from hiercoll.schedule import ExpandedOps, Schedule, validate_structure
 from tests.helpers import random_group_cast, random_group_reduce, small_topology
 
-FLAT = ["ring", "direct", "two_shot"]
 
 
 def make_spec(kind: Kind, world: int, elems: int, dtype="bf16", seed=0, op="sum", root=0):
