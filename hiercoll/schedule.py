@@ -83,10 +83,6 @@ class Op:
     def ref(self) -> OpRef:
         return (self.rank, self.index)
 
-    @property
-    def nbytes_elems(self) -> int:
-        return self.dst.count
-
     def reads(self) -> tuple[Region, ...]:
         return self.srcs + ((self.dst,) if self.accumulate else ())
 

@@ -1,7 +1,8 @@
 """Auto-pick: for each size, simulate the candidate plans and keep the fastest.
 
-Candidates are ordered by a cheap egress bound and simulated until the bound of the next one
-cannot beat the best time found (exact pruning when the bound holds, which a test checks).
+Candidates are ordered by a cheap one-rank bound (candidates.rank_bound_us); each is simulated
+unless that bound, or then the contention-free critical path, already cannot beat the best time
+found (exact pruning when the bounds hold, which tests check). Sizes run in worker processes.
 Results are cached on disk by (topology fingerprint, spec, candidate); `tuning.json` stores the
 per-size-range choice so `plan --algorithm auto --tuning` needs no search.
 """
