@@ -34,6 +34,9 @@ class SimResult:
     ranks_simulated: list[int] = field(repr=False)
     shortcut: str | None = None          # e.g. "translation symmetry, period 8 (...)"
     num_ops: int = 0
+    # with record=True: link names and, per link, (time, utilisation) steps (for traces)
+    link_names: list[str] = field(default_factory=list, repr=False)
+    link_record: list[list[tuple[float, float]]] | None = field(default=None, repr=False)
 
     @property
     def bound_ratio(self) -> float:

@@ -78,8 +78,8 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool) 
                        critical_path(preds, timing.start, timing.end), ranks, shortcut,
                        num_ops=sum(len(schedule.rank_ops(r)) for r in ranks) * copies)
     if record:
-        result.link_record = fluid.usage.record  # type: ignore[attr-defined]
-        result.link_names = [l.name for l in net.links]  # type: ignore[attr-defined]
+        result.link_record = fluid.usage.record
+        result.link_names = [l.name for l in net.links]
     return result
 
 

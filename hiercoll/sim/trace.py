@@ -28,9 +28,8 @@ def chrome_trace(schedule: Schedule, result: SimResult) -> dict[str, Any]:
                            "name": f"{op.kind.value} {op.transport.value}", "cat": op.transport.value,
                            "args": {"op": op.id, "bytes": op.dst.count * isz, "dst": str(op.dst),
                                     "srcs": [str(s) for s in op.srcs]}})
-    record = getattr(result, "link_record", None)
-    names = getattr(result, "link_names", None)
-    if record is not None and names is not None:
+    record, names = result.link_record, result.link_names
+    if record is not None:
         pid = max(result.ranks_simulated, default=0) + 1
         events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "links"}})
         busiest = {l.name for l in result.busiest_links(MAX_LINK_TRACKS) if l.bytes > 0}
