@@ -27,7 +27,7 @@ def stamp(command: str) -> dict[str, Any]:
 
 
 def write_results(name: str, payload: dict[str, Any], markdown: str) -> None:
-    from hiercoll.cli.common import write_atomic
+    from hiercoll.files import write_atomic
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_atomic(RESULTS / f"{name}.json", json.dumps(payload, indent=1, sort_keys=True) + "\n")
     write_atomic(RESULTS / f"{name}.md", markdown)

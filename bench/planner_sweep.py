@@ -79,6 +79,8 @@ def markdown(payload: dict) -> str:
 
 def plot(payload: dict, path_prefix: str) -> list[str]:
     import matplotlib
+
+    from hiercoll.files import save_figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     written = []
@@ -110,7 +112,7 @@ def plot(payload: dict, path_prefix: str) -> list[str]:
         fig.suptitle(f"{payload['preset']}, {n} nodes x 8 GPUs: simulated busbw per algorithm")
         fig.tight_layout(rect=(0, 0.05, 1, 1))
         path = f"{path_prefix}_{n}n.png"
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path, dpi=110)
         plt.close(fig)
         written.append(path)
     return written

@@ -37,7 +37,7 @@ def plan_to_json(schedule: Schedule, topology: Topology, form: Form = "expanded"
 
 
 def save_plan(path: str | Path, schedule: Schedule, topology: Topology, form: Form = "expanded") -> None:
-    from hiercoll.cli.common import write_atomic
+    from hiercoll.files import write_atomic
     write_atomic(path, plan_to_json(schedule, topology, form) + "\n")
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import tempfile
 
-from hiercoll.cli.common import add_json_flag, console, print_json, print_table, write_atomic
+from hiercoll.cli.common import add_json_flag, console, print_json, print_table
+from hiercoll.files import write_atomic
 from hiercoll.plan_file import load_plan
 
 
@@ -28,11 +28,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.trace:
         write_atomic(args.trace, trace_json(plan.schedule, res))
     if args.png:
-        with tempfile.NamedTemporaryFile(suffix=".png", delete=False, dir=".") as tmp:
-            pass
-        timeline_png(plan.schedule, res, tmp.name)
-        import os
-        os.replace(tmp.name, args.png)
+        timeline_png(plan.schedule, res, args.png)
     if args.json:
         print_json(res.to_json())
         return 0

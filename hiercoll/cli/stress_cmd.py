@@ -14,7 +14,8 @@ import argparse
 import json
 from typing import Any
 
-from hiercoll.cli.common import add_json_flag, print_json, print_table, write_atomic
+from hiercoll.cli.common import add_json_flag, print_json, print_table
+from hiercoll.files import write_atomic
 from hiercoll.cli.run_cmd import BACKENDS, add_cuda_args, backend_options, device_type
 from hiercoll.errors import HiercollError
 from hiercoll.units import parse_size, parse_size_range

@@ -40,7 +40,7 @@ def provenance() -> dict[str, Any]:
 
 
 def write_results(out_dir: str | Path, rows: list[dict[str, Any]], world_size: int) -> Path:
-    from hiercoll.cli.common import write_atomic
+    from hiercoll.files import write_atomic
     out = Path(out_dir)
     kinds = sorted({r["collective"] for r in rows})
     stem = f"{'-'.join(kinds)}-w{world_size}"
@@ -70,6 +70,8 @@ def markdown(body: dict[str, Any]) -> str:
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
+
+    from hiercoll.files import save_figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -88,5 +90,5 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_title(", ".join(sorted({r["collective"] for r in rows})) +
                  f" on {rows[0]['world_size']} ranks")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)

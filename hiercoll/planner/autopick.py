@@ -89,7 +89,7 @@ class SimCache:
     def save(self) -> None:
         if self.path is None or not self.dirty:
             return
-        from hiercoll.cli.common import write_atomic
+        from hiercoll.files import write_atomic
         write_atomic(self.path, json.dumps(self.data, sort_keys=True))
 
 
@@ -273,7 +273,7 @@ def read_tuning(path: str | Path) -> TuningFile:
 
 def write_tuning(path: str | Path, table: TuningTable) -> None:
     """Merge `table` into the file (replacing the same topology+collective+dtype), atomically."""
-    from hiercoll.cli.common import write_atomic
+    from hiercoll.files import write_atomic
     current = read_tuning(path)
     keep = [t for t in current.tables if (t.topology_fingerprint, t.collective, t.dtype)
             != (table.topology_fingerprint, table.collective, table.dtype)]

@@ -51,6 +51,8 @@ def trace_json(schedule: Schedule, result: SimResult) -> str:
 def timeline_png(schedule: Schedule, result: SimResult, path: str, max_ranks: int = 32) -> None:
     """Ranks as rows (channels as sub-rows), ops as bars coloured by kind and transport."""
     import matplotlib
+
+    from hiercoll.files import save_figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -84,5 +86,5 @@ def timeline_png(schedule: Schedule, result: SimResult, path: str, max_ranks: in
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)   # outside: never hides a bar
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
