@@ -21,7 +21,7 @@ def stamp(command: str) -> dict[str, Any]:
     except OSError:
         sha = ""
     return {"command": command, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.node() and 'cpu-dev'} {platform.machine()}, {os.cpu_count()} cores, "
+            "machine": f"{os.environ.get('HIERCOLL_MACHINE', 'cpu-dev')} {platform.machine()}, {os.cpu_count()} cores, "
                        f"{platform.python_implementation()} {platform.python_version()}",
             "git_sha": sha}
 
