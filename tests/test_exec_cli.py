@@ -54,6 +54,7 @@ def test_import_needs_no_torch():
     (["stress", "{plan}", "--sizes", "1KiB", "--shapes", "4"], "give one of them"),
     (["stress", "--collective", "all_reduce"], "give a plan file, or --collective and --topology"),
     (["stress", "{plan}", "--modes", "fast"], "--modes: 'fast' should be eager or graph"),
+    (["stress", "{plan}", "--one-gpu"], "--one-gpu: needs --backend cuda"),
     (["bench", "--collective", "all_reduce", "-t", "h200x4", "--modes", "slow"], "--modes"),
     (["run", "{plan}", "--backend", "cuda", "--ce-threshold", "lots"], "--ce-threshold"),
     (["run", "missing.json"], "missing.json: cannot read"),

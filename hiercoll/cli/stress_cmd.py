@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--reference", default="auto", choices=["auto", "numpy", "library"],
                    help=f"auto: numpy up to {AUTO_NUMPY_LIMIT >> 20} MiB, the library above")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--one-gpu", action="store_true",
+                   help="cuda: run every rank in this one process on its one GPU (no torchrun): "
+                   "checks kernels, signals and graph replay; says nothing about NVLink speed")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="--one-gpu: stop a case after this long (the report says how many "
+                   "iterations ran)")
     p.add_argument("--out", default=None, help="write all reports to this JSON file (rank 0)")
     add_cuda_args(p)
     add_json_flag(p)
@@ -59,34 +65,46 @@ def run(args: argparse.Namespace) -> int:
     sizes = _sizes(args)
     cases: list[Case] = cases_from_args(args, sizes)
     backend_options(args)
+    if args.one_gpu:
+        if args.backend != "cuda":
+            raise HiercollError("--one-gpu: needs --backend cuda")
+        reports = [r for case in cases for r in _one_gpu_case(case, modes, args)]
+        return _summarise(args, reports)
     from hiercoll.executor.launch import init_from_env, shutdown
     launch = init_from_env(device_type(args.backend))
-    reports: list[dict[str, Any]] = []
+    reports = []
     try:
         for case in cases:
             for r in _stress_case(case, modes, launch, args):
                 reports.append(r)
                 if launch.rank == 0 and not args.json:
-                    mode = r["mode"]
-                    print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['algorithm']:>10} {r['collective']} "
-                          f"{r['nbytes']:>11} B {mode:5} iters {r['iterations']:5} "
-                          f"max|err| {r['max_abs_error']:.3g} (bound {r['bound']:.3g})"
-                          + ("" if r["ok"] else f" first bad iteration {r['first_bad_iteration']}"),
-                          flush=True)
+                    _print_case(r)
     finally:
         shutdown()
+    return _summarise(args, reports) if launch.rank == 0 else (
+        0 if all(r["ok"] for r in reports) else 1)
+
+
+def _print_case(r: dict[str, Any]) -> None:
+    print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['algorithm']:>10} {r['collective']} "
+          f"{r['nbytes']:>11} B {r['mode']:5} iters {r['iterations']:5} "
+          f"max|err| {r['max_abs_error']:.3g} (bound {r['bound']:.3g})"
+          + ("" if r["ok"] else f" first bad iteration {r['first_bad_iteration']}"), flush=True)
+
+
+def _summarise(args: argparse.Namespace, reports: list[dict[str, Any]]) -> int:
+    """Rank 0 (or the one process): the JSON file, and the summary table or JSON."""
     ok = all(r["ok"] for r in reports)
-    if launch.rank == 0:
-        if args.out:
-            write_atomic(args.out, json.dumps({"backend": args.backend, "cases": reports},
-                                              indent=1, sort_keys=True) + "\n")
-        if args.json:
-            print_json({"ok": ok, "cases": reports})
-        else:
-            bad = [r for r in reports if not r["ok"]]
-            print_table("stress summary", ["field", "value"],
-                        [["cases", len(reports)], ["failed", len(bad)],
-                         ["worst error", max((r["max_abs_error"] for r in reports), default=0)]])
+    if args.out:
+        write_atomic(args.out, json.dumps({"backend": args.backend, "cases": reports},
+                                          indent=1, sort_keys=True) + "\n")
+    if args.json:
+        print_json({"ok": ok, "cases": reports})
+    else:
+        bad = [r for r in reports if not r["ok"]]
+        print_table("stress summary", ["field", "value"],
+                    [["cases", len(reports)], ["failed", len(bad)],
+                     ["worst error", max((r["max_abs_error"] for r in reports), default=0)]])
     return 0 if ok else 1
 
 
@@ -129,4 +147,25 @@ def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> li
         report = stress(runner, prep, launch.device, args.iters, ref, seed=args.seed, mode=mode,
                         ref_backend=ref_backend, ref_prepared=ref_prep)
         out.append(report.to_json() | {"topology": case.topology_name, "notes": prepared.notes})
+    return out
+
+
+def _one_gpu_case(case, modes: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """Every rank of the case in this process on one GPU (the library row needs real ranks)."""
+    from hiercoll.executor.cuda.lowering import CudaOptions
+    from hiercoll.executor.cuda.one_gpu import OneGpuCluster
+    from hiercoll.executor.cuda.one_gpu_stress import stress_one_gpu
+    from hiercoll.executor.sweep import LIBRARY
+    if case.algorithm == LIBRARY:
+        return []
+    cluster = OneGpuCluster(case.schedule, CudaOptions(**backend_options(args)))
+    out = []
+    for mode in modes:
+        report = stress_one_gpu(cluster, args.iters, mode, seed=args.seed,
+                                max_seconds=args.max_seconds)
+        r = report.to_json() | {"topology": case.topology_name,
+                                "notes": cluster.prepared[0].notes}
+        if not args.json:
+            _print_case(r)
+        out.append(r)
     return out

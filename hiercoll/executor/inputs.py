@@ -86,12 +86,15 @@ def library_bound(spec: CollectiveSpec) -> float:
     return 2.0 * spec.dtype.eps * (w + 1) * w
 
 
-def compare_tensors(got: torch.Tensor, want: torch.Tensor, bound: float) -> Check:
+def compare_tensors(got: torch.Tensor, want: torch.Tensor, bound: float | torch.Tensor) -> Check:
+    """`bound`: one number, or one per element (reported as its largest)."""
     err = (got.double() - want.double()).abs()
+    top = float(bound.max()) if isinstance(bound, torch.Tensor) and bound.numel() else float(
+        bound if not isinstance(bound, torch.Tensor) else 0.0)
     if err.numel() == 0:
-        return Check(0.0, bound, True, None)
+        return Check(0.0, top, True, None)
     nan = torch.isnan(err)
     bad = nan | (err > bound)
     worst = float("inf") if bool(nan.any()) else float(err.max())
     first = int(torch.nonzero(bad)[0, 0]) if bool(bad.any()) else None
-    return Check(worst, bound, first is None, first)
+    return Check(worst, top, first is None, first)

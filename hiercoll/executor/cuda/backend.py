@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -84,83 +85,20 @@ class CudaBackend:
         dtype = torch_dtype(schedule.spec.dtype)
         data = allocate(program.layout.total, dtype, device, group)
         signals = allocate(program.num_slots, torch.int32, device, group)
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        table = encode(program, deltas(data, rank, itemsize), deltas(signals, rank, 4))
-        table_dev = torch.tensor(table.words, dtype=torch.int64, device=device)
-        prepared = CudaPrepared(
-            schedule, rank, world, self.name, list(program.notes), program=program, data=data,
-            signals=signals, table=table, table_dev=table_dev,
-            epoch=torch.zeros(1, dtype=torch.int32, device=device),
-            err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=device),
-            streams={ch: torch.cuda.Stream(device=device) for ch in program.streams},
-            spin_limit=int(math.ceil(self.options.debug_timeout_ms * SPINS_PER_MS)),
-            reduce_op=schedule.spec.reduce_op.value)
-        for items in program.streams.values():
-            for item in items:
-                if isinstance(item, CopyLaunch):
-                    prepared.copies[id(item)] = _Copy(
-                        data.peer_view(item.dst.rank, item.dst.offset, item.count),
-                        data.peer_view(item.src.rank, item.src.offset, item.count))
-        if program.net:
-            prepared.net_stream = torch.cuda.Stream(device=device)
-            for item in program.net:
-                if isinstance(item, SendLaunch):
-                    prepared.net_views[id(item)] = data.tensor[item.src.offset:
-                                                               item.src.offset + item.count]
-                elif isinstance(item, RecvLaunch):
-                    prepared.net_views[id(item)] = data.tensor[item.dst.offset:
-                                                               item.dst.offset + item.count]
-            prepared.notes.append(f"{sum(isinstance(x, SendLaunch) for x in program.net)} "
-                                  "inter-node sends through NCCL send/recv")
-        prepared.notes.append(f"grid {_grid(program)} CTAs; {sum(map(len, program.streams.values()))}"
-                              f" launches on {len(program.streams)} stream(s); "
-                              f"{len(prepared.copies)} copy-engine copies")
-        from hiercoll.kernels.program import warm_up
-        warm_up(table_dev, data.tensor, signals.tensor, prepared.epoch, prepared.err,  # type: ignore[arg-type]
-                prepared.reduce_op)
+        prepared = build_prepared(schedule, program, data, signals, world, self.options, device)
         torch.cuda.synchronize()
         dist.barrier()
         return prepared
 
     def run(self, prepared: Prepared, input: torch.Tensor, output: torch.Tensor) -> RunResult:
-        assert isinstance(prepared, CudaPrepared) and prepared.program is not None
-        spec, rank, p = prepared.schedule.spec, prepared.rank, prepared.program
-        dtype = torch_dtype(spec.dtype)
-        check_tensor("input", input, spec.input_count(rank), dtype, "cuda")
-        check_tensor("output", output, spec.output_count(rank), dtype, "cuda")
-        main = torch.cuda.current_stream()
-        sym_in, sym_out = prepared.input_view, prepared.output_view
-        if input.data_ptr() != sym_in.data_ptr() and input.numel():
-            sym_in.copy_(input)
-        if p.copy_in_output and output.data_ptr() != sym_out.data_ptr() and output.numel():
-            sym_out.copy_(output)
-        assert prepared.epoch is not None
-        if p.start_barrier is not None:
-            self._kernel(prepared, p.start_barrier, bump_epoch=True)
-        else:
-            prepared.epoch.add_(1)
-        for ch, items in p.streams.items():
-            stream = prepared.streams[ch]
-            stream.wait_stream(main)
-            with torch.cuda.stream(stream):
-                for item in items:
-                    if isinstance(item, KernelLaunch):
-                        self._kernel(prepared, item)
-                    else:
-                        c = prepared.copies[id(item)]
-                        c.dst.copy_(c.src, non_blocking=True)
-        if prepared.net_stream is not None:
-            self._net(prepared, main)
-        for stream in prepared.streams.values():
-            main.wait_stream(stream)
-        self._kernel(prepared, p.end_barrier)
-        if output.data_ptr() != sym_out.data_ptr() and output.numel():
-            output.copy_(sym_out)
+        assert isinstance(prepared, CudaPrepared)
+        enqueue(prepared, input, output, self._net)
         if prepared.spin_limit and not torch.cuda.is_current_stream_capturing():
-            self._check_timeouts(prepared)
-        return RunResult(self.name, rank, output)
+            check_timeouts(prepared)
+        return RunResult(self.name, prepared.rank, output)
 
-    def _net(self, prepared: CudaPrepared, main: torch.cuda.Stream) -> None:
+    @staticmethod
+    def _net(prepared: CudaPrepared, main: torch.cuda.Stream) -> None:
         """The net stream: wait rows, NCCL sends/receives in the global order, signal rows."""
         assert prepared.program is not None and prepared.net_stream is not None
         net = prepared.net_stream
@@ -168,36 +106,125 @@ class CudaBackend:
         with torch.cuda.stream(net):
             for item in prepared.program.net:
                 if isinstance(item, KernelLaunch):
-                    self._kernel(prepared, item)
+                    _kernel(prepared, item)
                 elif isinstance(item, SendLaunch):
                     dist.isend(prepared.net_views[id(item)], item.peer).wait()
                 elif isinstance(item, RecvLaunch):
                     dist.irecv(prepared.net_views[id(item)], item.peer).wait()
         main.wait_stream(net)
 
-    @staticmethod
-    def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False) -> None:
-        from hiercoll.kernels.program import launch_rows
-        assert prepared.table is not None and prepared.data is not None
-        assert prepared.signals is not None and prepared.table_dev is not None
-        enc = prepared.table.launches[id(launch)]
-        launch_rows(prepared.table_dev, prepared.data.tensor, prepared.signals.tensor,
-                    prepared.epoch, prepared.err, enc.first_row, enc.num_rows,  # type: ignore[arg-type]
-                    enc.grid, enc.aligned, prepared.reduce_op, prepared.spin_limit, bump_epoch)
 
-    @staticmethod
-    def _check_timeouts(prepared: CudaPrepared) -> None:
-        torch.cuda.synchronize()
-        assert prepared.err is not None and prepared.table is not None
-        err = prepared.err.tolist()
-        if err[0]:
-            t = prepared.table
-            row, widx = int(err[1]), int(err[2])
-            producer = _producer_of(t, prepared, row, widx)
-            raise VerificationError(
-                f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for "
-                f"{producer} (slot value {err[3]}, needed {err[4]}; epoch "
-                f"{int(prepared.epoch.item())})")  # type: ignore[union-attr]
+NetHook = Callable[[CudaPrepared, torch.cuda.Stream], None]
+
+
+def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricTensor,
+                   signals: SymmetricTensor, world: int, options: CudaOptions,
+                   device: torch.device) -> CudaPrepared:
+    """Everything after the allocations: the row table on the device, streams, copy-engine views,
+    net views, and the kernels compiled (so no rank sits in the JIT while its peers spin)."""
+    rank = program.rank
+    dtype = torch_dtype(schedule.spec.dtype)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    table = encode(program, deltas(data, rank, itemsize), deltas(signals, rank, 4))
+    table_dev = torch.tensor(table.words, dtype=torch.int64, device=device)
+    prepared = CudaPrepared(
+        schedule, rank, world, BackendName.CUDA, list(program.notes), program=program, data=data,
+        signals=signals, table=table, table_dev=table_dev,
+        epoch=torch.zeros(1, dtype=torch.int32, device=device),
+        err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=device),
+        streams={ch: torch.cuda.Stream(device=device) for ch in program.streams},
+        spin_limit=int(math.ceil(options.debug_timeout_ms * SPINS_PER_MS)),
+        reduce_op=schedule.spec.reduce_op.value)
+    for items in program.streams.values():
+        for item in items:
+            if isinstance(item, CopyLaunch):
+                prepared.copies[id(item)] = _Copy(
+                    data.peer_view(item.dst.rank, item.dst.offset, item.count),
+                    data.peer_view(item.src.rank, item.src.offset, item.count))
+    if program.net:
+        prepared.net_stream = torch.cuda.Stream(device=device)
+        for item in program.net:
+            if isinstance(item, SendLaunch):
+                prepared.net_views[id(item)] = data.tensor[item.src.offset:
+                                                           item.src.offset + item.count]
+            elif isinstance(item, RecvLaunch):
+                prepared.net_views[id(item)] = data.tensor[item.dst.offset:
+                                                           item.dst.offset + item.count]
+        prepared.notes.append(f"{sum(isinstance(x, SendLaunch) for x in program.net)} "
+                              "inter-node sends through NCCL send/recv")
+    prepared.notes.append(f"grid {_grid(program)} CTAs; {sum(map(len, program.streams.values()))}"
+                          f" launches on {len(program.streams)} stream(s); "
+                          f"{len(prepared.copies)} copy-engine copies")
+    from hiercoll.kernels.program import warm_up
+    warm_up(table_dev, data.tensor, signals.tensor, prepared.epoch, prepared.err,  # type: ignore[arg-type]
+            prepared.reduce_op)
+    return prepared
+
+
+def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
+            net: NetHook | None = None) -> None:
+    """Enqueue one call on the current stream (and the rank's channel streams, forked from and
+    joined back into it). Only enqueues: capturable into a CUDA graph."""
+    assert prepared.program is not None and prepared.epoch is not None
+    spec, rank, p = prepared.schedule.spec, prepared.rank, prepared.program
+    dtype = torch_dtype(spec.dtype)
+    check_tensor("input", input, spec.input_count(rank), dtype, "cuda")
+    check_tensor("output", output, spec.output_count(rank), dtype, "cuda")
+    main = torch.cuda.current_stream()
+    sym_in, sym_out = prepared.input_view, prepared.output_view
+    if input.data_ptr() != sym_in.data_ptr() and input.numel():
+        sym_in.copy_(input)
+    if p.copy_in_output and output.data_ptr() != sym_out.data_ptr() and output.numel():
+        sym_out.copy_(output)
+    if p.start_barrier is not None:
+        _kernel(prepared, p.start_barrier, bump_epoch=True)
+    else:
+        prepared.epoch.add_(1)
+    for ch, items in p.streams.items():
+        stream = prepared.streams[ch]
+        stream.wait_stream(main)
+        with torch.cuda.stream(stream):
+            for item in items:
+                if isinstance(item, KernelLaunch):
+                    _kernel(prepared, item)
+                else:
+                    c = prepared.copies[id(item)]
+                    c.dst.copy_(c.src, non_blocking=True)
+    if prepared.net_stream is not None:
+        if net is None:
+            raise HiercollError("cuda backend: this program has inter-node sends (NCCL "
+                                "transport) but runs without a process group")
+        net(prepared, main)
+    for stream in prepared.streams.values():
+        main.wait_stream(stream)
+    _kernel(prepared, p.end_barrier)
+    if output.data_ptr() != sym_out.data_ptr() and output.numel():
+        output.copy_(sym_out)
+
+
+def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False) -> None:
+    from hiercoll.kernels.program import launch_rows
+    assert prepared.table is not None and prepared.data is not None
+    assert prepared.signals is not None and prepared.table_dev is not None
+    enc = prepared.table.launches[id(launch)]
+    launch_rows(prepared.table_dev, prepared.data.tensor, prepared.signals.tensor,
+                prepared.epoch, prepared.err, enc.first_row, enc.num_rows,  # type: ignore[arg-type]
+                enc.grid, enc.aligned, prepared.reduce_op, prepared.spin_limit, bump_epoch)
+
+
+def check_timeouts(prepared: CudaPrepared) -> None:
+    """Raise naming rank, op and producer if a debug-mode wait gave up (synchronises)."""
+    torch.cuda.synchronize()
+    assert prepared.err is not None and prepared.table is not None
+    err = prepared.err.tolist()
+    if err[0]:
+        t = prepared.table
+        row, widx = int(err[1]), int(err[2])
+        producer = _producer_of(t, prepared, row, widx)
+        raise VerificationError(
+            f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for "
+            f"{producer} (slot value {err[3]}, needed {err[4]}; epoch "
+            f"{int(prepared.epoch.item())})")  # type: ignore[union-attr]
 
 
 def _producer_of(table: Table, prepared: CudaPrepared, row: int, widx: int) -> str:

@@ -1,0 +1,118 @@
+"""Every rank of a schedule on one GPU, in one process: the cuda backend's real kernels, signal
+protocol, copy-engine copies and CUDA-graph capture, with no process group.
+
+Why: the kernels and the cross-rank signalling need a GPU to be tested for real (compilation per
+dtype, memory ordering on the device, epochs under graph replay), and one GPU is what is often at
+hand. Rank r's "symmetric allocation" is slab r of one device allocation, so peer addresses are
+plain offsets, as symmetric memory makes them across GPUs; the row table, launches and streams are
+the ones `CudaBackend` builds. Each rank has its own main stream and every rank's work is enqueued
+before anything waits, so the spinning kernels of different ranks run side by side on the SMs.
+Results are what a multi-GPU run computes; timings say nothing about NVLink.
+
+Set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts (the scripts do): with fewer hardware
+queues than streams, a spinning kernel can sit in front of the kernel it waits for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from hiercoll.errors import HiercollError
+from hiercoll.executor.cuda.backend import CudaPrepared, build_prepared, check_timeouts, enqueue
+from hiercoll.executor.cuda.lowering import CudaOptions, InterTransport, lower
+from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.schedule import Schedule
+
+ONE_GPU_CTAS = 4   # CTAs per launch: every rank's kernels must be resident on one GPU at once
+
+
+@dataclass
+class Slab:
+    """Rank `rank`'s part of one allocation holding every rank's data (quacks like
+    `symm.SymmetricTensor`: tensor, base_ptrs, peer_view)."""
+
+    whole: torch.Tensor
+    rank: int
+    stride: int       # elements per rank
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        return self.whole[self.rank * self.stride:(self.rank + 1) * self.stride]
+
+    @property
+    def base_ptrs(self) -> list[int]:
+        size = self.whole.element_size()
+        world = self.whole.numel() // self.stride
+        return [self.whole.data_ptr() + r * self.stride * size for r in range(world)]
+
+    def peer_view(self, rank: int, offset: int, count: int) -> torch.Tensor:
+        start = rank * self.stride + offset
+        return self.whole[start:start + count]
+
+
+def slabs(world: int, numel: int, dtype: torch.dtype, device: torch.device) -> list[Slab]:
+    """One zeroed allocation cut into `world` slabs of `numel` elements (16-byte multiples)."""
+    per = -(-max(numel, 1) * torch.empty((), dtype=dtype).element_size() // 256) * 256
+    stride = per // torch.empty((), dtype=dtype).element_size()
+    whole = torch.zeros(world * stride, dtype=dtype, device=device)
+    return [Slab(whole, r, stride) for r in range(world)]
+
+
+class OneGpuCluster:
+    """All ranks of `schedule` on one GPU. `run` takes every rank's input and output."""
+
+    def __init__(self, schedule: Schedule, options: CudaOptions | None = None,
+                 device: torch.device | None = None) -> None:
+        opts = options or CudaOptions()
+        if opts.inter_transport != InterTransport.PEER:
+            raise HiercollError("one-GPU runs: inter_transport must be 'peer' (NCCL send/recv "
+                                "needs one process per GPU)")
+        if opts.ctas is None:
+            opts = replace(opts, ctas=ONE_GPU_CTAS)
+        self.schedule = schedule
+        self.options = opts
+        self.device = device or torch.device("cuda", torch.cuda.current_device())
+        w = schedule.world_size
+        programs = [lower(schedule, r, opts) for r in range(w)]
+        data = slabs(w, programs[0].layout.total, torch_dtype(schedule.spec.dtype), self.device)
+        sigs = slabs(w, programs[0].num_slots, torch.int32, self.device)
+        self.prepared: list[CudaPrepared] = [
+            build_prepared(schedule, programs[r], data[r], sigs[r], w, opts, self.device)
+            for r in range(w)]
+        self.mains = [torch.cuda.Stream(device=self.device) for _ in range(w)]
+        torch.cuda.synchronize()
+
+    def run(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        """Enqueue one call of every rank, forked from and joined into the current stream."""
+        caller = torch.cuda.current_stream()
+        for prepared, main, inp, out in zip(self.prepared, self.mains, inputs, outputs,
+                                            strict=True):
+            main.wait_stream(caller)
+            with torch.cuda.stream(main):
+                enqueue(prepared, inp, out)
+        for main in self.mains:
+            caller.wait_stream(main)
+
+    def check_timeouts(self) -> None:
+        """Raise, naming rank, op and producer, if a debug-mode wait gave up (synchronises)."""
+        for prepared in self.prepared:
+            check_timeouts(prepared)
+
+    def capture(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
+                calls: int = 1) -> torch.cuda.CUDAGraph:
+        """One CUDA graph with `calls` back-to-back calls of every rank on these tensors (after
+        one eager warm-up call)."""
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.run(inputs, outputs)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                self.run(inputs, outputs)
+        torch.cuda.synchronize()
+        return graph

@@ -1,0 +1,70 @@
+"""The stress loop of one-GPU runs (every rank in this process, `one_gpu.OneGpuCluster`): fresh
+random inputs every iteration, the numpy reference up to `NUMPY_LIMIT` bytes and the device
+reference above it, the worst error and the first bad iteration, eager or graph replay."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from hiercoll.executor.cuda.one_gpu import OneGpuCluster
+from hiercoll.executor.device_reference import COVERED, device_expected
+from hiercoll.executor.inputs import Check, NumpyCase, compare_tensors, device_inputs
+from hiercoll.executor.interface import Mode
+from hiercoll.executor.stress import StressReport
+from hiercoll.executor.torch_dtypes import torch_dtype
+
+NUMPY_LIMIT = 4 << 20   # bytes per rank: numpy reference up to here (its cost grows on one core)
+
+
+def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed: int = 0,
+                   max_seconds: float | None = None, stop_on_error: bool = True) -> StressReport:
+    """Run up to `iters` iterations (fewer if `max_seconds` runs out: the report says how many)."""
+    spec, dev = cluster.schedule.spec, cluster.device
+    w, dt = spec.world_size, torch_dtype(spec.dtype)
+    use_numpy = spec.nbytes <= NUMPY_LIMIT or spec.kind not in COVERED
+    ins = [torch.empty(spec.input_count(r), dtype=dt, device=dev) for r in range(w)]
+    outs = [torch.full((spec.output_count(r),), float("nan"), dtype=dt, device=dev)
+            for r in range(w)]
+    graph = cluster.capture(ins, outs) if Mode(mode) == Mode.GRAPH else None
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    worst, bound = 0.0, 0.0
+    first_bad: int | None = None
+    bad_rank: int | None = None
+    done = 0
+    t0 = time.perf_counter()
+    for it in range(iters):
+        if max_seconds is not None and it and time.perf_counter() - t0 > max_seconds:
+            break
+        case = NumpyCase.draw(spec, seed * 1_000_003 + it) if use_numpy else None
+        for r in range(w):
+            if case is not None:
+                i, o = case.tensors(r, dev)
+                ins[r].copy_(i)
+                outs[r].copy_(o)
+            else:
+                ins[r].copy_(device_inputs(spec, r, dev, gen))
+                outs[r].fill_(float("nan"))
+        expected = None if case is not None else device_expected(spec, ins)
+        if graph is not None:
+            graph.replay()
+        else:
+            cluster.run(ins, outs)
+        if cluster.options.debug_timeout_ms:
+            cluster.check_timeouts()
+        done = it + 1
+        for r in range(w):
+            check: Check = (case.check(r, outs[r]) if case is not None else
+                            compare_tensors(outs[r], expected.outputs[r],  # type: ignore[union-attr]
+                                            expected.bounds[r]))  # type: ignore[union-attr]
+            worst, bound = max(worst, check.max_abs_error), max(bound, check.bound)
+            if not check.ok and first_bad is None:
+                first_bad, bad_rank = it, r
+        if first_bad is not None and stop_on_error:
+            break
+    return StressReport(cluster.schedule.meta.algorithm, spec.kind.value, spec.dtype.value,
+                        spec.nbytes, w, "cuda-one-gpu", mode,
+                        "numpy" if use_numpy else "device", done, worst, bound, first_bad,
+                        bad_rank, time.perf_counter() - t0)

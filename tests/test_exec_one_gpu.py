@@ -1,0 +1,81 @@
+"""One-GPU runs (every rank in one process): the device reference agrees with the numpy one, the
+slab allocation gives the peer deltas symmetric memory would, and, on a GPU, every algorithm
+family runs right through the real kernels, eager and graph replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hiercoll.collectives import CollectiveSpec, Kind, random_inputs, reference, tolerance  # noqa: E402
+from hiercoll.executor.device_reference import device_expected  # noqa: E402
+from hiercoll.executor.inputs import compare_tensors  # noqa: E402
+
+HAS_GPU = torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
+@pytest.mark.parametrize("op", ["sum", "avg", "max"])
+@pytest.mark.parametrize(("world", "count"), [(2, 12), (3, 301), (4, 1000)])
+def test_device_reference_matches_numpy_reference(kind, op, world, count):
+    if kind == "all_to_all":
+        count -= count % world
+    spec = CollectiveSpec(kind=Kind(kind), world_size=world, dtype="fp32", reduce_op=op,
+                          nbytes=count * 4)
+    inputs = random_inputs(spec, np.random.default_rng(count + world))
+    want = reference(spec, inputs)
+    got = device_expected(spec, [torch.from_numpy(np.asarray(x)) for x in inputs])
+    for r in range(world):
+        np.testing.assert_allclose(got.outputs[r].numpy(), want.outputs[r], rtol=1e-12)
+        np.testing.assert_allclose(got.bounds[r].numpy(), tolerance(spec, want, r), rtol=1e-12)
+
+
+def test_device_reference_refuses_what_it_does_not_cover():
+    spec = CollectiveSpec(kind=Kind.BROADCAST, world_size=2, dtype="fp32", nbytes=64)
+    with pytest.raises(ValueError, match="broadcast is not covered"):
+        device_expected(spec, [torch.zeros(16), torch.zeros(0)])
+
+
+def test_compare_with_per_element_bound_names_the_first_bad_element():
+    want = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    got = torch.tensor([1.0, 2.05, 3.2, 4.0])
+    bound = torch.tensor([0.1, 0.1, 0.1, 0.1])
+    check = compare_tensors(got, want, bound)
+    assert not check.ok and check.first_bad_index == 2 and check.bound == pytest.approx(0.1)
+    assert compare_tensors(got, want, bound * 3).ok
+
+
+def test_slabs_give_the_deltas_symmetric_memory_would():
+    from hiercoll.executor.cuda.one_gpu import slabs
+    from hiercoll.executor.cuda.symm import deltas
+    parts = slabs(3, 100, torch.bfloat16, torch.device("cpu"))
+    stride = parts[0].stride
+    assert stride >= 100 and (stride * 2) % 256 == 0
+    assert deltas(parts[1], 1, 2) == [-stride, 0, stride]     # type: ignore[arg-type]
+    parts[2].tensor[5] = 7.0
+    assert float(parts[0].peer_view(2, 5, 1)[0]) == 7.0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("topology", ["h200x4", "bench/gpu/topologies/h200-2node-x2.yaml"])
+def test_every_algorithm_runs_right_on_one_gpu(tmp_path, topology):
+    out = tmp_path / "r.json"
+    env = dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="32", NCCL_NVLS_ENABLE="0",
+               TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    for kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "hiercoll", "stress", "--one-gpu", "--backend", "cuda",
+             "-c", kind, "-t", topology, "--sizes", "8KiB,1000008,16MiB", "--iters", "20",
+             "--modes", "eager,graph", "--debug-timeout-ms", "5000", "--out", str(out)],
+            capture_output=True, text=True, env=env, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        cases = json.loads(out.read_text())["cases"]
+        assert cases and all(c["ok"] and c["iterations"] == 20 for c in cases)
