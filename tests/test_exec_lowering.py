@@ -192,6 +192,16 @@ def test_emulated_lowering_with_chunks_and_channels(kind, algo):
     _check_emulation(s, CudaOptions(ctas=2, ce_threshold_bytes=40), seed=7, calls=2)
 
 
+@pytest.mark.parametrize(("kind", "algo"), PARAM_CASES)
+def test_single_stream_lowering_is_one_stream_and_still_right(kind, algo):
+    """single_stream (what graph capture uses): one stream per rank in a global topological
+    order; the emulator would report a deadlock if that order could block."""
+    s = plan(_topo(2, 2), _spec(kind, 4, 53), algo, {"chunks": 3, "channels": 2}).expand()
+    opts = CudaOptions(ctas=2, ce_threshold_bytes=40, single_stream=True)
+    assert all(list(lower(s, r, opts).streams) == [0] for r in range(4))
+    _check_emulation(s, opts, seed=3, calls=2)
+
+
 NET = CudaOptions(ctas=2, inter_transport="nccl")
 
 

@@ -43,13 +43,17 @@ def add_cuda_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inter-transport", default="peer", choices=["peer", "nccl"],
                    help="cuda: inter-node ops through peer mappings (one NVLink domain) or "
                    "NCCL send/recv between the owners")
+    p.add_argument("--single-stream", action="store_true",
+                   help="cuda: one stream per rank in a global dependency order (no kernel can "
+                   "wait on a sibling branch of its own CUDA graph)")
 
 
 def cuda_options(args: argparse.Namespace) -> dict[str, Any]:
     from hiercoll.units import parse_size
     opts: dict[str, Any] = {"ce_threshold_bytes": parse_size(args.ce_threshold, "--ce-threshold"),
                             "debug_timeout_ms": args.debug_timeout_ms,
-                            "inter_transport": args.inter_transport}
+                            "inter_transport": args.inter_transport,
+                            "single_stream": args.single_stream}
     if args.ctas is not None:
         opts["ctas"] = args.ctas
     return opts

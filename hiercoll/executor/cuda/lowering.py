@@ -51,6 +51,8 @@ class CudaOptions:
     ctas: int | None = None             # CTAs per SM launch; None = from the largest op
     debug_timeout_ms: float = 0.0       # > 0: waits give up and report instead of hanging
     inter_transport: InterTransport = InterTransport.PEER
+    single_stream: bool = False   # every op of a rank on one stream, in a global topological
+    #                               order: no kernel waits on a sibling branch of its own graph
 
     def __post_init__(self) -> None:
         if self.ce_threshold_bytes < 0:
@@ -180,7 +182,8 @@ class _Global:
     grid: int
     engines: dict[OpRef, Engine]
     consumers: dict[OpRef, frozenset[int]]   # ranks that wait on an op's slot
-    channel_prev: dict[OpRef, OpRef]         # the previous op on the same (rank, channel)
+    channel_prev: dict[OpRef, OpRef]         # the previous op on the same (rank, stream)
+    issue: tuple[tuple[tuple[int, Op], ...], ...]   # per rank: (stream key, op) in issue order
 
     def gid(self, ref: OpRef) -> int:
         return self.base[ref[0]] + ref[1]
@@ -241,21 +244,38 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
     grid = _auto_grid(schedule, engines, opts)
     consumers: dict[OpRef, set[int]] = {}
     channel_prev: dict[OpRef, OpRef] = {}
+    issue = _issue_orders(schedule, opts)
     for r in range(w):
         prev: dict[int, Op] = {}
-        for op in schedule.rank_ops(r):
+        for key, op in issue[r]:
             waiter = _waiter(op, engines)
             for d in op.deps:
                 consumers.setdefault(d, set()).add(waiter)
-            p = prev.get(op.channel)
+            p = prev.get(key)
             if p is not None:
                 channel_prev[op.ref] = p.ref
                 both_sm = engines[p.ref] == Engine.SM and engines[op.ref] == Engine.SM
                 if both_sm or Engine.NET in (engines[p.ref], engines[op.ref]):
                     consumers.setdefault(p.ref, set()).add(waiter)
-            prev[op.channel] = op
+            prev[key] = op
     return _Global(tuple(base), n, grid, engines,
-                   {k: frozenset(v) for k, v in consumers.items()}, channel_prev)
+                   {k: frozenset(v) for k, v in consumers.items()}, channel_prev, issue)
+
+
+def _issue_orders(schedule: Schedule,
+                  opts: CudaOptions) -> tuple[tuple[tuple[int, Op], ...], ...]:
+    """Per rank, the (stream key, op) pairs in the order they are enqueued: one stream per
+    channel in program order, or (single_stream) one stream in a global topological order, which
+    cannot deadlock while all ranks run, whatever the GPU does with independent branches."""
+    w = schedule.world_size
+    if not opts.single_stream:
+        return tuple(tuple((op.channel, op) for op in schedule.rank_ops(r)) for r in range(w))
+    from hiercoll.executor.order import levels
+    per_rank: list[list[tuple[int, Op]]] = [[] for _ in range(w)]
+    for level in levels(schedule).levels:
+        for op in level:
+            per_rank[op.rank].append((0, op))
+    return tuple(tuple(x) for x in per_rank)
 
 
 def _waiter(op: Op, engines: dict[OpRef, Engine]) -> int:
@@ -287,30 +307,30 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                                                            _aligned(rows, itemsize)))
         prev_in_launch[ch] = None
 
-    for op in schedule.rank_ops(rank):
+    for key, op in g.issue[rank]:
         waits = _waits(g, op)
         signals = _signals(g, op)
-        streams.setdefault(op.channel, [])
+        streams.setdefault(key, [])
         if g.engines[op.ref] == Engine.NET:     # runs on the net stream (below)
-            prev_in_launch[op.channel] = None
+            prev_in_launch[key] = None
             continue
         if g.engines[op.ref] == Engine.CE:
-            flush(op.channel)
+            flush(key)
             fence = KernelLaunch((Row(f"{op.id}:wait", 0, None, (), False, False, 1.0,
                                       tuple(waits), ()),), 1, True)
-            streams[op.channel].append(fence)
-            streams[op.channel].append(CopyLaunch(op.id, layout.addr(op.dst),
+            streams[key].append(fence)
+            streams[key].append(CopyLaunch(op.id, layout.addr(op.dst),
                                                   layout.addr(op.srcs[0]), op.dst.count))
-            streams[op.channel].append(KernelLaunch((Row(f"{op.id}:signal", 0, None, (), False,
+            streams[key].append(KernelLaunch((Row(f"{op.id}:signal", 0, None, (), False,
                                                          False, 1.0, (), signals),), 1, True))
             continue
-        prev = prev_in_launch.get(op.channel)
+        prev = prev_in_launch.get(key)
         if prev is not None:
             waits.append(Wait(g.gid(prev.ref), g.grid, prev.id))
-        pending.setdefault(op.channel, []).append(Row(
+        pending.setdefault(key, []).append(Row(
             op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
             op.kind == OpKind.REDUCE, op.accumulate, op.scale, tuple(waits), signals))
-        prev_in_launch[op.channel] = op
+        prev_in_launch[key] = op
     for ch in list(pending):
         flush(ch)
     notes = []

@@ -100,19 +100,36 @@ class OneGpuCluster:
         for prepared in self.prepared:
             check_timeouts(prepared)
 
-    def capture(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
-                calls: int = 1) -> torch.cuda.CUDAGraph:
-        """One CUDA graph with `calls` back-to-back calls of every rank on these tensors (after
-        one eager warm-up call)."""
+    def capture(self, inputs: list[torch.Tensor],
+                outputs: list[torch.Tensor]) -> OneGpuGraphs:
+        """One CUDA graph per rank (as each process of a multi-GPU run captures its own), after
+        one eager warm-up call; `replay` launches them side by side."""
         side = torch.cuda.Stream(device=self.device)
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             self.run(inputs, outputs)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                self.run(inputs, outputs)
+        graphs = []
+        for prepared, inp, out in zip(self.prepared, inputs, outputs, strict=True):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                enqueue(prepared, inp, out)
+            graphs.append(graph)
         torch.cuda.synchronize()
-        return graph
+        return OneGpuGraphs(graphs, self.mains)
+
+
+@dataclass
+class OneGpuGraphs:
+    graphs: list[torch.cuda.CUDAGraph]
+    mains: list[torch.cuda.Stream]
+
+    def replay(self) -> None:
+        caller = torch.cuda.current_stream()
+        for graph, main in zip(self.graphs, self.mains, strict=True):
+            main.wait_stream(caller)
+            with torch.cuda.stream(main):
+                graph.replay()
+        for main in self.mains:
+            caller.wait_stream(main)
