@@ -13,7 +13,8 @@ import argparse
 from typing import Any
 
 from hiercoll.cli.common import add_json_flag, print_json, print_table
-from hiercoll.cli.run_cmd import BACKENDS, add_cuda_args, backend_options, device_type
+from hiercoll.cli.run_cmd import (BACKENDS, add_cuda_args, backend_options, device_type,
+                                  prepare_for_mode)
 from hiercoll.errors import HiercollError
 from hiercoll.units import format_size, parse_size_range
 
@@ -78,20 +79,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _bench_case(case, modes: list[str], launch, args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """One prepare (one set of symmetric allocations) per case, then every mode on it."""
-    from hiercoll.executor.backends import get_backend
+    """One prepare (one set of symmetric allocations) per case and lowering: graph mode takes
+    the single-stream lowering (`backend_options`)."""
     from hiercoll.executor.bench import iterations_for, make_row, time_run
     from hiercoll.executor.interface import Mode, check_launch
     from hiercoll.executor.sweep import LIBRARY
     check_launch(case.schedule, launch.world_size)
     name = LIBRARY if case.algorithm == LIBRARY else args.backend
-    backend = get_backend(name, **({} if name == LIBRARY else backend_options(args)))
-    prepared = backend.prepare(case.schedule)
     spec = case.schedule.spec
     iters = args.iters or iterations_for(spec.nbytes)
     zero_copy = args.zero_copy and name == "cuda"
-    rows = []
+    rows: list[dict[str, Any]] = []
+    cache: dict[bool, tuple[Any, Any]] = {}
     for mode in modes:
+        backend, prepared = prepare_for_mode(name, case.schedule, args, mode, cache)
         timing = time_run(backend, prepared, launch.device, Mode(mode), iters, zero_copy=zero_copy)
         rows.append(make_row(spec, case.algorithm, str(name), Mode(mode), case.topology_name,
                              timing, zero_copy=zero_copy).to_json())

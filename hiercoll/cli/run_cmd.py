@@ -59,14 +59,34 @@ def cuda_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
-def backend_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Validated before any process group starts, so a typo costs no launch."""
+def backend_options(args: argparse.Namespace, mode: str = "eager") -> dict[str, Any]:
+    """Validated before any process group starts, so a typo costs no launch.
+
+    Graph mode takes the single-stream lowering: capture turns a rank's streams into branches of
+    one graph, and CUDA may run independent branches one after another, so a kernel spinning on a
+    sibling branch never returns (seen on an H200: one-GPU runs of all-reduce plans timed out on
+    their first replay with channel streams, and passed with one stream)."""
     if args.backend != "cuda":
         return {}
     from hiercoll.executor.cuda.lowering import CudaOptions
     opts = cuda_options(args)
+    if mode == "graph":
+        opts["single_stream"] = True
     CudaOptions(**opts)
     return opts
+
+
+def prepare_for_mode(name: str, schedule: Any, args: argparse.Namespace, mode: str,
+                     cache: dict[bool, tuple[Any, Any]]) -> tuple[Any, Any]:
+    """(backend, prepared) for one mode of one case; modes whose lowering is the same share one
+    prepare (one set of symmetric allocations) through the caller's `cache`."""
+    from hiercoll.executor.backends import get_backend
+    opts = {} if name == "nccl" else backend_options(args, mode)
+    key = bool(opts.get("single_stream"))
+    if key not in cache:
+        backend = get_backend(name, **opts)
+        cache[key] = (backend, backend.prepare(schedule))
+    return cache[key]
 
 
 def load_target(args: argparse.Namespace) -> Target:
@@ -105,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.iters < 1:
         raise HiercollError(f"--iters: {args.iters} must be >= 1")
     target = load_target(args)
-    options = backend_options(args)
+    backend_options(args)
     fingerprint = expected_fingerprint(args)
     from hiercoll.executor.backends import get_backend
     from hiercoll.executor.graph_backend import maybe_graph
@@ -116,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     launch = init_from_env(device_type(args.backend))
     try:
         check_launch(target.schedule, launch.world_size, fingerprint)
-        backend = get_backend(args.backend, **options)
+        backend = get_backend(args.backend, **backend_options(args, args.mode))
         prepared = backend.prepare(target.schedule)
         runner, prep = maybe_graph(backend, prepared, args.mode, launch.device)
         report = stress(runner, prep, launch.device, args.iters, RefKind.NUMPY, seed=0,

@@ -16,7 +16,8 @@ from typing import Any
 
 from hiercoll.cli.common import add_json_flag, print_json, print_table
 from hiercoll.files import write_atomic
-from hiercoll.cli.run_cmd import BACKENDS, add_cuda_args, backend_options, device_type
+from hiercoll.cli.run_cmd import (BACKENDS, add_cuda_args, backend_options, device_type,
+                                  prepare_for_mode)
 from hiercoll.errors import HiercollError
 from hiercoll.units import parse_size, parse_size_range
 
@@ -123,7 +124,7 @@ def _sizes(args: argparse.Namespace) -> list[int] | None:
 
 
 def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """One prepare (one set of symmetric allocations) per case, then every mode on it."""
+    """One prepare per case and lowering (graph mode takes the single-stream one), every mode."""
     from hiercoll.executor.backends import get_backend
     from hiercoll.executor.graph_backend import maybe_graph
     from hiercoll.executor.inputs import RefKind
@@ -131,9 +132,8 @@ def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> li
     from hiercoll.executor.stress import stress
     from hiercoll.executor.sweep import LIBRARY
     check_launch(case.schedule, launch.world_size)
-    backend = (get_backend(LIBRARY) if case.algorithm == LIBRARY
-               else get_backend(args.backend, **backend_options(args)))
-    prepared = backend.prepare(case.schedule)
+    name = LIBRARY if case.algorithm == LIBRARY else args.backend
+    cache: dict[bool, tuple[Any, Any]] = {}
     ref = RefKind(args.reference) if args.reference != "auto" else (
         RefKind.NUMPY if case.schedule.spec.nbytes <= AUTO_NUMPY_LIMIT or launch.device.type == "cpu"
         else RefKind.LIBRARY)
@@ -143,6 +143,7 @@ def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> li
         ref_prep = ref_backend.prepare(case.schedule)
     out = []
     for mode in modes:
+        backend, prepared = prepare_for_mode(name, case.schedule, args, mode, cache)
         runner, prep = maybe_graph(backend, prepared, mode, launch.device)
         report = stress(runner, prep, launch.device, args.iters, ref, seed=args.seed, mode=mode,
                         ref_backend=ref_backend, ref_prepared=ref_prep)
@@ -158,9 +159,13 @@ def _one_gpu_case(case, modes: list[str], args: argparse.Namespace) -> list[dict
     from hiercoll.executor.sweep import LIBRARY
     if case.algorithm == LIBRARY:
         return []
-    cluster = OneGpuCluster(case.schedule, CudaOptions(**backend_options(args)))
     out = []
+    clusters: dict[bool, OneGpuCluster] = {}
     for mode in modes:
+        opts = CudaOptions(**backend_options(args, mode))
+        if opts.single_stream not in clusters:
+            clusters[opts.single_stream] = OneGpuCluster(case.schedule, opts)
+        cluster = clusters[opts.single_stream]
         report = stress_one_gpu(cluster, args.iters, mode, seed=args.seed,
                                 max_seconds=args.max_seconds)
         r = report.to_json() | {"topology": case.topology_name,

@@ -1,6 +1,7 @@
 """The stress loop of one-GPU runs (every rank in this process, `one_gpu.OneGpuCluster`): fresh
-random inputs every iteration, the numpy reference up to `NUMPY_LIMIT` bytes and the device
-reference above it, the worst error and the first bad iteration, eager or graph replay."""
+random inputs every iteration, the device reference for the four flat collectives (numpy would
+cost more than the run) and the numpy reference for the rest, the worst error and the first bad
+iteration, eager or graph replay."""
 
 from __future__ import annotations
 
@@ -15,15 +16,12 @@ from hiercoll.executor.interface import Mode
 from hiercoll.executor.stress import StressReport
 from hiercoll.executor.torch_dtypes import torch_dtype
 
-NUMPY_LIMIT = 4 << 20   # bytes per rank: numpy reference up to here (its cost grows on one core)
-
-
 def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed: int = 0,
                    max_seconds: float | None = None, stop_on_error: bool = True) -> StressReport:
     """Run up to `iters` iterations (fewer if `max_seconds` runs out: the report says how many)."""
     spec, dev = cluster.schedule.spec, cluster.device
     w, dt = spec.world_size, torch_dtype(spec.dtype)
-    use_numpy = spec.nbytes <= NUMPY_LIMIT or spec.kind not in COVERED
+    use_numpy = spec.kind not in COVERED
     ins = [torch.empty(spec.input_count(r), dtype=dt, device=dev) for r in range(w)]
     outs = [torch.full((spec.output_count(r),), float("nan"), dtype=dt, device=dev)
             for r in range(w)]
