@@ -69,7 +69,11 @@ def run(args: argparse.Namespace) -> int:
     if args.one_gpu:
         if args.backend != "cuda":
             raise HiercollError("--one-gpu: needs --backend cuda")
-        reports = [r for case in cases for r in _one_gpu_case(case, modes, args)]
+        reports = []
+        for case in cases:     # the file is rewritten after every case: a killed sweep keeps it
+            reports += _one_gpu_case(case, modes, args)
+            if args.out:
+                _write_reports(args, reports)
         return _summarise(args, reports)
     from hiercoll.executor.launch import init_from_env, shutdown
     launch = init_from_env(device_type(args.backend))
@@ -97,8 +101,7 @@ def _summarise(args: argparse.Namespace, reports: list[dict[str, Any]]) -> int:
     """Rank 0 (or the one process): the JSON file, and the summary table or JSON."""
     ok = all(r["ok"] for r in reports)
     if args.out:
-        write_atomic(args.out, json.dumps({"backend": args.backend, "cases": reports},
-                                          indent=1, sort_keys=True) + "\n")
+        _write_reports(args, reports)
     if args.json:
         print_json({"ok": ok, "cases": reports})
     else:
@@ -107,6 +110,11 @@ def _summarise(args: argparse.Namespace, reports: list[dict[str, Any]]) -> int:
                     [["cases", len(reports)], ["failed", len(bad)],
                      ["worst error", max((r["max_abs_error"] for r in reports), default=0)]])
     return 0 if ok else 1
+
+
+def _write_reports(args: argparse.Namespace, reports: list[dict[str, Any]]) -> None:
+    write_atomic(args.out, json.dumps({"backend": args.backend, "cases": reports}, indent=1,
+                                      sort_keys=True) + "\n")
 
 
 def _sizes(args: argparse.Namespace) -> list[int] | None:
