@@ -249,3 +249,45 @@ def test_levels_put_every_op_after_its_dependencies_and_channel_predecessor():
         assert all(where[p] < where[ref] for p in preds)
     # ring step 0 copies depend on nothing: all of them are in level 0
     assert {op.ref for op in layered.levels[0]} >= {(r, 0) for r in range(4)}
+
+
+@pytest.mark.parametrize(("nodes", "gpus", "kind", "algo"), CASES)
+def test_fused_lowering_is_one_launch_with_both_barriers_and_still_right(nodes, gpus, kind, algo):
+    """single_stream with no copy-engine op: one kernel per call, barriers as its rows."""
+    s = plan(_topo(nodes, gpus), _spec(kind, nodes * gpus), algo).expand()
+    opts = CudaOptions(ctas=3, single_stream=True)
+    for r in range(s.world_size):
+        prog = lower(s, r, opts)
+        (launch,) = prog.streams[0]
+        assert prog.fused and prog.start_barrier is None and not prog.end_barrier.rows
+        assert launch.rows[0].op == "barrier:start:arrive"
+        assert launch.rows[-1].op == "barrier:end:wait"
+        assert all(w.per_epoch == 3 for w in launch.rows[-1].waits)
+    _check_emulation(s, opts, seed=5, calls=3)
+
+
+def test_copy_engine_ops_keep_the_unfused_lowering():
+    s = plan(_topo(1, 2), _spec("all_gather", 2), "direct").expand()
+    prog = lower(s, 0, CudaOptions(ctas=2, single_stream=True, ce_threshold_bytes=8))
+    assert not prog.fused and prog.start_barrier is not None
+
+
+def test_emulator_catches_a_fused_program_without_its_start_barrier(monkeypatch):
+    """The start-barrier rows of the fused launch are load-bearing, as the launch was."""
+    s = plan(_topo(1, 4), _spec("all_gather", 4), "direct").expand()
+    real = emu.lower
+
+    def strip(*args):  # type: ignore[no-untyped-def]
+        prog = real(*args)
+        (launch,) = prog.streams[0]
+        return dataclasses.replace(prog, streams={0: (dataclasses.replace(
+            launch, rows=launch.rows[2:]),)})
+
+    monkeypatch.setattr(emu, "lower", strip)
+    failures = 0
+    for seed in range(12):
+        try:
+            _check_emulation(s, CudaOptions(ctas=2, single_stream=True), seed)
+        except AssertionError:
+            failures += 1
+    assert failures > 0

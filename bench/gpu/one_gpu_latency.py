@@ -39,15 +39,19 @@ def _tensors(spec: CollectiveSpec, dev: torch.device):  # type: ignore[no-untype
     return ins, outs
 
 
-def graph_latency(world: int, algo: str, nbytes: int, calls: int = 50, reps: int = 20) -> float:
-    """Median microseconds per call over `reps` replays of a graph holding `calls` calls."""
+def graph_latency(world: int, algo: str, nbytes: int, fuse: bool, zero_copy: bool,
+                  calls: int = 50, reps: int = 20) -> float:
+    """Median microseconds per call over `reps` x `calls` back-to-back replays of the ranks'
+    graphs (single-stream lowering, as graph mode uses)."""
     topo = load_topology(TOPOS[world])
     spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=world, dtype="bf16", nbytes=nbytes)
-    cluster = OneGpuCluster(plan(topo, spec, algo).expand(), CudaOptions(single_stream=True))
+    cluster = OneGpuCluster(plan(topo, spec, algo).expand(),
+                            CudaOptions(single_stream=True, fuse=fuse))
     ins, outs = _tensors(spec, cluster.device)
+    if zero_copy:     # the caller's tensors are the symmetric buffers: no copy-in/copy-out
+        ins = [p.input_view for p in cluster.prepared]
+        outs = [p.output_view for p in cluster.prepared]
     graphs = cluster.capture(ins, outs)
-    # one graph per rank holding `calls` calls would need per-rank capture loops; replaying the
-    # per-rank graphs `calls` times back to back measures the same steady state
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -87,13 +91,15 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     rows = []
+    variants = {"unfused": (False, False), "fused": (True, False), "fused-zero-copy": (True, True)}
     for world in (2, 4):
         for algo in ("direct", "two_shot", "ring"):
             for nbytes in (8 << 10, 64 << 10, 512 << 10):
-                us = graph_latency(world, algo, nbytes)
-                rows.append({"what": "graph_latency_us", "world": world, "algorithm": algo,
-                             "nbytes": nbytes, "value": round(us, 2)})
-                print(rows[-1], flush=True)
+                for name, (fuse, zero_copy) in variants.items():
+                    us = graph_latency(world, algo, nbytes, fuse, zero_copy)
+                    rows.append({"what": f"graph_us_{name}", "world": world, "algorithm": algo,
+                                 "nbytes": nbytes, "value": round(us, 2)})
+                    print(rows[-1], flush=True)
     for engine in ("sm", "ce"):
         for nbytes in (16 << 20, 256 << 20):
             gbps = copy_bandwidth(nbytes, engine)

@@ -43,6 +43,9 @@ def add_cuda_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inter-transport", default="peer", choices=["peer", "nccl"],
                    help="cuda: inter-node ops through peer mappings (one NVLink domain) or "
                    "NCCL send/recv between the owners")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="cuda: keep barriers as their own launches (single-stream programs "
+                   "without copy-engine ops are otherwise one kernel per call)")
     p.add_argument("--single-stream", action="store_true",
                    help="cuda: one stream per rank in a global dependency order (no kernel can "
                    "wait on a sibling branch of its own CUDA graph)")
@@ -53,7 +56,7 @@ def cuda_options(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {"ce_threshold_bytes": parse_size(args.ce_threshold, "--ce-threshold"),
                             "debug_timeout_ms": args.debug_timeout_ms,
                             "inter_transport": args.inter_transport,
-                            "single_stream": args.single_stream}
+                            "single_stream": args.single_stream, "fuse": not args.no_fuse}
     if args.ctas is not None:
         opts["ctas"] = args.ctas
     return opts

@@ -64,13 +64,16 @@ def _wait(sig_base, slot, need, spin_limit, err_ptr, row, widx, lanes):
 @triton.jit(do_not_specialize=["first_row", "num_rows", "spin_limit"])
 def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_limit,
                     REDUCE: tl.constexpr, ACC: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr,
-                    BLOCK: tl.constexpr, LANES: tl.constexpr, BUMP_EPOCH: tl.constexpr = False):
+                    BLOCK: tl.constexpr, LANES: tl.constexpr, BUMP_EPOCH: tl.constexpr = False,
+                    FUSED: tl.constexpr = False):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     epoch = tl.load(epoch_ptr)
     if BUMP_EPOCH and num_rows > 0:   # the call's first launch (one CTA) starts the new epoch
         epoch = epoch + 1
         tl.store(epoch_ptr, epoch)
+    if FUSED:     # the call's only launch: every CTA works in the next epoch (stored at the end)
+        epoch = epoch + 1
     lanes = tl.arange(0, LANES)
     for r in range(first_row, first_row + num_rows):
         row = table + r * ROW_WORDS
@@ -127,19 +130,28 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
             for k in range(nsig):
                 slot = tl.load(table + sstart2 + k)
                 tl.atomic_add(sig + slot, 1, sem="release", scope="sys")
+    if FUSED and num_rows > 0:
+        # CTA 0 is past the end barrier, which every CTA of this rank reached after reading the
+        # epoch at its start: storing it now cannot change what any CTA of this call uses
+        if pid == 0:
+            tl.store(epoch_ptr, epoch)
 
 
 def launch_rows(table: torch.Tensor, data: torch.Tensor, sig: torch.Tensor, epoch: torch.Tensor,
                 err: torch.Tensor, first_row: int, num_rows: int, grid: int, aligned: bool,
-                reduce_op: str, spin_limit: int = 0, bump_epoch: bool = False) -> None:
+                reduce_op: str, spin_limit: int = 0, bump_epoch: bool = False,
+                fused: bool = False) -> None:
     """Run rows [first_row, first_row+num_rows) of `table` on `grid` CTAs (current stream).
 
     table: int64 (words) on the device; data: this rank's symmetric allocation (1-D, the spec's
     dtype); sig: this rank's int32 signal slots; epoch: int32[1] call counter; err: int64[8].
     bump_epoch: increment the call counter first (only for a one-CTA launch that every later
     launch of the call is stream-ordered after: the start barrier).
+    fused: the call's only launch (its rows start and end with the barriers): every CTA uses the
+    counter + 1, CTA 0 stores it at the end.
     """
     assert not bump_epoch or grid == 1, "only a one-CTA launch may start the epoch"
+    assert not (bump_epoch and fused)
     assert table.dtype == torch.int64 and sig.dtype == torch.int32 and epoch.dtype == torch.int32
     interpret = os.environ.get("TRITON_INTERPRET") == "1"   # CPU tests run the interpreter
     assert (data.is_cuda or interpret) and data.is_contiguous() and data.dim() == 1
@@ -150,7 +162,7 @@ def launch_rows(table: torch.Tensor, data: torch.Tensor, sig: torch.Tensor, epoc
                              ACC=tl.float64 if data.dtype == torch.float64 else tl.float32,
                              ALIGNED=aligned, VEC=vec,
                              BLOCK=BLOCK, LANES=32 * NUM_WARPS, BUMP_EPOCH=bump_epoch,
-                             num_warps=NUM_WARPS)
+                             FUSED=fused, num_warps=NUM_WARPS)
 
 
 def warm_up(table: torch.Tensor, data: torch.Tensor, sig: torch.Tensor, epoch: torch.Tensor,
@@ -159,5 +171,5 @@ def warm_up(table: torch.Tensor, data: torch.Tensor, sig: torch.Tensor, epoch: t
     first real call does not spend seconds in the JIT while its peers spin (and trip debug
     timeouts)."""
     for aligned in (False, True):
-        for bump in (False, True):
-            launch_rows(table, data, sig, epoch, err, 0, 0, 1, aligned, reduce_op, 0, bump)
+        for bump, fused in ((False, False), (True, False), (False, True)):
+            launch_rows(table, data, sig, epoch, err, 0, 0, 1, aligned, reduce_op, 0, bump, fused)

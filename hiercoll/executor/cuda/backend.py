@@ -176,6 +176,12 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
         sym_in.copy_(input)
     if p.copy_in_output and output.data_ptr() != sym_out.data_ptr() and output.numel():
         sym_out.copy_(output)
+    if p.fused:     # one kernel: it starts the epoch and holds both barriers
+        (launch,) = p.streams[0]
+        _kernel(prepared, launch, fused=True)  # type: ignore[arg-type]
+        if output.data_ptr() != sym_out.data_ptr() and output.numel():
+            output.copy_(sym_out)
+        return
     if p.start_barrier is not None:
         _kernel(prepared, p.start_barrier, bump_epoch=True)
     else:
@@ -202,14 +208,16 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
         output.copy_(sym_out)
 
 
-def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False) -> None:
+def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False,
+            fused: bool = False) -> None:
     from hiercoll.kernels.program import launch_rows
     assert prepared.table is not None and prepared.data is not None
     assert prepared.signals is not None and prepared.table_dev is not None
     enc = prepared.table.launches[id(launch)]
     launch_rows(prepared.table_dev, prepared.data.tensor, prepared.signals.tensor,
                 prepared.epoch, prepared.err, enc.first_row, enc.num_rows,  # type: ignore[arg-type]
-                enc.grid, enc.aligned, prepared.reduce_op, prepared.spin_limit, bump_epoch)
+                enc.grid, enc.aligned, prepared.reduce_op, prepared.spin_limit, bump_epoch,
+                fused)
 
 
 def check_timeouts(prepared: CudaPrepared) -> None:

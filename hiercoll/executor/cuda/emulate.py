@@ -67,7 +67,10 @@ class _Emulator:
         acts = ["copy_in", "epoch"]
         if rk.program.start_barrier is not None:
             acts.append("start_barrier")
-        return acts + ["fork", "join", "end_barrier", "copy_out"]
+        acts += ["fork", "join"]
+        if rk.program.end_barrier.rows:          # a fused program's barriers are kernel rows
+            acts.append("end_barrier")
+        return acts + ["copy_out"]
 
     def _main_step(self, r: int, rk: _Rank) -> bool:
         """Advance rank r's main stream by one step if it can; True if it did."""

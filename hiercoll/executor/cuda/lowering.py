@@ -53,6 +53,7 @@ class CudaOptions:
     inter_transport: InterTransport = InterTransport.PEER
     single_stream: bool = False   # every op of a rank on one stream, in a global topological
     #                               order: no kernel waits on a sibling branch of its own graph
+    fuse: bool = True             # single_stream and no copy-engine op: one launch per call
 
     def __post_init__(self) -> None:
         if self.ce_threshold_bytes < 0:
@@ -171,6 +172,8 @@ class RankProgram:
     copy_in_output: bool                      # group_reduce accumulates into the output
     notes: tuple[str, ...] = field(default=())
     net: tuple[Launch, ...] = ()              # the net stream (NET engine), in global order
+    fused: bool = False   # one launch per call: both barriers are rows of streams[0]'s only
+    #                       launch, which also starts the epoch (no start/end barrier launches)
 
 
 @dataclass(frozen=True)
@@ -345,11 +348,39 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                      "through peer mappings; only copies use NCCL send/recv")
     net = _net_stream(schedule, g, layout, rank)
     streams = {ch: v for ch, v in streams.items() if v}
+    if _fusable(g, opts):
+        return _fused(g, w, rank, layout, streams, schedule.spec.accumulates_output, notes)
     return RankProgram(rank, layout, g.num_ops + 2 * w + 1,
                        _barrier(g, w, rank, 0, "start") if w > 1 else None,
                        {ch: tuple(v) for ch, v in sorted(streams.items())},
                        _barrier(g, w, rank, 1, "end"), schedule.spec.accumulates_output,
                        tuple(notes), net)
+
+
+def _fusable(g: _Global, opts: CudaOptions) -> bool:
+    """One launch per call needs one stream and no copy-engine or net ops, on every rank (the
+    barrier slots count CTAs, so all ranks must lower the same way)."""
+    return opts.single_stream and opts.fuse and all(e == Engine.SM for e in g.engines.values())
+
+
+def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,
+           streams: dict[int, list[Launch]], copy_in_output: bool,
+           notes: list[str]) -> RankProgram:
+    """Start barrier rows + every op row + end barrier rows in one launch of `g.grid` CTAs: one
+    kernel per call (the latency floor of small all-reduces is launches, not bytes)."""
+    rows: list[Row] = []
+    for items in streams.values():
+        for item in items:
+            assert isinstance(item, KernelLaunch)
+            rows.extend(item.rows)
+    rows = ([*_barrier(g, w, rank, 0, "start", g.grid).rows] + rows
+            + [*_barrier(g, w, rank, 1, "end", g.grid).rows])
+    aligned = all(isinstance(x, KernelLaunch) and x.aligned
+                  for items in streams.values() for x in items)
+    launch = KernelLaunch(tuple(rows), g.grid, aligned)
+    notes = [*notes, "fused: one kernel per call (barriers are rows of it)"]
+    return RankProgram(rank, layout, g.num_ops + 2 * w + 1, None, {0: (launch,)},
+                       KernelLaunch((), 1, True), copy_in_output, tuple(notes), (), True)
 
 
 def _waits(g: _Global, op: Op) -> list[Wait]:
@@ -388,10 +419,12 @@ def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
     return tuple(out)
 
 
-def _barrier(g: _Global, world: int, rank: int, which: int, name: str) -> KernelLaunch:
+def _barrier(g: _Global, world: int, rank: int, which: int, name: str,
+             ctas: int = 1) -> KernelLaunch:
+    """Every rank's `ctas` CTAs arrive at every rank, then wait for all arrivals."""
     first = g.num_ops + which * world
     arrive = Row(f"barrier:{name}:arrive", 0, None, (), False, False, 1.0, (),
                  tuple(Signal(q, first + rank) for q in range(world)))
     wait = Row(f"barrier:{name}:wait", 0, None, (), False, False, 1.0,
-               tuple(Wait(first + q, 1, f"barrier:{name}@{q}") for q in range(world)), ())
-    return KernelLaunch((arrive, wait), 1, True)
+               tuple(Wait(first + q, ctas, f"barrier:{name}@{q}") for q in range(world)), ())
+    return KernelLaunch((arrive, wait), ctas, True)
