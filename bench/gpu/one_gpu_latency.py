@@ -41,8 +41,8 @@ def _tensors(spec: CollectiveSpec, dev: torch.device):  # type: ignore[no-untype
 
 def graph_latency(world: int, algo: str, nbytes: int, fuse: bool, zero_copy: bool,
                   calls: int = 50, reps: int = 20) -> float:
-    """Median microseconds per call over `reps` x `calls` back-to-back replays of the ranks'
-    graphs (single-stream lowering, as graph mode uses)."""
+    """Median microseconds per call over `reps` replays of the ranks' graphs, each holding
+    `calls` back-to-back calls (single-stream lowering, as graph mode uses)."""
     topo = load_topology(TOPOS[world])
     spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=world, dtype="bf16", nbytes=nbytes)
     cluster = OneGpuCluster(plan(topo, spec, algo).expand(),
@@ -51,13 +51,13 @@ def graph_latency(world: int, algo: str, nbytes: int, fuse: bool, zero_copy: boo
     if zero_copy:     # the caller's tensors are the symmetric buffers: no copy-in/copy-out
         ins = [p.input_view for p in cluster.prepared]
         outs = [p.output_view for p in cluster.prepared]
-    graphs = cluster.capture(ins, outs)
+    graphs = cluster.capture(ins, outs, calls)
+    graphs.replay()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(calls):
-            graphs.replay()
+        graphs.replay()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1000 / calls)
@@ -111,6 +111,10 @@ def main() -> int:
                                         "torch": torch.__version__}
     write_atomic(out / "one_gpu_latency.json", json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = ["# One-GPU cost of the cuda lowering (all ranks in one process, no NVLink)", "",
+             "graph_us_*: microseconds per all-reduce call, every rank's graph holding 50 calls, "
+             "all ranks' graphs sharing one GPU (an upper bound on one rank's cost). copy_GBps: "
+             "a 2-rank all-gather (eager, host-launched) moving its bytes within one GPU's HBM.",
+             "",
              f"`{meta.get('command', '')}` on {meta['device']}, torch {meta['torch']}, "
              f"{meta.get('date', '')}", "", "| what | world | algorithm | bytes | value |",
              "|---|---|---|---|---|"]
