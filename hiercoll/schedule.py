@@ -16,10 +16,11 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from hiercoll.collectives import CollectiveSpec
-from hiercoll.errors import ScheduleError
+from hiercoll.errors import HiercollError, ScheduleError
 
 SCHEMA_VERSION = 1
 INPUT, OUTPUT = "input", "output"
+LIBRARY_ALGORITHM = "nccl"   # the pseudo-algorithm: one library call, no ops
 
 
 class OpKind(StrEnum):
@@ -161,6 +162,18 @@ class Schedule:
     @property
     def is_expanded(self) -> bool:
         return isinstance(self.source, ExpandedOps)
+
+    @property
+    def is_library_call(self) -> bool:
+        """A plan with no ops that executors run as one collective-library call."""
+        return self.meta.algorithm == LIBRARY_ALGORITHM
+
+    def refuse_library_call(self, what: str) -> None:
+        """One clear line instead of simulating or checking a plan that has nothing in it."""
+        if self.is_library_call:
+            raise HiercollError(f"{what}: this plan is one {LIBRARY_ALGORITHM} library call and "
+                                "has no ops to model; its time comes from measurements "
+                                "(autopick --library-table); run it with `hiercoll run`")
 
     def rank_ops(self, rank: int) -> Sequence[Op]:
         return self.source.rank_ops(rank)

@@ -19,6 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", default=None, help="tuning.json to write (merged)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the sim cache")
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--library-table", default="auto",
+                   help="measured NCCL times that compete with the plans: a `hiercoll bench "
+                   "--algorithms nccl` JSON, a library table, 'auto' (the shipped table when this "
+                   "topology is the machine it was measured on) or 'none'")
     add_json_flag(p)
     p.set_defaults(func=_run)
 
@@ -29,14 +33,18 @@ def _run(args: argparse.Namespace) -> int:
     template = make_spec(args, topology, nbytes=sizes[0])
     only = [a.strip() for a in args.algorithms.split(",")] if args.algorithms else None
     t0 = time.perf_counter()
+    library = _library(args.library_table, topology)
     rows = sweep(topology, template, sizes, only, progress=not args.json,
-                 cache_path=None if args.no_cache else default_cache_path(), jobs=args.jobs)
+                 cache_path=None if args.no_cache else default_cache_path(), jobs=args.jobs,
+                 library=library)
     elapsed = time.perf_counter() - t0
     if args.output:
         write_tuning(args.output, rows_to_table(topology, template, rows))
     if args.json:
         print_json({"topology": topology.name, "fingerprint": topology.fingerprint(),
                     "collective": template.kind.value, "dtype": template.dtype.value,
+                    "library_table": None if library is None else {
+                        "source": library.source, "mode": library.mode},
                     "seconds": round(elapsed, 3), "rows": [r.to_json() for r in rows]})
         return 0
     table = []
@@ -46,15 +54,33 @@ def _run(args: argparse.Namespace) -> int:
                 if r.flat_ring_time_us else "-")
         table.append([format_size(r.bytes), f"{r.algorithm} {_short(r.params)}".strip(), f"{r.time_us:.1f}",
                       f"{r.busbw_gbps:.1f}", f"{r.pct_of_bound:.0f}%",
-                      f"{ru['algorithm']} {_short(ru['params'])} +{r.margin_pct:.0f}%" if ru else "-", ring])
+                      f"{ru['algorithm']} {_short(ru['params'])} +{r.margin_pct:.0f}%" if ru else "-", ring]
+                     + ([f"{r.library_time_us:.1f}" if r.library_time_us else "-"] if library else []))
     base = rows[0].baseline_algorithm
     print_table(f"{template.kind.value} on {topology.name} ({topology.world_size} ranks, "
                 f"{template.dtype.value}): {sum(r.simulated for r in rows)} simulated, "
                 f"{sum(r.pruned for r in rows)} pruned by bounds, {elapsed:.1f} s",
-                ["size", "choice", "us", "busbw", "bound", "runner-up", f"{base} us (x)"], table)
+                ["size", "choice", "us", "busbw", "bound", "runner-up", f"{base} us (x)"]
+                + ([f"nccl us ({library.mode}, measured)"] if library else []), table)
+    if library is not None:
+        console.print(f"nccl times: {library.source}")
     if args.output:
         console.print(f"wrote {args.output}")
     return 0
+
+
+def _library(choice: str, topology):  # type: ignore[no-untyped-def]
+    from hiercoll.planner.library import load_library_table, shipped_table
+    if choice == "none":
+        return None
+    if choice == "auto":
+        return shipped_table(topology)
+    table = load_library_table(choice)
+    if table.world_size != topology.world_size:
+        from hiercoll.errors import HiercollError
+        raise HiercollError(f"--library-table: measured on {table.world_size} ranks, topology "
+                            f"{topology.name} has {topology.world_size}")
+    return table
 
 
 def _short(params: dict) -> str:  # type: ignore[type-arg]

@@ -130,7 +130,6 @@ def run(args: argparse.Namespace) -> int:
     target = load_target(args)
     backend_options(args)
     fingerprint = expected_fingerprint(args)
-    from hiercoll.executor.backends import get_backend
     from hiercoll.executor.graph_backend import maybe_graph
     from hiercoll.executor.inputs import RefKind
     from hiercoll.executor.interface import check_launch
@@ -139,8 +138,9 @@ def run(args: argparse.Namespace) -> int:
     launch = init_from_env(device_type(args.backend))
     try:
         check_launch(target.schedule, launch.world_size, fingerprint)
-        backend = get_backend(args.backend, **backend_options(args, args.mode))
-        prepared = backend.prepare(target.schedule)
+        backend, prepared = prepare_for_mode(
+            "nccl" if target.schedule.is_library_call else args.backend, target.schedule, args,
+            args.mode, {})
         runner, prep = maybe_graph(backend, prepared, args.mode, launch.device)
         report = stress(runner, prep, launch.device, args.iters, RefKind.NUMPY, seed=0,
                         mode=args.mode, check=args.check)
@@ -154,5 +154,5 @@ def run(args: argparse.Namespace) -> int:
             error = f", max abs error {report.max_abs_error:.3g}" if args.check else ""
             print(f"{status}: {report.iterations} call(s) of {report.algorithm} "
                   f"{report.collective} {report.nbytes} B on {report.world_size} ranks "
-                  f"({args.backend}, {args.mode}){error}")
+                  f"({prepared.backend.value}, {args.mode}){error}")
     return 0 if report.ok else 1

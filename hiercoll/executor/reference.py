@@ -168,6 +168,7 @@ def verify(schedule: Schedule, trials: int = 3, seed: int | None = None,
 
     Refuses (HiercollError) a plan whose buffers would not fit in `max_memory`: the static
     check (hiercoll.sim.check) proves large plans symbolically instead."""
+    schedule.refuse_library_call("verify")
     need = memory_needed(schedule)
     if need > max_memory:
         raise HiercollError(f"the reference executor would need {need / 2**30:.1f} GiB for this plan "

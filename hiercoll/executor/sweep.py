@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError
+from hiercoll.planner.library import LIBRARY, LIBRARY_KINDS
 from hiercoll.schedule import Schedule
-
-LIBRARY = "nccl"   # pseudo-algorithm: the library call (rows of every benchmark)
 
 
 @dataclass(frozen=True)
@@ -61,16 +60,8 @@ def cases_from_args(args: argparse.Namespace, sizes: list[int] | None) -> list[C
             "nbytes": _round_to(nbytes, base.kind, base.world_size,
                                 base.model_copy(update=overrides).dtype.itemsize)})
         spec = CollectiveSpec.model_validate(spec.model_dump())
-        names = algos or applicable(topo, spec) + [LIBRARY]
+        names = algos or applicable(topo, spec) + ([LIBRARY] if spec.kind in LIBRARY_KINDS else [])
         for name in names:
-            if name == LIBRARY:
-                from hiercoll.schedule import ExpandedOps, ScheduleMeta
-                meta = ScheduleMeta(LIBRARY, {}, spec, topo.fingerprint())
-                bufs = tuple({"input": spec.input_count(r), "output": spec.output_count(r)}
-                             for r in range(spec.world_size))
-                cases.append(Case(name, Schedule(meta, ExpandedOps(tuple(() for _ in bufs), bufs)),
-                                  topo.name))
-                continue
             cases.append(Case(name, plan(topo, spec, name, params or None), topo.name))
     return cases
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from hiercoll.collectives import GROUPED, CollectiveSpec, Kind
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.planner.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
+from hiercoll.planner.library import LIBRARY, LibraryTable, shipped_table
 from hiercoll.planner.registry import plan
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
@@ -55,6 +56,7 @@ class Row:
     simulated: int
     pruned: int
     all_times: dict[str, float] = field(default_factory=dict)
+    library_time_us: float | None = None     # measured (the table's source says how)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,13 +128,18 @@ def _bound(topology: Topology, schedule: Schedule) -> float:
 
 
 def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
-             only: list[str] | None = None, prune: bool = True) -> Row:
-    cands = candidates(topology, spec, only)
-    if not cands:
+             only: list[str] | None = None, prune: bool = True,
+             library: LibraryTable | None = None) -> Row:
+    """The fastest candidate for `spec`; `library`: measured library times that compete too."""
+    cands = candidates(topology, spec, [a for a in only if a != LIBRARY] if only else None)
+    if only and all(a == LIBRARY for a in only):
+        cands = []
+    lib = _library_scored(topology, spec, library, only)
+    if not cands and lib is None:
         raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
                             + (f" among {only}" if only else ""))
     base = baseline_algorithm(spec)
-    scored: list[Scored] = []
+    scored: list[Scored] = [] if lib is None else [lib]
     pending = []
     for i, cand in enumerate(cands):
         cached = cache.get(SimCache.key(topology, spec, cand))
@@ -155,6 +162,11 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
         else:
             scored.append(_simulate(topology, spec, cand, cache, sched))
             have_base = have_base or cand.algorithm == base
+    if lib is not None:    # the library has no schedule: give it the best plan's bound
+        bounds = [s.lower_bound_us for s in scored if s is not lib]
+        if bounds:
+            scored[scored.index(lib)] = lib = Scored(lib.candidate, lib.time_us, lib.busbw_gbps,
+                                                     min(bounds))
     scored.sort(key=lambda s: (s.time_us, s.candidate.label()))
     best, runner = scored[0], next((s for s in scored[1:]
                                     if s.candidate.algorithm != scored[0].candidate.algorithm), None)
@@ -167,8 +179,17 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                    "algorithm": runner.candidate.algorithm, "params": runner.candidate.params,
                    "time_us": runner.time_us},
                margin_pct=None if runner is None else 100.0 * (runner.time_us / best.time_us - 1),
-               flat_ring_time_us=flat, baseline_algorithm=base, simulated=len(scored),
-               pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored})
+               flat_ring_time_us=flat, baseline_algorithm=base, simulated=len(scored) - (lib is not None),
+               pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored},
+               library_time_us=None if lib is None else lib.time_us)
+
+
+def _library_scored(topology: Topology, spec: CollectiveSpec, library: LibraryTable | None,
+                    only: list[str] | None) -> Scored | None:
+    if library is None or (only and LIBRARY not in only) or not library.applies_to(topology, spec):
+        return None
+    t = library.predict_us(spec.kind, spec.total_bytes)
+    return Scored(Candidate(LIBRARY, {}), t, spec.bandwidths_gbps(t)[1], 0.0)
 
 
 def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
@@ -177,22 +198,25 @@ def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
     return template.model_copy(update={"nbytes": max(unit, nbytes // unit * unit)})
 
 
-def _pick_in_worker(job: tuple[Topology, CollectiveSpec, list[str] | None, dict[str, list[float]]],
-                    ) -> tuple[Row, dict[str, list[float]]]:
+Job = tuple[Topology, CollectiveSpec, list[str] | None, dict[str, list[float]],
+            LibraryTable | None]
+
+
+def _pick_in_worker(job: Job) -> tuple[Row, dict[str, list[float]]]:
     """One size in a worker process: its row, and the simulations it added to the cache."""
-    topology, spec, only, known = job
+    topology, spec, only, known, library = job
     cache = SimCache(None)
     cache.data = dict(known)
-    row = pick_one(topology, spec, cache, only)
+    row = pick_one(topology, spec, cache, only, library=library)
     return row, {k: v for k, v in cache.data.items() if k not in known}
 
 
 def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
           only: list[str] | None = None, progress: bool = True, cache_path: Path | None = None,
-          jobs: int | None = None) -> list[Row]:
+          jobs: int | None = None, library: LibraryTable | None = None) -> list[Row]:
     """One Row per size (a single row for group kinds, whose sizes come from the splits).
     Sizes are independent searches, so `jobs` worker processes take one size each (default:
-    every core)."""
+    every core). `library`: measured library times that compete with the plans."""
     cache = SimCache(cache_path)
     specs = [template] if template.kind in GROUPED else [spec_for_size(template, s) for s in sizes]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
@@ -200,12 +224,12 @@ def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
     with _progress(progress, f"auto-picking {template.kind.value}", len(specs)) as advance:
         if jobs == 1:
             for i, s in enumerate(specs):
-                rows[i] = pick_one(topology, s, cache, only)
+                rows[i] = pick_one(topology, s, cache, only, library=library)
                 advance()
         else:
             from concurrent.futures import ProcessPoolExecutor, as_completed
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_pick_in_worker, (topology, s, only, cache.data)): i
+                futures = {pool.submit(_pick_in_worker, (topology, s, only, cache.data, library)): i
                            for i, s in enumerate(specs)}
                 for fut in as_completed(futures):
                     row, added = fut.result()
@@ -292,7 +316,8 @@ class Pick:
 
 
 def choose(topology: Topology, spec: CollectiveSpec, tuning_path: str | None = None) -> Pick:
-    """The tuning file's choice for this size when it has one, else a search for this size."""
+    """The tuning file's choice for this size when it has one, else a search for this size
+    (with the library's measured times when a shipped table describes this topology)."""
     if tuning_path is not None:
         for table in read_tuning(tuning_path).tables:
             if (table.topology_fingerprint == topology.fingerprint() and table.collective == spec.kind
@@ -301,6 +326,6 @@ def choose(topology: Topology, spec: CollectiveSpec, tuning_path: str | None = N
                     if e.min_bytes <= spec.total_bytes <= e.max_bytes:
                         return Pick(e.algorithm, e.params, f"tuning file {tuning_path}")
     cache = SimCache(default_cache_path())
-    row = pick_one(topology, spec, cache)
+    row = pick_one(topology, spec, cache, library=shipped_table(topology))
     cache.save()
     return Pick(row.algorithm, row.params, "searched (simulated)")

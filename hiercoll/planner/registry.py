@@ -36,7 +36,7 @@ def algorithms() -> dict[str, Algorithm]:
 def get_algorithm(name: str) -> Algorithm:
     if name not in _REGISTRY:
         raise HiercollError(f"--algorithm: unknown {name!r}; choose one of "
-                            f"{', '.join(sorted(_REGISTRY))} or auto")
+                            f"{', '.join(sorted(_REGISTRY))}, nccl (one library call) or auto")
     return _REGISTRY[name]
 
 
@@ -57,7 +57,11 @@ def applicable(topology: Topology, spec: CollectiveSpec) -> list[str]:
 
 def plan(topology: Topology, spec: CollectiveSpec, algorithm: str,
          params: dict[str, Any] | BaseParams | None = None) -> Schedule:
-    """A lazy schedule: each rank's ops are built when first asked for (`.expand()` for all)."""
+    """A lazy schedule: each rank's ops are built when first asked for (`.expand()` for all).
+    `nccl` is the library pseudo-algorithm: no ops, the executor makes one library call."""
+    from hiercoll.planner.library import LIBRARY, library_schedule
+    if algorithm == LIBRARY:
+        return library_schedule(topology, spec)
     algo = get_algorithm(algorithm)
     p = parse_params(algo, params)
     if spec.world_size != topology.world_size:

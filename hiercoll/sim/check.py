@@ -35,6 +35,7 @@ class CheckReport:
 
 
 def check(schedule: Schedule) -> CheckReport:
+    schedule.refuse_library_call("check")
     problems: list[str] = []
     notes: list[str] = []
     try:

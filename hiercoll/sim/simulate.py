@@ -43,6 +43,7 @@ def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
 
 
 def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool) -> SimResult:
+    schedule.refuse_library_call("simulate")
     if schedule.meta.topology_fingerprint != topology.fingerprint():
         raise HiercollError("simulate: the schedule was planned for another topology "
                             f"({schedule.meta.topology_fingerprint} != {topology.fingerprint()})")

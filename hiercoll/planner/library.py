@@ -1,0 +1,121 @@
+"""The collective library (NCCL) as a pseudo-algorithm: a plan with no ops that executors run as
+one library call, and measured library times the auto-picker compares its simulations with, so
+it falls back to the library where the library wins.
+
+Why measured, not modelled: NCCL picks its own algorithm, protocol and channel count per size and
+changes them between versions; a table from `hiercoll bench --algorithms nccl` on the machine is
+the number a user trusts. The comparison mixes a measurement with a simulation, and the table
+says how it was measured (eager mode includes host launch cost, graph mode does not), so every
+auto-pick row that involves the library names the table it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.errors import HiercollError, format_validation_error
+from hiercoll.schedule import LIBRARY_ALGORITHM, ExpandedOps, Schedule, ScheduleMeta
+from hiercoll.topology import Topology
+
+LIBRARY = LIBRARY_ALGORITHM
+LIBRARY_KINDS = (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_TO_ALL,
+                 Kind.BROADCAST, Kind.REDUCE)
+SHIPPED = ("nccl_h200x4.json",)
+
+
+def library_schedule(topology: Topology, spec: CollectiveSpec) -> Schedule:
+    """The plan of one library call: buffers, no ops (the executor calls the library)."""
+    if spec.kind not in LIBRARY_KINDS:
+        raise HiercollError(f"--algorithm {LIBRARY}: {spec.kind.value} has no single library "
+                            f"call; choose a planned algorithm")
+    if spec.world_size != topology.world_size:
+        raise HiercollError(f"world size: the spec has {spec.world_size} ranks, topology "
+                            f"{topology.name} has {topology.world_size}")
+    meta = ScheduleMeta(LIBRARY, {}, spec, topology.fingerprint())
+    bufs = tuple({"input": spec.input_count(r), "output": spec.output_count(r)}
+                 for r in range(spec.world_size))
+    return Schedule(meta, ExpandedOps(tuple(() for _ in bufs), bufs))
+
+
+class LibraryTable(BaseModel):
+    """p50 times of the library per collective and total bytes (nccl-tests' size), on one
+    machine. `topology_fingerprint` None: any topology with this world size."""
+
+    model_config = ConfigDict(extra="forbid")
+    library: str = LIBRARY
+    source: str = Field(description="how it was measured: command, machine, versions, date")
+    mode: str = Field(pattern="^(eager|graph)$")
+    world_size: int = Field(ge=1)
+    topology: str
+    topology_fingerprint: str | None = None
+    times_us: dict[Kind, list[tuple[int, float]]]
+
+    def applies_to(self, topology: Topology, spec: CollectiveSpec) -> bool:
+        return (spec.world_size == self.world_size and bool(self.times_us.get(spec.kind))
+                and self.topology_fingerprint in (None, topology.fingerprint()))
+
+    def predict_us(self, kind: Kind, nbytes: int) -> float:
+        """Log-log interpolation between measured sizes; below the smallest, its time (the
+        latency floor); above the largest, time grows with bytes at the last bandwidth."""
+        pts = sorted(self.times_us[kind])
+        if nbytes <= pts[0][0]:
+            return pts[0][1]
+        if nbytes >= pts[-1][0]:
+            return pts[-1][1] * nbytes / pts[-1][0]
+        for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
+            if b0 <= nbytes <= b1:
+                f = math.log(nbytes / b0) / math.log(b1 / b0)
+                return math.exp(math.log(t0) + f * math.log(t1 / t0))
+        raise AssertionError("unreachable")
+
+
+def shipped_table(topology: Topology) -> LibraryTable | None:
+    """The table measured on the machine a preset describes, if this topology is that preset."""
+    for name in SHIPPED:
+        text = resources.files("hiercoll.data").joinpath(name).read_text()
+        table = LibraryTable.model_validate_json(text)
+        if table.topology_fingerprint == topology.fingerprint():
+            return table
+    return None
+
+
+def load_library_table(path: str | Path) -> LibraryTable:
+    """A LibraryTable JSON, or the JSON `hiercoll bench --out` writes (its nccl rows)."""
+    p = Path(path)
+    try:
+        data: Any = json.loads(p.read_text())
+    except (OSError, ValueError) as err:
+        raise HiercollError(f"--library-table: cannot read {p}: {err}") from None
+    if isinstance(data, dict) and "rows" in data and "times_us" not in data:
+        return _from_bench(data, p)
+    try:
+        return LibraryTable.model_validate(data)
+    except ValidationError as err:
+        raise HiercollError(format_validation_error(err, str(p))) from None
+
+
+def _from_bench(data: dict[str, Any], path: Path) -> LibraryTable:
+    rows = [r for r in data["rows"] if r.get("algorithm") == LIBRARY]
+    if not rows:
+        raise HiercollError(f"--library-table: {path} has no '{LIBRARY}' rows; run hiercoll bench "
+                            f"with --algorithms {LIBRARY}")
+    mode = "graph" if any(r.get("mode") == "graph" for r in rows) else "eager"
+    times: dict[Kind, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r.get("mode") == mode:
+            times.setdefault(Kind(r["collective"]), []).append((int(r["nbytes"]),
+                                                                float(r["p50_us"])))
+    prov = data.get("provenance", {})
+    return LibraryTable(source=f"{path}: {prov.get('command', 'hiercoll bench')} on "
+                               f"{prov.get('device', '?')}, NCCL {prov.get('nccl', '?')}, "
+                               f"{prov.get('date_utc', 'undated')}",
+                        mode=mode, world_size=int(rows[0]["world_size"]),
+                        topology=str(rows[0].get("topology", "?")), topology_fingerprint=None,
+                        times_us={k: sorted(v) for k, v in times.items()})

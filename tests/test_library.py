@@ -1,0 +1,133 @@
+"""The collective library as a pseudo-algorithm: its plan (no ops, refused by the simulator and
+checkers with one line, run through the library backend), measured-time tables (interpolation,
+loading from `hiercoll bench` output, field errors) and the auto-picker falling back to it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import hiercoll as hc
+from hiercoll.cli.main import main
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.errors import HiercollError
+from hiercoll.planner.autopick import SimCache, pick_one
+from hiercoll.planner.library import LibraryTable, load_library_table, shipped_table
+from hiercoll.topology import load_topology
+from tests.helpers import small_topology
+
+
+def _table(world: int, times: list[tuple[int, float]], kind: Kind = Kind.ALL_REDUCE) -> LibraryTable:
+    return LibraryTable(source="test", mode="graph", world_size=world, topology="t",
+                        times_us={kind: times})
+
+
+def test_prediction_interpolates_and_extrapolates_by_regime():
+    t = _table(4, [(1 << 10, 10.0), (1 << 20, 40.0), (1 << 30, 4000.0)])
+    assert t.predict_us(Kind.ALL_REDUCE, 1 << 20) == pytest.approx(40.0)
+    assert t.predict_us(Kind.ALL_REDUCE, 16) == 10.0                  # latency floor
+    assert t.predict_us(Kind.ALL_REDUCE, 1 << 31) == pytest.approx(8000.0)   # bandwidth
+    mid = t.predict_us(Kind.ALL_REDUCE, 1 << 15)
+    assert 10.0 < mid < 40.0 and mid == pytest.approx(20.0)          # log-log midpoint
+
+
+def test_shipped_table_applies_to_the_machine_it_was_measured_on_only():
+    h200 = load_topology("h200x4")
+    table = shipped_table(h200)
+    assert table is not None and table.mode == "eager" and "NCCL 2.28" in table.source
+    spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=4, nbytes=1 << 30)
+    assert table.applies_to(h200, spec)
+    assert table.predict_us(Kind.ALL_REDUCE, 1 << 30) == pytest.approx(4700.8)
+    assert shipped_table(small_topology(1, 4)) is None
+
+
+def test_autopick_falls_back_to_the_library_where_it_is_faster():
+    topo = small_topology(1, 4)
+    spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=4, nbytes=1 << 20)
+    planned = pick_one(topo, spec, SimCache(None))
+    fast = _table(4, [(1 << 10, planned.time_us / 8), (1 << 30, planned.time_us / 2)])
+    row = pick_one(topo, spec, SimCache(None), library=fast)
+    assert row.algorithm == "nccl" and row.params == {}
+    assert row.library_time_us == pytest.approx(fast.predict_us(Kind.ALL_REDUCE, 1 << 20))
+    assert row.runner_up is not None and row.runner_up["algorithm"] != "nccl"
+    slow = _table(4, [(1 << 10, planned.time_us * 10), (1 << 30, planned.time_us * 1e4)])
+    row = pick_one(topo, spec, SimCache(None), library=slow)
+    assert row.algorithm == planned.algorithm and "nccl()" in row.all_times
+    assert pick_one(topo, spec, SimCache(None), only=["ring"], library=fast).algorithm == "ring"
+    assert pick_one(topo, spec, SimCache(None), only=["nccl"], library=slow).algorithm == "nccl"
+
+
+def test_library_plans_are_refused_by_simulator_and_checks(tmp_path, capsys):
+    out = tmp_path / "nccl.json"
+    assert main(["plan", "-t", "h200x4", "-c", "all_reduce", "-b", "1MiB", "-a", "nccl",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    for cmd in ("simulate", "verify"):
+        assert main([cmd, str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "one nccl library call" in err and err.count("\n") == 1
+    topo = load_topology("h200x4")
+    with pytest.raises(HiercollError, match="has no single library call"):
+        hc.plan(topo, CollectiveSpec(kind=Kind.GROUP_CAST, world_size=4, nbytes=0,
+                                     splits=_one_split(4)), "nccl")
+
+
+def _one_split(world):  # type: ignore[no-untyped-def]
+    from tests.helpers import random_group_cast
+    return random_group_cast(world, seed=1)
+
+
+def test_tables_load_from_bench_output_and_bad_files_say_which_field(tmp_path):
+    bench = {"provenance": {"command": "hiercoll bench", "device": "H200", "nccl": "2.28",
+                            "date_utc": "2026-11-23"},
+             "rows": [{"collective": "all_gather", "algorithm": a, "mode": m, "world_size": 2,
+                       "topology": "h200x2", "nbytes": b, "p50_us": b / 1e5}
+                      for a in ("nccl", "ring") for m in ("eager", "graph")
+                      for b in (1 << 20, 1 << 24)]}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(bench))
+    table = load_library_table(path)
+    assert table.mode == "graph" and table.world_size == 2
+    assert table.times_us[Kind.ALL_GATHER] == [(1 << 20, (1 << 20) / 1e5), (1 << 24, (1 << 24) / 1e5)]
+    bench["rows"] = [r for r in bench["rows"] if r["algorithm"] == "ring"]
+    path.write_text(json.dumps(bench))
+    with pytest.raises(HiercollError, match="has no 'nccl' rows"):
+        load_library_table(path)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"source": "x", "mode": "fast", "world_size": 2, "topology": "t",
+                               "times_us": {}}))
+    with pytest.raises(HiercollError, match="mode"):
+        load_library_table(bad)
+
+
+def test_autopick_cli_shows_the_measured_column_and_its_source(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hiercoll", "autopick", "-t", "h200x4", "-c",
+                           "all_gather", "--sizes", "1MiB,1GiB", "--no-cache", "--json", "-j", "1"],
+                          capture_output=True, text=True, check=True)
+    report = json.loads(proc.stdout)
+    assert report["library_table"]["mode"] == "eager"
+    assert all(r["library_time_us"] > 0 for r in report["rows"])
+    none = subprocess.run([sys.executable, "-m", "hiercoll", "autopick", "-t", "h200x4", "-c",
+                           "all_gather", "--sizes", "1MiB", "--no-cache", "--json", "-j", "1",
+                           "--library-table", "none"], capture_output=True, text=True, check=True)
+    assert json.loads(none.stdout)["rows"][0]["library_time_us"] is None
+
+
+def test_a_library_plan_runs_through_the_library_backend_under_torchrun(tmp_path):
+    pytest.importorskip("torch")
+    topo = tmp_path / "t.json"
+    from tests.test_exec_cli import _topo2
+    topo.write_text(_topo2().model_dump_json())
+    plan = tmp_path / "p.json"
+    assert main(["plan", "-t", str(topo), "-c", "reduce_scatter", "-b", "4KiB", "-a", "nccl",
+                 "-o", str(plan)]) == 0
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node=2", "-m", "hiercoll", "run", str(plan), "--backend",
+                           "gloo", "--check", "--iters", "2", "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["ok"] and report["algorithm"] == "nccl" and report["backend"] == "nccl"
