@@ -263,6 +263,11 @@ def test_fused_lowering_is_one_launch_with_both_barriers_and_still_right(nodes, 
         assert launch.rows[0].op == "barrier:start:arrive"
         assert launch.rows[-1].op == "barrier:end:wait"
         assert all(w.per_epoch == 3 for w in launch.rows[-1].waits)
+        ops = [row for row in launch.rows if not row.op.startswith("barrier")]
+        # the barriers ride on the first and last op rows (two rows fewer per call)
+        assert len(launch.rows) == len(ops) + 2
+        assert {w.producer for w in ops[0].waits} >= {f"barrier:start@{q}" for q in range(s.world_size)}
+        assert {(g.rank) for g in ops[-1].signals} >= set(range(s.world_size))
     _check_emulation(s, opts, seed=5, calls=3)
 
 
@@ -280,8 +285,10 @@ def test_emulator_catches_a_fused_program_without_its_start_barrier(monkeypatch)
     def strip(*args):  # type: ignore[no-untyped-def]
         prog = real(*args)
         (launch,) = prog.streams[0]
+        first = dataclasses.replace(launch.rows[1], waits=tuple(
+            w for w in launch.rows[1].waits if not w.producer.startswith("barrier:start")))
         return dataclasses.replace(prog, streams={0: (dataclasses.replace(
-            launch, rows=launch.rows[2:]),)})
+            launch, rows=(first, *launch.rows[2:])),)})
 
     monkeypatch.setattr(emu, "lower", strip)
     failures = 0
