@@ -34,11 +34,22 @@ def plan_file(tmp_path: Path) -> Path:
     return path
 
 
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def _torchrun(*args: str, nproc: int = 2) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            f"--nproc-per-node={nproc}", "-m", "hiercoll", *args],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
+
+
+HAS_CUDA = _has_cuda()
 
 
 def test_import_needs_no_torch():
@@ -55,6 +66,8 @@ def test_import_needs_no_torch():
     (["stress", "--collective", "all_reduce"], "give a plan file, or --collective and --topology"),
     (["stress", "{plan}", "--modes", "fast"], "--modes: 'fast' should be eager or graph"),
     (["stress", "{plan}", "--one-gpu"], "--one-gpu: needs --backend cuda"),
+    pytest.param(["stress", "{plan}", "--one-gpu", "--backend", "cuda"], "--one-gpu: needs a CUDA",
+                 marks=pytest.mark.skipif(HAS_CUDA, reason="a GPU is visible")),
     (["bench", "--collective", "all_reduce", "-t", "h200x4", "--modes", "slow"], "--modes"),
     (["run", "{plan}", "--backend", "cuda", "--ce-threshold", "lots"], "--ce-threshold"),
     (["run", "missing.json"], "missing.json: cannot read"),

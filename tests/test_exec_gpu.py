@@ -15,8 +15,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 NUM_GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                "NVSHMEM_DISABLE_NVLS": "1"}
+from hiercoll.executor.launch import NO_MULTICAST  # noqa: E402
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "topologies"
 
 

@@ -68,8 +68,8 @@ def test_slabs_give_the_deltas_symmetric_memory_would():
 @pytest.mark.parametrize("topology", ["h200x4", "bench/gpu/topologies/h200-2node-x2.yaml"])
 def test_every_algorithm_runs_right_on_one_gpu(tmp_path, topology):
     out = tmp_path / "r.json"
-    env = dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="32", NCCL_NVLS_ENABLE="0",
-               TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    from hiercoll.executor.launch import CUDA_CONNECTIONS, NO_MULTICAST
+    env = dict(os.environ, **NO_MULTICAST, **CUDA_CONNECTIONS)
     for kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
         proc = subprocess.run(
             [sys.executable, "-m", "hiercoll", "stress", "--one-gpu", "--backend", "cuda",

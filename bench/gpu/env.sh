@@ -15,3 +15,10 @@ hc() {  # hc NPROC ARGS...: torchrun the CLI with a hard time limit
   local n=$1; shift
   timeout -k 5 "${HC_TIMEOUT:-240}" torchrun --nproc-per-node "$n" --master-port $((29500 + RANDOM % 1000)) -m hiercoll "$@"
 }
+one_gpu() {  # one_gpu DIR TAG SECONDS ARGS...: one `stress --one-gpu` under a time limit, its JSON
+             # and log in DIR, and a one-line summary (every rank in one process on one GPU)
+  local dir=$1 tag=$2 limit=$3; shift 3
+  CUDA_DEVICE_MAX_CONNECTIONS=32 timeout -k 5 "$limit" python3 -m hiercoll stress --one-gpu \
+    --backend cuda --debug-timeout-ms 5000 --out "$dir/$tag.json" "$@" > "$dir/$tag.log" 2>&1
+  echo "== $tag rc=$? $(grep -c '^ok' "$dir/$tag.log") ok $(grep -c '^FAIL' "$dir/$tag.log") FAIL"
+}

@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
     if args.one_gpu:
         if args.backend != "cuda":
             raise HiercollError("--one-gpu: needs --backend cuda")
+        from hiercoll.executor.launch import set_safe_cuda_env
+        set_safe_cuda_env()     # and enough CUDA queues for every rank's streams
+        _need_one_gpu()
         reports = []
         for case in cases:     # the file is rewritten after every case: a killed sweep keeps it
             reports += _one_gpu_case(case, modes, args)
@@ -157,6 +160,18 @@ def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> li
                         ref_backend=ref_backend, ref_prepared=ref_prep)
         out.append(report.to_json() | {"topology": case.topology_name, "notes": prepared.notes})
     return out
+
+
+def _need_one_gpu() -> None:
+    import importlib.util
+
+    import torch
+    if not torch.cuda.is_available():
+        raise HiercollError("--one-gpu: needs a CUDA GPU and none is visible; on CPU use "
+                            "torchrun ... stress --backend gloo")
+    if importlib.util.find_spec("triton") is None:
+        raise HiercollError("--one-gpu: the cuda backend's kernels need triton; pip install "
+                            "triton (it comes with CUDA builds of torch)")
 
 
 def _one_gpu_case(case, modes: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]

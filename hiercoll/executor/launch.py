@@ -25,9 +25,16 @@ class Launch:
     pg_backend: str      # "nccl" or "gloo"
 
 
-def disable_multicast() -> None:
-    """Called by the commands (never at import): set the NVLS-off variables if unset."""
-    for k, v in NO_MULTICAST.items():
+# Enough hardware queues for every stream a rank (or, --one-gpu, every rank) uses: with fewer,
+# two streams share a queue and a kernel spinning on a peer can sit in front of the kernel it
+# waits for. Read when the CUDA context is created, so it is set before torch touches CUDA.
+CUDA_CONNECTIONS = {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+
+
+def set_safe_cuda_env() -> None:
+    """Called by the commands (never at import): set the NVLS-off variables (and the CUDA
+    queue count, see CUDA_CONNECTIONS) if unset."""
+    for k, v in (NO_MULTICAST | CUDA_CONNECTIONS).items():
         os.environ.setdefault(k, v)
 
 
@@ -37,7 +44,7 @@ def init_from_env(device_type: str) -> Launch:
     Without torchrun (no RANK/WORLD_SIZE) it starts a one-rank group, which only fits one-rank
     plans; check_launch then says how to launch.
     """
-    disable_multicast()
+    set_safe_cuda_env()
     import torch
     import torch.distributed as dist
 

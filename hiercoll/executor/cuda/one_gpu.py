@@ -9,8 +9,9 @@ the ones `CudaBackend` builds. Each rank has its own main stream and every rank'
 before anything waits, so the spinning kernels of different ranks run side by side on the SMs.
 Results are what a multi-GPU run computes; timings say nothing about NVLink.
 
-Set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts (the scripts do): with fewer hardware
-queues than streams, a spinning kernel can sit in front of the kernel it waits for.
+CUDA_DEVICE_MAX_CONNECTIONS=32 must be set before CUDA starts (`hiercoll stress --one-gpu` and
+the scripts do): with fewer hardware queues than streams, a spinning kernel can sit in front of
+the kernel it waits for.
 """
 
 from __future__ import annotations
