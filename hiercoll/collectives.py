@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -352,11 +352,13 @@ class Expected:
     num_terms: int
 
 
-def _combine(op: ReduceOp, stack: np.ndarray) -> np.ndarray:
+def combine(op: ReduceOp, stack: Any, xp: Any = np) -> Any:
+    """Reduce a stack of per-rank arrays along axis 0. `xp` is the array module (numpy here; the
+    device reference passes torch, whose amax/amin/sum take the same arguments)."""
     if op == ReduceOp.MAX:
-        return stack.max(axis=0)
+        return xp.amax(stack, axis=0)
     if op == ReduceOp.MIN:
-        return stack.min(axis=0)
+        return xp.amin(stack, axis=0)
     total = stack.sum(axis=0)
     return total / stack.shape[0] if op == ReduceOp.AVG else total
 
@@ -371,7 +373,7 @@ def reference(spec: CollectiveSpec, inputs: list[np.ndarray],
     abs_sums: list[np.ndarray]
     if k in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.REDUCE):
         stack = np.stack(x) if w else np.zeros((0, spec.count))
-        full = _combine(spec.reduce_op, stack)
+        full = combine(spec.reduce_op, stack)
         absum = np.abs(stack).sum(axis=0)
         if k == Kind.ALL_REDUCE:
             outs, abs_sums = [full.copy() for _ in range(w)], [absum] * w

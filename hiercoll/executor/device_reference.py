@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hiercoll.collectives import CollectiveSpec, Kind, ReduceOp
+from hiercoll.collectives import CollectiveSpec, Kind, combine
 
 COVERED = (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_TO_ALL)
 
@@ -24,15 +24,6 @@ class DeviceExpected:
     bounds: list[torch.Tensor]       # float64, per element: |result - exact| must stay below
 
 
-def _combine(op: ReduceOp, stack: torch.Tensor) -> torch.Tensor:
-    if op == ReduceOp.MAX:
-        return stack.amax(dim=0)
-    if op == ReduceOp.MIN:
-        return stack.amin(dim=0)
-    total = stack.sum(dim=0)
-    return total / stack.shape[0] if op == ReduceOp.AVG else total
-
-
 def device_expected(spec: CollectiveSpec, inputs: list[torch.Tensor]) -> DeviceExpected:
     """Every rank's expected output from every rank's input (all on one device)."""
     if spec.kind not in COVERED:
@@ -41,7 +32,7 @@ def device_expected(spec: CollectiveSpec, inputs: list[torch.Tensor]) -> DeviceE
     x = [t.to(torch.float64) for t in inputs]
     if spec.kind in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER):
         stack = torch.stack(x)
-        full, absum, terms = _combine(spec.reduce_op, stack), stack.abs().sum(dim=0), w
+        full, absum, terms = combine(spec.reduce_op, stack, torch), stack.abs().sum(dim=0), w
         if spec.kind == Kind.ALL_REDUCE:
             outs, sums = [full] * w, [absum] * w
         else:
