@@ -131,3 +131,17 @@ def test_a_library_plan_runs_through_the_library_backend_under_torchrun(tmp_path
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["ok"] and report["algorithm"] == "nccl" and report["backend"] == "nccl"
+
+
+def test_a_tuning_file_that_chose_the_library_plans_a_library_call(tmp_path):
+    from hiercoll.planner.autopick import rows_to_table, sweep, write_tuning
+    topo = small_topology(1, 4)
+    spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=4, nbytes=1 << 20)
+    planned = pick_one(topo, spec, SimCache(None))
+    fast = _table(4, [(1 << 10, planned.time_us / 8), (1 << 30, planned.time_us / 2)])
+    rows = sweep(topo, spec, [1 << 20], progress=False, jobs=1, library=fast)
+    assert rows[0].algorithm == "nccl"
+    tuning = tmp_path / "tuning.json"
+    write_tuning(tuning, rows_to_table(topo, spec, rows))
+    sched = hc.plan(topo, spec, "auto", tuning=str(tuning))
+    assert sched.is_library_call and not list(sched.ops())
