@@ -8,8 +8,8 @@ copy-engine peer views. `run` is capturable into a CUDA graph: it only enqueues 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda.lowering import (CopyLaunch, CudaOptions, KernelLaunch, RankProgram,
                                              RecvLaunch, SendLaunch, lower)
-from hiercoll.executor.cuda.symm import SymmetricTensor, allocate, deltas
+from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.executor.cuda.table import ERR_WORDS, Table, encode
 from hiercoll.executor.interface import (BackendName, Prepared, RunResult, check_launch,
                                          check_tensor)
@@ -37,8 +37,8 @@ class _Copy:
 @dataclass
 class CudaPrepared(Prepared):
     program: RankProgram | None = None
-    data: SymmetricTensor | None = None
-    signals: SymmetricTensor | None = None
+    data: SymmetricBuffer | None = None
+    signals: SymmetricBuffer | None = None
     table: Table | None = None
     table_dev: torch.Tensor | None = None
     epoch: torch.Tensor | None = None
@@ -117,8 +117,8 @@ class CudaBackend:
 NetHook = Callable[[CudaPrepared, torch.cuda.Stream], None]
 
 
-def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricTensor,
-                   signals: SymmetricTensor, world: int, options: CudaOptions,
+def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuffer,
+                   signals: SymmetricBuffer, world: int, options: CudaOptions,
                    device: torch.device) -> CudaPrepared:
     """Everything after the allocations: the row table on the device, streams, copy-engine views,
     net views, and the kernels compiled (so no rank sits in the JIT while its peers spin)."""

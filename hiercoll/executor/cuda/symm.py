@@ -7,7 +7,7 @@ pointer must be 0 (NVLS is off on the shared hosts); nothing here calls multimem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -19,6 +19,20 @@ from hiercoll.errors import HiercollError
 # rendezvous pairs different buffers (pytorch #190977: silent corruption). Deliberately a module
 # list, not per-backend state: a sweep drops backends, the memory must not go with them.
 _KEEP_ALIVE: list[Any] = []
+
+
+class SymmetricBuffer(Protocol):
+    """What the lowering needs of a rank's symmetric allocation: its tensor, every rank's base
+    address, and a local view of any rank's elements (SymmetricTensor across GPUs; one_gpu.Slab
+    when every rank lives on one GPU)."""
+
+    @property
+    def tensor(self) -> torch.Tensor: ...
+
+    @property
+    def base_ptrs(self) -> list[int]: ...
+
+    def peer_view(self, rank: int, offset: int, count: int) -> torch.Tensor: ...
 
 
 @dataclass
@@ -49,7 +63,7 @@ def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any) -
     return SymmetricTensor(tensor, handle, [int(p) for p in handle.buffer_ptrs])
 
 
-def deltas(alloc: SymmetricTensor, rank: int, itemsize: int) -> list[int]:
+def deltas(alloc: SymmetricBuffer, rank: int, itemsize: int) -> list[int]:
     """(base of rank r - my base) in elements, for every r."""
     mine = alloc.base_ptrs[rank]
     out = []
