@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
         from hiercoll.executor.launch import set_safe_cuda_env
         set_safe_cuda_env()     # and enough CUDA queues for every rank's streams
         _need_one_gpu()
+        if all(c.schedule.is_library_call for c in cases):
+            raise HiercollError("--one-gpu: a library (nccl) plan needs one process per GPU; "
+                                "run it under torchrun")
         reports = []
         for case in cases:     # the file is rewritten after every case: a killed sweep keeps it
             reports += _one_gpu_case(case, modes, args)

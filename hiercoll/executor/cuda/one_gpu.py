@@ -54,9 +54,10 @@ class Slab:
 
 
 def slabs(world: int, numel: int, dtype: torch.dtype, device: torch.device) -> list[Slab]:
-    """One zeroed allocation cut into `world` slabs of `numel` elements (16-byte multiples)."""
-    per = -(-max(numel, 1) * torch.empty((), dtype=dtype).element_size() // 256) * 256
-    stride = per // torch.empty((), dtype=dtype).element_size()
+    """One zeroed allocation cut into `world` slabs of at least `numel` elements, each starting on
+    a 256-byte boundary (as symmetric allocations do)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    stride = -(-max(numel, 1) * itemsize // 256) * 256 // itemsize
     whole = torch.zeros(world * stride, dtype=dtype, device=device)
     return [Slab(whole, r, stride) for r in range(world)]
 
