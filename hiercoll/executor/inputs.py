@@ -89,8 +89,10 @@ def library_bound(spec: CollectiveSpec) -> float:
 def compare_tensors(got: torch.Tensor, want: torch.Tensor, bound: float | torch.Tensor) -> Check:
     """`bound`: one number, or one per element (reported as its largest)."""
     err = (got.double() - want.double()).abs()
-    top = float(bound.max()) if isinstance(bound, torch.Tensor) and bound.numel() else float(
-        bound if not isinstance(bound, torch.Tensor) else 0.0)
+    if isinstance(bound, torch.Tensor):
+        top = float(bound.max()) if bound.numel() else 0.0
+    else:
+        top = float(bound)
     if err.numel() == 0:
         return Check(0.0, top, True, None)
     nan = torch.isnan(err)

@@ -132,7 +132,8 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         signals=signals, table=table, table_dev=table_dev,
         epoch=torch.zeros(1, dtype=torch.int32, device=device),
         err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=device),
-        streams={ch: torch.cuda.Stream(device=device) for ch in program.streams},
+        streams={} if program.fused else {ch: torch.cuda.Stream(device=device)
+                                          for ch in program.streams},
         spin_limit=int(math.ceil(options.debug_timeout_ms * SPINS_PER_MS)),
         reduce_op=schedule.spec.reduce_op.value)
     for items in program.streams.values():
@@ -165,7 +166,7 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
             net: NetHook | None = None) -> None:
     """Enqueue one call on the current stream (and the rank's channel streams, forked from and
     joined back into it). Only enqueues: capturable into a CUDA graph."""
-    assert prepared.program is not None and prepared.epoch is not None
+    assert prepared.program is not None
     spec, rank, p = prepared.schedule.spec, prepared.rank, prepared.program
     dtype = torch_dtype(spec.dtype)
     check_tensor("input", input, spec.input_count(rank), dtype, "cuda")
@@ -179,9 +180,18 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
     if p.fused:     # one kernel: it starts the epoch and holds both barriers
         (launch,) = p.streams[0]
         _kernel(prepared, launch, fused=True)  # type: ignore[arg-type]
-        if output.data_ptr() != sym_out.data_ptr() and output.numel():
-            output.copy_(sym_out)
-        return
+    else:
+        _enqueue_streams(prepared, main, net)
+    if output.data_ptr() != sym_out.data_ptr() and output.numel():
+        output.copy_(sym_out)
+
+
+def _enqueue_streams(prepared: CudaPrepared, main: torch.cuda.Stream,
+                     net: NetHook | None) -> None:
+    """Start barrier (+ epoch), the channel streams forked from `main` and joined back, the net
+    stream, end barrier."""
+    p = prepared.program
+    assert p is not None and prepared.epoch is not None
     if p.start_barrier is not None:
         _kernel(prepared, p.start_barrier, bump_epoch=True)
     else:
@@ -204,9 +214,6 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
     for stream in prepared.streams.values():
         main.wait_stream(stream)
     _kernel(prepared, p.end_barrier)
-    if output.data_ptr() != sym_out.data_ptr() and output.numel():
-        output.copy_(sym_out)
-
 
 def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False,
             fused: bool = False) -> None:
@@ -244,5 +251,5 @@ def _producer_of(table: Table, prepared: CudaPrepared, row: int, widx: int) -> s
 
 def _grid(program: RankProgram) -> int:
     grids = [x.grid for items in program.streams.values() for x in items
-             if isinstance(x, KernelLaunch) and x.rows[0].count]
+             if isinstance(x, KernelLaunch) and any(r.count for r in x.rows)]
     return max(grids, default=1)
