@@ -82,18 +82,16 @@ def _bench_case(case, modes: list[str], launch, args: argparse.Namespace) -> lis
     """One prepare (one set of symmetric allocations) per case and lowering: graph mode takes
     the single-stream lowering (`backend_options`)."""
     from hiercoll.executor.bench import iterations_for, make_row, time_run
-    from hiercoll.executor.interface import Mode, check_launch
-    from hiercoll.executor.sweep import LIBRARY
+    from hiercoll.executor.interface import BackendName, Mode, check_launch
     check_launch(case.schedule, launch.world_size)
-    name = LIBRARY if case.algorithm == LIBRARY else args.backend
     spec = case.schedule.spec
     iters = args.iters or iterations_for(spec.nbytes)
-    zero_copy = args.zero_copy and name == "cuda"
     rows: list[dict[str, Any]] = []
-    cache: dict[bool, tuple[Any, Any]] = {}
+    cache: dict[Any, tuple[Any, Any]] = {}
     for mode in modes:
-        backend, prepared = prepare_for_mode(name, case.schedule, args, mode, cache)
+        backend, prepared = prepare_for_mode(case.schedule, args, mode, cache)
+        zero_copy = args.zero_copy and prepared.backend == BackendName.CUDA
         timing = time_run(backend, prepared, launch.device, Mode(mode), iters, zero_copy=zero_copy)
-        rows.append(make_row(spec, case.algorithm, str(name), Mode(mode), case.topology_name,
-                             timing, zero_copy=zero_copy).to_json())
+        rows.append(make_row(spec, case.algorithm, prepared.backend.value, Mode(mode),
+                             case.topology_name, timing, zero_copy=zero_copy).to_json())
     return rows

@@ -79,13 +79,15 @@ def backend_options(args: argparse.Namespace, mode: str = "eager") -> dict[str, 
     return opts
 
 
-def prepare_for_mode(name: str, schedule: Any, args: argparse.Namespace, mode: str,
-                     cache: dict[bool, tuple[Any, Any]]) -> tuple[Any, Any]:
-    """(backend, prepared) for one mode of one case; modes whose lowering is the same share one
-    prepare (one set of symmetric allocations) through the caller's `cache`."""
+def prepare_for_mode(schedule: Any, args: argparse.Namespace, mode: str,
+                     cache: dict[Any, tuple[Any, Any]]) -> tuple[Any, Any]:
+    """(backend, prepared) for one mode of one case. A library plan runs on the `nccl` backend
+    whatever --backend says; modes whose backend options are the same share one prepare (one set
+    of symmetric allocations) through the caller's `cache`."""
     from hiercoll.executor.backends import get_backend
+    name = "nccl" if schedule.is_library_call else args.backend
     opts = {} if name == "nccl" else backend_options(args, mode)
-    key = bool(opts.get("single_stream"))
+    key = (name, tuple(sorted(opts.items())))
     if key not in cache:
         backend = get_backend(name, **opts)
         cache[key] = (backend, backend.prepare(schedule))
@@ -138,9 +140,7 @@ def run(args: argparse.Namespace) -> int:
     launch = init_from_env(device_type(args.backend))
     try:
         check_launch(target.schedule, launch.world_size, fingerprint)
-        backend, prepared = prepare_for_mode(
-            "nccl" if target.schedule.is_library_call else args.backend, target.schedule, args,
-            args.mode, {})
+        backend, prepared = prepare_for_mode(target.schedule, args, args.mode, {})
         runner, prep = maybe_graph(backend, prepared, args.mode, launch.device)
         report = stress(runner, prep, launch.device, args.iters, RefKind.NUMPY, seed=0,
                         mode=args.mode, check=args.check)

@@ -144,10 +144,8 @@ def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> li
     from hiercoll.executor.inputs import RefKind
     from hiercoll.executor.interface import check_launch
     from hiercoll.executor.stress import stress
-    from hiercoll.executor.sweep import LIBRARY
     check_launch(case.schedule, launch.world_size)
-    name = LIBRARY if case.algorithm == LIBRARY else args.backend
-    cache: dict[bool, tuple[Any, Any]] = {}
+    cache: dict[Any, tuple[Any, Any]] = {}
     ref = RefKind(args.reference) if args.reference != "auto" else (
         RefKind.NUMPY if case.schedule.spec.nbytes <= AUTO_NUMPY_LIMIT or launch.device.type == "cpu"
         else RefKind.LIBRARY)
@@ -157,7 +155,7 @@ def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> li
         ref_prep = ref_backend.prepare(case.schedule)
     out = []
     for mode in modes:
-        backend, prepared = prepare_for_mode(name, case.schedule, args, mode, cache)
+        backend, prepared = prepare_for_mode(case.schedule, args, mode, cache)
         runner, prep = maybe_graph(backend, prepared, mode, launch.device)
         report = stress(runner, prep, launch.device, args.iters, ref, seed=args.seed, mode=mode,
                         ref_backend=ref_backend, ref_prepared=ref_prep)
@@ -182,16 +180,15 @@ def _one_gpu_case(case, modes: list[str], args: argparse.Namespace) -> list[dict
     from hiercoll.executor.cuda.lowering import CudaOptions
     from hiercoll.executor.cuda.one_gpu import OneGpuCluster
     from hiercoll.executor.cuda.one_gpu_stress import stress_one_gpu
-    from hiercoll.executor.sweep import LIBRARY
-    if case.algorithm == LIBRARY:
+    if case.schedule.is_library_call:
         return []
     out = []
-    clusters: dict[bool, OneGpuCluster] = {}
+    clusters: dict[CudaOptions, OneGpuCluster] = {}    # modes with one lowering share a cluster
     for mode in modes:
         opts = CudaOptions(**backend_options(args, mode))
-        if opts.single_stream not in clusters:
-            clusters[opts.single_stream] = OneGpuCluster(case.schedule, opts)
-        cluster = clusters[opts.single_stream]
+        if opts not in clusters:
+            clusters[opts] = OneGpuCluster(case.schedule, opts)
+        cluster = clusters[opts]
         report = stress_one_gpu(cluster, args.iters, mode, seed=args.seed,
                                 max_seconds=args.max_seconds)
         r = report.to_json() | {"topology": case.topology_name,
