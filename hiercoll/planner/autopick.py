@@ -130,16 +130,16 @@ def _bound(topology: Topology, schedule: Schedule) -> float:
 def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
              only: list[str] | None = None, prune: bool = True,
              library: LibraryTable | None = None) -> Row:
-    """The fastest candidate for `spec`; `library`: measured library times that compete too."""
-    cands = candidates(topology, spec, [a for a in only if a != LIBRARY] if only else None)
-    if only and all(a == LIBRARY for a in only):
-        cands = []
-    lib = _library_scored(topology, spec, library, only)
-    if not cands and lib is None:
+    """The fastest candidate for `spec`; `library`: measured library times that compete too
+    (they prune simulations like any known time)."""
+    planned_only = [a for a in only if a != LIBRARY] if only else None
+    cands = [] if planned_only == [] else candidates(topology, spec, planned_only)
+    lib_us = _library_time_us(topology, spec, library, only)
+    if not cands and lib_us is None:
         raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
                             + (f" among {only}" if only else ""))
     base = baseline_algorithm(spec)
-    scored: list[Scored] = [] if lib is None else [lib]
+    scored: list[Scored] = []
     pending = []
     for i, cand in enumerate(cands):
         cached = cache.get(SimCache.key(topology, spec, cand))
@@ -153,8 +153,10 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
     have_base = any(s.candidate.algorithm == base for s in scored)
     for bound, _, cand, sched in pending:
         # the baseline (flat ring) is reported at its own best, so it competes among itself
-        pool = [s for s in scored if cand.algorithm != base or s.candidate.algorithm == base]
-        best = min((s.time_us for s in pool), default=math.inf)
+        pool = [s.time_us for s in scored if cand.algorithm != base or s.candidate.algorithm == base]
+        if lib_us is not None and cand.algorithm != base:
+            pool.append(lib_us)
+        best = min(pool, default=math.inf)
         must = cand.algorithm == base and not have_base
         # stage 1: one rank's bound (cheap); stage 2: the contention-free critical path
         if prune and not must and (bound >= best or _critical_path_bound(topology, sched) >= best):
@@ -162,11 +164,10 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
         else:
             scored.append(_simulate(topology, spec, cand, cache, sched))
             have_base = have_base or cand.algorithm == base
-    if lib is not None:    # the library has no schedule: give it the best plan's bound
-        bounds = [s.lower_bound_us for s in scored if s is not lib]
-        if bounds:
-            scored[scored.index(lib)] = lib = Scored(lib.candidate, lib.time_us, lib.busbw_gbps,
-                                                     min(bounds))
+    simulated = len(scored)
+    if lib_us is not None:    # no schedule of its own: it is held to the best plan's bound
+        scored.append(Scored(Candidate(LIBRARY, {}), lib_us, spec.bandwidths_gbps(lib_us)[1],
+                             min((s.lower_bound_us for s in scored), default=0.0)))
     scored.sort(key=lambda s: (s.time_us, s.candidate.label()))
     best, runner = scored[0], next((s for s in scored[1:]
                                     if s.candidate.algorithm != scored[0].candidate.algorithm), None)
@@ -179,17 +180,16 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                    "algorithm": runner.candidate.algorithm, "params": runner.candidate.params,
                    "time_us": runner.time_us},
                margin_pct=None if runner is None else 100.0 * (runner.time_us / best.time_us - 1),
-               flat_ring_time_us=flat, baseline_algorithm=base, simulated=len(scored) - (lib is not None),
+               flat_ring_time_us=flat, baseline_algorithm=base, simulated=simulated,
                pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored},
-               library_time_us=None if lib is None else lib.time_us)
+               library_time_us=lib_us)
 
 
-def _library_scored(topology: Topology, spec: CollectiveSpec, library: LibraryTable | None,
-                    only: list[str] | None) -> Scored | None:
+def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryTable | None,
+                     only: list[str] | None) -> float | None:
     if library is None or (only and LIBRARY not in only) or not library.applies_to(topology, spec):
         return None
-    t = library.predict_us(spec.kind, spec.total_bytes)
-    return Scored(Candidate(LIBRARY, {}), t, spec.bandwidths_gbps(t)[1], 0.0)
+    return library.predict_us(spec.kind, spec.total_bytes)
 
 
 def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:

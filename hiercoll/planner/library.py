@@ -11,6 +11,7 @@ auto-pick row that involves the library names the table it came from.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from importlib import resources
@@ -78,12 +79,15 @@ class LibraryTable(BaseModel):
 
 def shipped_table(topology: Topology) -> LibraryTable | None:
     """The table measured on the machine a preset describes, if this topology is that preset."""
-    for name in SHIPPED:
-        text = resources.files("hiercoll.data").joinpath(name).read_text()
-        table = LibraryTable.model_validate_json(text)
-        if table.topology_fingerprint == topology.fingerprint():
-            return table
-    return None
+    fingerprint = topology.fingerprint()
+    return next((t for t in _shipped_tables() if t.topology_fingerprint == fingerprint), None)
+
+
+@functools.cache
+def _shipped_tables() -> tuple[LibraryTable, ...]:
+    """Read once per process (every `plan -a auto` search asks)."""
+    return tuple(LibraryTable.model_validate_json(
+        resources.files("hiercoll.data").joinpath(name).read_text()) for name in SHIPPED)
 
 
 def load_library_table(path: str | Path) -> LibraryTable:
