@@ -145,3 +145,18 @@ def test_a_tuning_file_that_chose_the_library_plans_a_library_call(tmp_path):
     write_tuning(tuning, rows_to_table(topo, spec, rows))
     sched = hc.plan(topo, spec, "auto", tuning=str(tuning))
     assert sched.is_library_call and not list(sched.ops())
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    (None, "--library-table: cannot read"),
+    ({"source": "s", "mode": "graph", "world_size": 2, "topology": "t",
+      "times_us": {"all_reduce": [[1024, 5.0]]}}, "--library-table: measured on 2 ranks"),
+])
+def test_library_table_errors_are_one_line_and_exit_2(tmp_path, capsys, content, match):
+    path = tmp_path / "table.json"
+    if content is not None:
+        path.write_text(json.dumps(content))
+    rc = main(["autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "1MiB", "--no-cache",
+               "-j", "1", "--library-table", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and match in err and err.count("\n") == 1
