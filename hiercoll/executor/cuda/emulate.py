@@ -68,7 +68,7 @@ class _Emulator:
         if rk.program.start_barrier is not None:
             acts.append("start_barrier")
         acts += ["fork", "join"]
-        if rk.program.end_barrier.rows:          # a fused program's barriers are kernel rows
+        if not rk.program.fused:                 # a fused program's barriers are kernel rows
             acts.append("end_barrier")
         return acts + ["copy_out"]
 
