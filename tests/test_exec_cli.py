@@ -66,6 +66,8 @@ def test_import_needs_no_torch():
     (["stress", "--collective", "all_reduce"], "give a plan file, or --collective and --topology"),
     (["stress", "{plan}", "--modes", "fast"], "--modes: 'fast' should be eager or graph"),
     (["stress", "{plan}", "--one-gpu"], "--one-gpu: needs --backend cuda"),
+    (["stress", "{plan}", "--one-gpu", "--backend", "cuda", "--reference", "library"],
+     "--reference library: the library needs one process per GPU"),
     pytest.param(["stress", "{plan}", "--one-gpu", "--backend", "cuda"], "--one-gpu: needs a CUDA",
                  marks=pytest.mark.skipif(HAS_CUDA, reason="a GPU is visible")),
     (["bench", "--collective", "all_reduce", "-t", "h200x4", "--modes", "slow"], "--modes"),

@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
     if args.one_gpu:
         if args.backend != "cuda":
             raise HiercollError("--one-gpu: needs --backend cuda")
+        if args.reference == "library":
+            raise HiercollError("--reference library: the library needs one process per GPU; "
+                                "with --one-gpu use auto (device reference) or numpy")
         from hiercoll.executor.launch import set_safe_cuda_env
         set_safe_cuda_env()     # and enough CUDA queues for every rank's streams
         _need_one_gpu()
@@ -190,7 +193,8 @@ def _one_gpu_case(case, modes: list[str], args: argparse.Namespace) -> list[dict
             clusters[opts] = OneGpuCluster(case.schedule, opts)
         cluster = clusters[opts]
         report = stress_one_gpu(cluster, args.iters, mode, seed=args.seed,
-                                max_seconds=args.max_seconds)
+                                max_seconds=args.max_seconds,
+                                numpy_reference=args.reference == "numpy")
         r = report.to_json() | {"topology": case.topology_name,
                                 "notes": cluster.prepared[0].notes}
         if not args.json:

@@ -17,11 +17,13 @@ from hiercoll.executor.stress import StressReport
 from hiercoll.executor.torch_dtypes import torch_dtype
 
 def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed: int = 0,
-                   max_seconds: float | None = None, stop_on_error: bool = True) -> StressReport:
-    """Run up to `iters` iterations (fewer if `max_seconds` runs out: the report says how many)."""
+                   max_seconds: float | None = None, stop_on_error: bool = True,
+                   numpy_reference: bool = False) -> StressReport:
+    """Run up to `iters` iterations (fewer if `max_seconds` runs out: the report says how many).
+    `numpy_reference`: check against numpy even where the device reference covers the kind."""
     spec, dev = cluster.schedule.spec, cluster.device
     w, dt = spec.world_size, torch_dtype(spec.dtype)
-    use_numpy = spec.kind not in COVERED
+    use_numpy = numpy_reference or spec.kind not in COVERED
     ins = [torch.empty(spec.input_count(r), dtype=dt, device=dev) for r in range(w)]
     outs = [torch.full((spec.output_count(r),), float("nan"), dtype=dt, device=dev)
             for r in range(w)]
