@@ -12,7 +12,7 @@ import time
 from common import command_line, stamp, write_results
 
 from hiercoll.collectives import CollectiveSpec
-from hiercoll.planner.autopick import sweep
+from hiercoll.planner.search.autopick import sweep
 from hiercoll.topology import preset
 from hiercoll.units import parse_size_range
 

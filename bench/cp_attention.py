@@ -11,7 +11,7 @@ import argparse
 from common import command_line, stamp, write_results
 
 import hiercoll as hc
-from hiercoll.planner.autopick import SimCache, pick_one
+from hiercoll.planner.search.autopick import SimCache, pick_one
 from hiercoll.schedule import Transport
 from hiercoll.units import format_size, parse_size
 from hiercoll.workloads import causal_kv_group_cast

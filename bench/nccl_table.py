@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hiercoll.files import write_atomic  # noqa: E402
-from hiercoll.planner.library import LibraryTable  # noqa: E402
+from hiercoll.planner.search.library import LibraryTable  # noqa: E402
 from hiercoll.topology import load_topology  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from common import command_line, stamp, write_results
 
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner import applicable
-from hiercoll.planner.autopick import SimCache, default_cache_path, pick_one, spec_for_size
+from hiercoll.planner.search.autopick import SimCache, default_cache_path, pick_one, spec_for_size
 from hiercoll.topology import preset
 from hiercoll.units import format_size, parse_size_range
 

@@ -3,7 +3,7 @@
 from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp
 from hiercoll.errors import HiercollError, ScheduleError
 from hiercoll.executor import execute, verify
-from hiercoll.planner.select import plan_auto as plan
+from hiercoll.planner.search.select import plan_auto as plan
 from hiercoll.schedule import Op, Region, Schedule
 from hiercoll.sim import SimResult, check, simulate
 from hiercoll.topology import Topology, load_topology

@@ -352,15 +352,29 @@ class Expected:
     num_terms: int
 
 
-def combine(op: ReduceOp, stack: Any, xp: Any = np) -> Any:
-    """Reduce a stack of per-rank arrays along axis 0. `xp` is the array module (numpy here; the
-    device reference passes torch, whose amax/amin/sum take the same arguments)."""
+def reduce_terms(op: ReduceOp, stack: Any, xp: Any = np) -> Any:
+    """What one reduce op of a schedule computes over a stack of sources (axis 0): max, min, or
+    the sum, avg included (a schedule carries avg's 1/n in the op's `scale`). `xp` is the array
+    module (numpy; the device reference passes torch, whose amax/amin/sum take the same
+    arguments)."""
     if op == ReduceOp.MAX:
         return xp.amax(stack, axis=0)
     if op == ReduceOp.MIN:
         return xp.amin(stack, axis=0)
-    total = stack.sum(axis=0)
+    return stack.sum(axis=0)
+
+
+def combine(op: ReduceOp, stack: Any, xp: Any = np) -> Any:
+    """The collective's reduction of every rank's array (axis 0): avg divides the sum by n."""
+    total = reduce_terms(op, stack, xp)
     return total / stack.shape[0] if op == ReduceOp.AVG else total
+
+
+def valid_nbytes(kind: Kind, world_size: int, dtype: DType, nbytes: int) -> int:
+    """The largest S <= nbytes the collective accepts (at least one unit): whole elements, and
+    a multiple of W elements for all-to-all. Sweeps and the auto-picker round sizes with it."""
+    unit = dtype.itemsize * (world_size if kind == Kind.ALL_TO_ALL else 1)
+    return max(unit, nbytes // unit * unit)
 
 
 def reference(spec: CollectiveSpec, inputs: list[np.ndarray],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -284,20 +284,27 @@ def topological_order(schedule: Schedule, pick: Callable[[int], int] | None = No
     last-ready otherwise). Raises ScheduleError naming an op on a cycle if there is one.
     """
     lists = [schedule.rank_ops(r) for r in range(schedule.world_size)]
+    return [lists[r][i] for r, i in kahn_order(predecessor_map(schedule), pick)]
+
+
+def kahn_order(preds: Mapping[OpRef, Sequence[OpRef]],
+               pick: Callable[[int], int] | None = None) -> list[OpRef]:
+    """Every op of `preds` after all of its predecessors (Kahn's algorithm): the one topological
+    sort, shared by the reference executor, the checker and the simulator's bounds."""
     indeg: dict[OpRef, int] = {}
     succ: dict[OpRef, list[OpRef]] = {}
-    for ref, preds in predecessor_map(schedule).items():
-        indeg[ref] = len(preds)
-        for p in preds:
+    for ref, ps in preds.items():
+        indeg[ref] = len(ps)
+        for p in ps:
             succ.setdefault(p, []).append(ref)
     ready = [ref for ref, d in indeg.items() if d == 0]
-    order: list[Op] = []
+    order: list[OpRef] = []
     while ready:
         if pick is not None:
             i = pick(len(ready))
             ready[i], ready[-1] = ready[-1], ready[i]
         ref = ready.pop()
-        order.append(lists[ref[0]][ref[1]])
+        order.append(ref)
         for s in succ.get(ref, ()):
             indeg[s] -= 1
             if indeg[s] == 0:
@@ -313,14 +320,18 @@ def _check_acyclic(schedule: Schedule) -> None:
     topological_order(schedule)
 
 
-def predecessor_map(schedule: Schedule) -> dict[OpRef, tuple[OpRef, ...]]:
+def predecessor_map(schedule: Schedule, ranks: Iterable[int] | None = None,
+                    fold: int | None = None) -> dict[OpRef, tuple[OpRef, ...]]:
     """Everything that must finish before each op: its deps and the previous op on its
-    (rank, channel). The one definition of "ordered before" that every consumer uses."""
+    (rank, channel). The one definition of "ordered before" that every consumer uses.
+
+    `ranks` limits it to some ranks' ops; `fold` maps a dependency on rank r to the same op of
+    rank r % fold (a translation symmetry simulates only the representatives)."""
     preds: dict[OpRef, tuple[OpRef, ...]] = {}
-    for r in range(schedule.world_size):
+    for r in range(schedule.world_size) if ranks is None else ranks:
         last: dict[int, OpRef] = {}
         for op in schedule.rank_ops(r):
-            p = set(op.deps)
+            p = {(d[0] % fold, d[1]) for d in op.deps} if fold else set(op.deps)
             if op.channel in last:
                 p.add(last[op.channel])
             last[op.channel] = op.ref

@@ -7,8 +7,8 @@ import pytest
 import hiercoll as hc
 from hiercoll.cli.main import main
 from hiercoll.collectives import CollectiveSpec
-from hiercoll.planner.autopick import SimCache, _bound, choose, pick_one, rows_to_table, sweep, write_tuning
-from hiercoll.planner.candidates import candidates
+from hiercoll.planner.search.autopick import SimCache, _bound, choose, pick_one, rows_to_table, sweep, write_tuning
+from hiercoll.planner.search.candidates import candidates
 from tests.helpers import small_topology
 
 

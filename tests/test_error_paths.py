@@ -9,7 +9,7 @@ from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError
 from hiercoll.executor.reference import verify
 from hiercoll.plan_file import plan_from_dict, plan_to_json
-from hiercoll.planner.autopick import SimCache, pick_one, read_tuning
+from hiercoll.planner.search.autopick import SimCache, pick_one, read_tuning
 from tests.helpers import small_topology
 
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 NUM_GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-from hiercoll.executor.launch import NO_MULTICAST  # noqa: E402
+from hiercoll.harness.launch import NO_MULTICAST  # noqa: E402
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "topologies"
 
 

@@ -15,8 +15,9 @@ from hiercoll.executor.cuda import emulate as emu
 from hiercoll.executor.cuda.lowering import (Addr, CopyLaunch, CudaOptions, KernelLaunch,
                                              RecvLaunch, SendLaunch, Signal, Wait, lower,
                                              symmetric_layout)
-from hiercoll.executor.cuda.table import (F_COUNT, F_DST, F_NSIG, F_NWAIT, F_SIG, F_SRC, F_WAIT,
-                                          ROW_WORDS, encode, float_bits)
+from hiercoll.executor.cuda.table import encode, float_bits
+from hiercoll.kernels.abi import (F_COUNT, F_DST, F_NSIG, F_NWAIT, F_SIG, F_SRC, F_WAIT,
+                                  ROW_WORDS, WAIT_WORDS)
 from hiercoll.planner import applicable, plan
 from hiercoll.topology import Topology, preset
 
@@ -106,7 +107,7 @@ def test_table_encodes_rows_relative_to_this_ranks_base():
             assert t.words[w[F_SRC]] == data_delta[row.srcs[0].rank] + row.srcs[0].offset
         sigs = t.words[w[F_SIG]:w[F_SIG] + w[F_NSIG]]
         assert sigs == [sig_delta[x.rank] + x.slot for x in row.signals]
-        waits = t.words[w[F_WAIT]:w[F_WAIT] + 2 * w[F_NWAIT]]
+        waits = t.words[w[F_WAIT]:w[F_WAIT] + WAIT_WORDS * w[F_NWAIT]]
         assert waits[0::2] == [x.slot for x in row.waits]   # own slots: delta 0 on rank 0
     assert float_bits(0.25) == 0x3E800000
 

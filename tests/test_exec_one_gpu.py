@@ -15,8 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hiercoll.collectives import CollectiveSpec, Kind, random_inputs, reference, tolerance  # noqa: E402
-from hiercoll.executor.device_reference import device_expected  # noqa: E402
-from hiercoll.executor.inputs import compare_tensors  # noqa: E402
+from hiercoll.harness.device_reference import device_expected  # noqa: E402
+from hiercoll.harness.inputs import compare_tensors  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 
@@ -68,7 +68,7 @@ def test_slabs_give_the_deltas_symmetric_memory_would():
 @pytest.mark.parametrize("topology", ["h200x4", "bench/gpu/topologies/h200-2node-x2.yaml"])
 def test_every_algorithm_runs_right_on_one_gpu(tmp_path, topology):
     out = tmp_path / "r.json"
-    from hiercoll.executor.launch import CUDA_CONNECTIONS, NO_MULTICAST
+    from hiercoll.harness.launch import CUDA_CONNECTIONS, NO_MULTICAST
     env = dict(os.environ, **NO_MULTICAST, **CUDA_CONNECTIONS)
     for kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
         proc = subprocess.run(

@@ -11,7 +11,7 @@ from helpers import small_topology
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.planner import plan
 from hiercoll.planner.context import PlanContext
-from hiercoll.planner.hier_common import Place, rails
+from hiercoll.planner.hier.common import Place, rails
 from hiercoll.schedule import Transport
 from hiercoll.topology import preset
 

@@ -10,8 +10,8 @@ from helpers import random_group_cast, random_group_reduce, small_topology
 from hiercoll.collectives import CollectiveSpec, GroupSplits, RankSplits, Split
 from hiercoll.executor.reference import verify
 from hiercoll.planner import plan
-from hiercoll.planner.hier_common import rails
-from hiercoll.planner.hier_group import reduce_atoms
+from hiercoll.planner.hier.common import rails
+from hiercoll.planner.hier.group import reduce_atoms
 from hiercoll.schedule import Schedule, Transport
 from hiercoll.topology import Topology, preset
 

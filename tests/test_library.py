@@ -14,8 +14,8 @@ import hiercoll as hc
 from hiercoll.cli.main import main
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError
-from hiercoll.planner.autopick import SimCache, pick_one
-from hiercoll.planner.library import LibraryTable, load_library_table, shipped_table
+from hiercoll.planner.search.autopick import SimCache, pick_one
+from hiercoll.planner.search.library import LibraryTable, load_library_table, shipped_table
 from hiercoll.topology import load_topology
 from tests.helpers import small_topology
 
@@ -134,7 +134,7 @@ def test_a_library_plan_runs_through_the_library_backend_under_torchrun(tmp_path
 
 
 def test_a_tuning_file_that_chose_the_library_plans_a_library_call(tmp_path):
-    from hiercoll.planner.autopick import rows_to_table, sweep, write_tuning
+    from hiercoll.planner.search.autopick import rows_to_table, sweep, write_tuning
     topo = small_topology(1, 4)
     spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=4, nbytes=1 << 20)
     planned = pick_one(topo, spec, SimCache(None))

@@ -7,7 +7,7 @@ import time
 
 from hiercoll.cli.args import add_spec_args, make_spec, topology_from_args
 from hiercoll.cli.common import add_json_flag, add_topology_args, console, print_json, print_table
-from hiercoll.planner.autopick import default_cache_path, rows_to_table, sweep, write_tuning
+from hiercoll.planner.search.autopick import default_cache_path, rows_to_table, sweep, write_tuning
 from hiercoll.units import format_size, parse_size_range
 
 
@@ -70,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _library(choice: str, topology):  # type: ignore[no-untyped-def]
-    from hiercoll.planner.library import load_library_table, shipped_table
+    from hiercoll.planner.search.library import load_library_table, shipped_table
     if choice == "none":
         return None
     if choice == "auto":

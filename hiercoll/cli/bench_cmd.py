@@ -42,14 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from hiercoll.executor.sweep import cases_from_args
+    from hiercoll.harness.sweep import cases_from_args
     sizes = parse_size_range(args.sizes)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in ("eager", "graph") for m in modes):
         raise HiercollError(f"--modes: {args.modes!r} should list eager and/or graph")
     cases = cases_from_args(args, sizes)
     backend_options(args)
-    from hiercoll.executor.launch import init_from_env, shutdown
+    from hiercoll.harness.launch import init_from_env, shutdown
     launch = init_from_env(device_type(args.backend))
     if launch.device.type != "cuda" and "graph" in modes:
         modes = [m for m in modes if m != "graph"]
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         shutdown()
     if launch.rank == 0:
         if args.out:
-            from hiercoll.executor.results import write_results
+            from hiercoll.harness.results import write_results
             write_results(args.out, rows, launch.world_size)
         if args.json:
             print_json({"rows": rows})
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 def _bench_case(case, modes: list[str], launch, args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """One prepare (one set of symmetric allocations) per case and lowering: graph mode takes
     the single-stream lowering (`backend_options`)."""
-    from hiercoll.executor.bench import iterations_for, make_row, time_run
+    from hiercoll.harness.bench import iterations_for, make_row, time_run
     from hiercoll.executor.interface import BackendName, Mode, check_launch
     check_launch(case.schedule, launch.world_size)
     spec = case.schedule.spec

@@ -9,7 +9,7 @@ from rich.markup import escape
 from hiercoll.cli.args import add_spec_args, make_spec, topology_from_args
 from hiercoll.cli.common import add_json_flag, add_topology_args, console, parse_kv, print_json
 from hiercoll.plan_file import save_plan
-from hiercoll.planner.select import plan_with
+from hiercoll.planner.search.select import plan_with
 
 
 def register(sub: argparse._SubParsersAction) -> None:

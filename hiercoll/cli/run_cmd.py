@@ -133,10 +133,10 @@ def run(args: argparse.Namespace) -> int:
     backend_options(args)
     fingerprint = expected_fingerprint(args)
     from hiercoll.executor.graph_backend import maybe_graph
-    from hiercoll.executor.inputs import RefKind
+    from hiercoll.harness.inputs import RefKind
     from hiercoll.executor.interface import check_launch
-    from hiercoll.executor.launch import init_from_env, shutdown
-    from hiercoll.executor.stress import stress
+    from hiercoll.harness.launch import init_from_env, shutdown
+    from hiercoll.harness.stress import stress
     launch = init_from_env(device_type(args.backend))
     try:
         check_launch(target.schedule, launch.world_size, fingerprint)

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from hiercoll.executor.sweep import Case, cases_from_args
+    from hiercoll.harness.sweep import Case, cases_from_args
     if args.iters < 1:
         raise HiercollError(f"--iters: {args.iters} must be >= 1")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         if args.reference == "library":
             raise HiercollError("--reference library: the library needs one process per GPU; "
                                 "with --one-gpu use auto (device reference) or numpy")
-        from hiercoll.executor.launch import set_safe_cuda_env
+        from hiercoll.harness.launch import set_safe_cuda_env
         set_safe_cuda_env()     # and enough CUDA queues for every rank's streams
         _need_one_gpu()
         if all(c.schedule.is_library_call for c in cases):
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             if args.out:
                 _write_reports(args, reports)
         return _summarise(args, reports)
-    from hiercoll.executor.launch import init_from_env, shutdown
+    from hiercoll.harness.launch import init_from_env, shutdown
     launch = init_from_env(device_type(args.backend))
     reports = []
     try:
@@ -144,9 +144,9 @@ def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> li
     """One prepare per case and lowering (graph mode takes the single-stream one), every mode."""
     from hiercoll.executor.backends import get_backend
     from hiercoll.executor.graph_backend import maybe_graph
-    from hiercoll.executor.inputs import RefKind
+    from hiercoll.harness.inputs import RefKind
     from hiercoll.executor.interface import check_launch
-    from hiercoll.executor.stress import stress
+    from hiercoll.harness.stress import stress
     check_launch(case.schedule, launch.world_size)
     cache: dict[Any, tuple[Any, Any]] = {}
     ref = RefKind(args.reference) if args.reference != "auto" else (
@@ -182,7 +182,7 @@ def _one_gpu_case(case, modes: list[str], args: argparse.Namespace) -> list[dict
     """Every rank of the case in this process on one GPU (the library row needs real ranks)."""
     from hiercoll.executor.cuda.lowering import CudaOptions
     from hiercoll.executor.cuda.one_gpu import OneGpuCluster
-    from hiercoll.executor.cuda.one_gpu_stress import stress_one_gpu
+    from hiercoll.harness.one_gpu_stress import stress_one_gpu
     if case.schedule.is_library_call:
         return []
     out = []

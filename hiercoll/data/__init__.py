@@ -1,1 +1,1 @@
-"""Data shipped with hiercoll: measured library tables (see planner/library.py)."""
+"""Data shipped with hiercoll: measured library tables (see planner/search/library.py)."""

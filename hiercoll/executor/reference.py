@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiercoll.collectives import (CollectiveSpec, ReduceOp, initial_outputs, random_inputs,
-                                  reference, round_to, storage_dtype, tolerance)
+from hiercoll.collectives import (CollectiveSpec, initial_outputs, random_inputs,
+                                  reduce_terms, reference, round_to, storage_dtype, tolerance)
 from hiercoll.errors import HiercollError, ScheduleError
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Schedule, topological_order
 
@@ -79,22 +79,14 @@ class _Memory:
         if op.kind == OpKind.COPY:
             value = self.view(op.srcs[0]).copy()
         else:
-            value = _combine(self.spec.reduce_op, [self.view(s) for s in op.srcs]) * op.scale
+            stack = np.stack([self.view(s).astype(np.float64) for s in op.srcs])
+            value = reduce_terms(self.spec.reduce_op, stack) * op.scale
             if op.accumulate:
                 value = self.view(op.dst).astype(np.float64) + value
             value = round_to(value, self.spec.dtype)
         d = op.dst
         self.bufs[d.rank][d.buffer][d.offset:d.offset + d.count] = value
         self.writer[d.rank][d.buffer][d.offset:d.offset + d.count] = (op.rank << 32) | op.index
-
-
-def _combine(op: ReduceOp, parts: list[np.ndarray]) -> np.ndarray:
-    stack = np.stack([p.astype(np.float64) for p in parts])
-    if op == ReduceOp.MAX:
-        return stack.max(axis=0)
-    if op == ReduceOp.MIN:
-        return stack.min(axis=0)
-    return stack.sum(axis=0)
 
 
 def run_order(schedule: Schedule, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hiercoll.executor.cuda import table as _t
+from hiercoll.kernels import abi as _t
 
 # Triton reads module globals only when they are constexpr.
 F_COUNT = tl.constexpr(_t.F_COUNT)
@@ -32,6 +32,7 @@ F_WAIT = tl.constexpr(_t.F_WAIT)
 F_NSIG = tl.constexpr(_t.F_NSIG)
 F_SIG = tl.constexpr(_t.F_SIG)
 ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
+WAIT_WORDS = tl.constexpr(_t.WAIT_WORDS)
 
 REDUCE_CODES = {"sum": 0, "avg": 0, "max": 1, "min": 2}
 NUM_WARPS = 8
@@ -80,8 +81,8 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         nwait = tl.load(row + F_NWAIT)
         wstart = tl.load(row + F_WAIT)
         for k in range(nwait):
-            slot = tl.load(table + wstart + 2 * k)
-            need = (tl.load(table + wstart + 2 * k + 1) * epoch).to(tl.int32)
+            slot = tl.load(table + wstart + WAIT_WORDS * k)
+            need = (tl.load(table + wstart + WAIT_WORDS * k + 1) * epoch).to(tl.int32)
             _wait(sig, slot, need, spin_limit, err_ptr, r, k, lanes)
         count = tl.load(row + F_COUNT)
         if count > 0:

@@ -10,8 +10,8 @@ from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, RecipeOps, params_dict
 from hiercoll.planner.direct import Direct
-from hiercoll.planner.hier import Hier
-from hiercoll.planner.hier_2d import Hier2D
+from hiercoll.planner.hier.hier import Hier
+from hiercoll.planner.hier.hier_2d import Hier2D
 from hiercoll.planner.ring import Ring
 from hiercoll.planner.two_shot import TwoShot
 from hiercoll.schedule import Schedule, ScheduleMeta
@@ -59,7 +59,7 @@ def plan(topology: Topology, spec: CollectiveSpec, algorithm: str,
          params: dict[str, Any] | BaseParams | None = None) -> Schedule:
     """A lazy schedule: each rank's ops are built when first asked for (`.expand()` for all).
     `nccl` is the library pseudo-algorithm: no ops, the executor makes one library call."""
-    from hiercoll.planner.library import LIBRARY, library_schedule
+    from hiercoll.planner.search.library import LIBRARY, library_schedule
     if algorithm == LIBRARY:
         return library_schedule(topology, spec)
     algo = get_algorithm(algorithm)

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hiercoll.collectives import CollectiveSpec, Kind
-from hiercoll.schedule import Schedule
-from hiercoll.sim.config import gpu_nic_gbps
-from hiercoll.topology import IntraKind, Topology
+from hiercoll.schedule import OpRef, Schedule, kahn_order, predecessor_map
+from hiercoll.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -22,16 +21,8 @@ class Bound:
 
 def _gpu_capacity(t: Topology) -> float:
     """GB/s a GPU can push out (or take in) over every path at once."""
-    f = t.intra
-    if t.gpus_per_node == 1:
-        intra = 0.0
-    elif f.kind == IntraKind.MESH:
-        intra = f.gbps * f.links_per_pair * (t.gpus_per_node - 1)
-    else:
-        intra = f.gbps
-    if t.num_nodes > 1 and t.inter is not None:
-        intra += gpu_nic_gbps(t.inter)
-    return intra
+    path = t.inter.gpu_path_gbps() if t.num_nodes > 1 and t.inter is not None else 0.0
+    return t.gpu_intra_gbps() + path
 
 
 def _node_capacity(t: Topology) -> float:
@@ -117,34 +108,15 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
     ranks = range(fold if fold else schedule.world_size)
     isz = schedule.spec.dtype.itemsize
     launch = topology.costs.launch_us
-    cost: dict[tuple[int, int], float] = {}
+    cost: dict[OpRef, float] = {}
     for r in ranks:
         for op in schedule.rank_ops(r):
             latency = paths(op)[1]
             cost[op.ref] = launch + latency + op.dst.count * isz / paths.best_rate(op)
-    preds: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for r in ranks:
-        last: dict[int, tuple[int, int]] = {}
-        for op in schedule.rank_ops(r):
-            ps = [(d[0] % fold, d[1]) if fold else d for d in op.deps]
-            if op.channel in last:
-                ps.append(last[op.channel])
-            last[op.channel] = op.ref
-            preds[op.ref] = ps
-    succ: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    indeg = {ref: len(ps) for ref, ps in preds.items()}
-    for ref, ps in preds.items():
-        for p in ps:
-            succ.setdefault(p, []).append(ref)
-    ready = [ref for ref, d in indeg.items() if d == 0]
-    finish: dict[tuple[int, int], float] = {}
-    while ready:
-        ref = ready.pop()
+    preds = predecessor_map(schedule, ranks, fold)
+    finish: dict[OpRef, float] = {}
+    for ref in kahn_order(preds):
         finish[ref] = max((finish[p] for p in preds[ref]), default=0.0) + cost[ref]
-        for s_ in succ.get(ref, ()):
-            indeg[s_] -= 1
-            if indeg[s_] == 0:
-                ready.append(s_)
     return max(finish.values(), default=0.0)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from hiercoll.sim.config import gpu_nic_gbps
 from hiercoll.topology import IntraKind, Topology
 
 
@@ -102,7 +101,7 @@ class Network:
         assert inter is not None
         na, nb = t.node_of(a), t.node_of(b)
         nic_a, nic_b = t.nic_of_local_rank(t.local_rank_of(a)), t.nic_of_local_rank(t.local_rank_of(b))
-        g2n = gpu_nic_gbps(inter)
+        g2n = inter.gpu_path_gbps()
         path = [self._link(("gpu_to_nic", self._gpu(a)), Tier.INTER, g2n),
                 self._link(("nic_tx", self._node(na), nic_a), Tier.INTER, inter.nic_gbps, True),
                 self._link(("nic_rx", self._node(nb), nic_b), Tier.INTER, inter.nic_gbps),

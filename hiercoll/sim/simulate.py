@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Literal
 
 from hiercoll.errors import HiercollError
-from hiercoll.schedule import OpRef, Schedule
+from hiercoll.schedule import Schedule, predecessor_map
 from hiercoll.sim.bounds import declared_period, lower_bound
 from hiercoll.sim.engine import run_timing
 from hiercoll.sim.links import Network, Tier
@@ -67,7 +67,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool) 
             per_tier[info.tier] += fluid.usage.bytes[i] * copies
     bound = lower_bound(schedule.spec, topology)
     algbw, busbw = schedule.spec.bandwidths_gbps(end)
-    preds = _folded_preds(schedule, ranks, fold)
+    preds = predecessor_map(schedule, ranks, fold)
     shortcut = None
     if sym:
         how = ("every rank" if sym.exhaustive else f"{sym.checked_ranks} ranks (sampled orbits)"
@@ -83,15 +83,3 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool) 
         result.link_names = [l.name for l in net.links]
     return result
 
-
-def _folded_preds(schedule: Schedule, ranks: list[int], fold: int | None) -> dict[OpRef, tuple[OpRef, ...]]:
-    out: dict[OpRef, tuple[OpRef, ...]] = {}
-    for r in ranks:
-        last: dict[int, OpRef] = {}
-        for op in schedule.rank_ops(r):
-            ps = [(d[0] % fold, d[1]) if fold else d for d in op.deps]
-            if op.channel in last:
-                ps.append(last[op.channel])
-            last[op.channel] = op.ref
-            out[op.ref] = tuple(ps)
-    return out

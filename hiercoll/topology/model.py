@@ -41,6 +41,11 @@ class IntraFabric(_Strict):
                                       description="pcie only: host bridge limit per direction")
 
 
+# A GPU's path to its NIC when the file gives none: twice the NIC (a PCIe Gen5 x16 switch port
+# beside a 400G NIC), so the NIC, not its PCIe path, is the bottleneck.
+DEFAULT_GPU_NIC_PER_NIC_RATIO = 2.0
+
+
 class InterFabric(_Strict):
     num_nics: int = Field(ge=1, description="NICs per node")
     nic_gbps: float = Field(gt=0, description="per-NIC bandwidth per direction (400 Gb/s = 50)")
@@ -52,6 +57,10 @@ class InterFabric(_Strict):
         default=None, gt=0, description="GPU<->NIC path (PCIe switch) per direction; default nic_gbps*2")
     oversubscription: float = Field(default=1.0, ge=1.0,
                                     description="switch fabric oversubscription: 1.0 = non-blocking")
+
+    def gpu_path_gbps(self) -> float:
+        """GB/s of one GPU's path to its NIC (the file's value, else the default ratio)."""
+        return self.gpu_nic_gbps or DEFAULT_GPU_NIC_PER_NIC_RATIO * self.nic_gbps
 
 
 class Costs(_Strict):
@@ -116,6 +125,24 @@ class Topology(_Strict):
         """Ranks with the same local rank on every node (the rail), in node order."""
         lr = self.local_rank_of(rank)
         return [self.rank_of(n, lr) for n in range(self.num_nodes)]
+
+    # ---- what one GPU can move at once --------------------------------------------------------
+    def gpu_intra_gbps(self) -> float:
+        """GB/s one GPU sends to (or receives from) all its node peers at once: its switch port,
+        or its mesh links to every peer; 0 alone in a node."""
+        f = self.intra
+        if self.gpus_per_node == 1:
+            return 0.0
+        if f.kind == IntraKind.MESH:
+            return f.gbps * f.links_per_pair * (self.gpus_per_node - 1)
+        return f.gbps
+
+    def gpu_inter_gbps(self) -> float:
+        """GB/s one GPU sends off its node alone: its NIC or its path to it, whichever is less;
+        0 on one node."""
+        if self.num_nodes == 1 or self.inter is None:
+            return 0.0
+        return min(self.inter.nic_gbps, self.inter.gpu_path_gbps())
 
     # ---- NICs --------------------------------------------------------------------------------
     def nic_affinity(self) -> list[int]:

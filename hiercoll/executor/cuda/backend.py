@@ -19,7 +19,8 @@ from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda.lowering import (CopyLaunch, CudaOptions, KernelLaunch, RankProgram,
                                              RecvLaunch, SendLaunch, lower)
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
-from hiercoll.executor.cuda.table import ERR_WORDS, Table, encode
+from hiercoll.executor.cuda.table import Table, encode
+from hiercoll.kernels.abi import ERR_WORDS, F_NWAIT, ROW_WORDS
 from hiercoll.executor.interface import (BackendName, Prepared, RunResult, check_launch,
                                          check_tensor)
 from hiercoll.executor.torch_dtypes import torch_dtype
@@ -244,7 +245,6 @@ def check_timeouts(prepared: CudaPrepared) -> None:
 
 def _producer_of(table: Table, prepared: CudaPrepared, row: int, widx: int) -> str:
     """The producer named by wait `widx` of row `row` (rows list their waits in order)."""
-    from hiercoll.executor.cuda.table import F_NWAIT, ROW_WORDS
     before = sum(table.words[i * ROW_WORDS + F_NWAIT] for i in range(row))
     return table.wait_producers[before + widx]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hiercoll.collectives import ReduceOp, round_to
+from hiercoll.collectives import reduce_terms, round_to
 from hiercoll.errors import VerificationError
 from hiercoll.executor.cuda.lowering import (CopyLaunch, CudaOptions, KernelLaunch, RankProgram,
                                              RecvLaunch, Row, SendLaunch, lower)
@@ -177,10 +177,7 @@ class _Emulator:
             if not row.reduce:
                 dst[row.dst.offset + idx] = srcs[0]
             else:
-                op = self.spec.reduce_op
-                stack = np.stack(srcs)
-                val = (stack.max(0) if op == ReduceOp.MAX else stack.min(0) if op == ReduceOp.MIN
-                       else stack.sum(0)) * row.scale
+                val = reduce_terms(self.spec.reduce_op, np.stack(srcs)) * row.scale
                 if row.accumulate:
                     val = dst[row.dst.offset + idx] + val
                 dst[row.dst.offset + idx] = round_to(val, self.spec.dtype)

@@ -10,13 +10,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from hiercoll.executor.cuda.lowering import Addr, CopyLaunch, KernelLaunch, RankProgram, Row
-
-ROW_WORDS = 12
-(F_COUNT, F_DST, F_REDUCE, F_ACC, F_SCALE, F_NSRC, F_SRC, F_NWAIT, F_WAIT, F_NSIG, F_SIG,
- F_ID) = range(ROW_WORDS)
-WAIT_WORDS = 2          # (slot, per_epoch)
-ERR_WORDS = 8           # [flag, row, wait index, observed, needed, ...]
+from hiercoll.executor.cuda.lowering import Addr, KernelLaunch, RankProgram, Row
+from hiercoll.kernels.abi import (F_ACC, F_COUNT, F_DST, F_ID, F_NSIG, F_NSRC, F_NWAIT, F_REDUCE,
+                                  F_SCALE, F_SIG, F_SRC, F_WAIT, ROW_WORDS)
 
 
 @dataclass(frozen=True)
@@ -80,6 +76,3 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
         first += len(launch.rows)
     return Table(words + extra, placed, [r.op for r in rows], producers)
 
-
-def copy_launches(program: RankProgram) -> list[CopyLaunch]:
-    return [x for items in program.streams.values() for x in items if isinstance(x, CopyLaunch)]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.collectives import CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError
-from hiercoll.planner.library import LIBRARY, LIBRARY_KINDS
+from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS
 from hiercoll.schedule import Schedule
 
 
@@ -17,11 +17,6 @@ class Case:
     algorithm: str
     schedule: Schedule
     topology_name: str
-
-
-def _round_to(nbytes: int, spec_kind: Kind, world: int, itemsize: int) -> int:
-    unit = itemsize * (world if spec_kind == Kind.ALL_TO_ALL else 1)
-    return max(unit, nbytes // unit * unit)
 
 
 def cases_from_args(args: argparse.Namespace, sizes: list[int] | None) -> list[Case]:
@@ -57,8 +52,8 @@ def cases_from_args(args: argparse.Namespace, sizes: list[int] | None) -> list[C
     cases: list[Case] = []
     for nbytes in sizes or [base.nbytes]:
         spec = base.model_copy(update=overrides | {
-            "nbytes": _round_to(nbytes, base.kind, base.world_size,
-                                base.model_copy(update=overrides).dtype.itemsize)})
+            "nbytes": valid_nbytes(base.kind, base.world_size,
+                                  base.model_copy(update=overrides).dtype, nbytes)})
         spec = CollectiveSpec.model_validate(spec.model_dump())
         names = algos or applicable(topo, spec) + ([LIBRARY] if spec.kind in LIBRARY_KINDS else [])
         for name in names:

@@ -21,7 +21,7 @@ def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
               params: dict[str, Any] | None = None, tuning: str | None = None) -> Chosen:
     if algorithm != "auto":
         return Chosen(plan(topology, spec, algorithm, params), "named")
-    from hiercoll.planner.autopick import choose  # needs the simulator
+    from hiercoll.planner.search.autopick import choose  # needs the simulator
     pick = choose(topology, spec, tuning_path=tuning)
     return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source)
 

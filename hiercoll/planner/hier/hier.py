@@ -8,11 +8,11 @@ from __future__ import annotations
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.builder import Label, RankBuilder
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
-from hiercoll.planner.hier_all_gather import ag_index, build_all_gather
-from hiercoll.planner.hier_all_to_all import a2a_index, build_all_to_all
-from hiercoll.planner.hier_common import HierParams, Place, rails_unsupported
-from hiercoll.planner.hier_group import build_group_cast, build_group_reduce
-from hiercoll.planner.hier_reduce_scatter import build_reduce_scatter, rs_index, rs_length
+from hiercoll.planner.hier.all_gather import ag_index, build_all_gather
+from hiercoll.planner.hier.all_to_all import a2a_index, build_all_to_all
+from hiercoll.planner.hier.common import HierParams, Place, rails_unsupported
+from hiercoll.planner.hier.group import build_group_cast, build_group_reduce
+from hiercoll.planner.hier.reduce_scatter import build_reduce_scatter, rs_index, rs_length
 from hiercoll.topology import Topology
 
 

@@ -10,10 +10,10 @@ import time
 import torch
 
 from hiercoll.executor.cuda.one_gpu import OneGpuCluster
-from hiercoll.executor.device_reference import COVERED, device_expected
-from hiercoll.executor.inputs import Check, NumpyCase, compare_tensors, device_inputs
+from hiercoll.harness.device_reference import COVERED, device_expected
+from hiercoll.harness.inputs import Check, NumpyCase, compare_tensors, device_inputs
 from hiercoll.executor.interface import Mode
-from hiercoll.executor.stress import StressReport
+from hiercoll.harness.stress import StressReport
 from hiercoll.executor.torch_dtypes import torch_dtype
 
 def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed: int = 0,

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from hiercoll.collectives import Kind
 from hiercoll.planner.builder import Dep, Label, RankBuilder
 from hiercoll.planner.context import PlanContext
-from hiercoll.planner.hier_common import Place
-from hiercoll.planner.hier_reduce_scatter import alloc, rail_slot, shards_of
+from hiercoll.planner.hier.common import Place
+from hiercoll.planner.hier.reduce_scatter import alloc, rail_slot, shards_of
 from hiercoll.schedule import Region
 
 AG_STAGE, AG_RECV = "hier_ag_stage", "hier_ag_recv"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from hiercoll.collectives import CollectiveSpec, Segment
 from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
 from hiercoll.planner.context import PlanContext
-from hiercoll.planner.hier_common import Place, avg_scale, slot_table
+from hiercoll.planner.hier.common import Place, avg_scale, slot_table
 from hiercoll.schedule import Region
 
 GC_STAGE, GC_RELAY = "hier_gc_stage", "hier_gc_relay"

@@ -15,9 +15,10 @@ from enum import Enum
 from typing import Any
 
 from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.planner.builder import transport_between
 from hiercoll.planner.registry import algorithms, applicable, parse_params
 from hiercoll.schedule import Op, OpKind, Schedule, Transport
-from hiercoll.topology import IntraKind, Topology
+from hiercoll.topology import Topology
 
 MIN_CHUNK_BYTES = 256 * 1024
 CHUNK_CHOICES = (1, 2, 4)
@@ -86,11 +87,7 @@ def rank_bound_us(schedule: Schedule, topology: Topology, rank: int = 0) -> floa
     from hiercoll.sim.links import Network
     paths = LinkCache(Network(topology))
     isz = schedule.spec.dtype.itemsize
-    f = topology.intra
-    intra_bw = f.gbps * (f.links_per_pair * (topology.gpus_per_node - 1) if f.kind == IntraKind.MESH else 1)
-    inter_bw = 0.0
-    if topology.inter is not None:
-        inter_bw = min(topology.inter.nic_gbps, topology.inter.gpu_nic_gbps or 2 * topology.inter.nic_gbps)
+    intra_bw, inter_bw = topology.gpu_intra_gbps(), topology.gpu_inter_gbps()
     out_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
     in_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
     per_channel: dict[int, float] = {}
@@ -101,17 +98,13 @@ def rank_bound_us(schedule: Schedule, topology: Topology, rank: int = 0) -> floa
                                    + latency + nbytes / rate)
         for a, b in _flows(op, rank):
             if a == rank and b != rank:
-                out_bytes[_tier(topology, a, b)] += nbytes
+                out_bytes[transport_between(topology, a, b)] += nbytes
             elif b == rank and a != rank:
-                in_bytes[_tier(topology, a, b)] += nbytes
+                in_bytes[transport_between(topology, a, b)] += nbytes
     moved = {k: max(out_bytes[k], in_bytes[k]) for k in out_bytes}
-    volume = max(moved[Transport.INTRA] / (intra_bw * 1e3),
+    volume = max(moved[Transport.INTRA] / (intra_bw * 1e3) if intra_bw else 0.0,
                  moved[Transport.INTER] / (inter_bw * 1e3) if inter_bw else 0.0)
     return max(max(per_channel.values(), default=0.0), volume)
-
-
-def _tier(topology: Topology, a: int, b: int) -> Transport:
-    return Transport.INTRA if topology.same_node(a, b) else Transport.INTER
 
 
 def _flows(op: Op, issuer: int) -> list[tuple[int, int]]:

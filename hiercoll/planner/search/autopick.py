@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from hiercoll.collectives import GROUPED, CollectiveSpec, Kind
+from hiercoll.collectives import GROUPED, CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError, format_validation_error
-from hiercoll.planner.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
-from hiercoll.planner.library import LIBRARY, LibraryTable, shipped_table
+from hiercoll.planner.search.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
+from hiercoll.planner.search.library import LIBRARY, LibraryTable, shipped_table
 from hiercoll.planner.registry import plan
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
@@ -193,9 +193,8 @@ def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryT
 
 
 def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
-    isz, w = template.dtype.itemsize, template.world_size
-    unit = isz * (w if template.kind == Kind.ALL_TO_ALL else 1)
-    return template.model_copy(update={"nbytes": max(unit, nbytes // unit * unit)})
+    size = valid_nbytes(template.kind, template.world_size, template.dtype, nbytes)
+    return template.model_copy(update={"nbytes": size})
 
 
 Job = tuple[Topology, CollectiveSpec, list[str] | None, dict[str, list[float]],

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from hiercoll.planner.builder import Dep, Label, RankBuilder
 from hiercoll.planner.context import PlanContext
-from hiercoll.planner.hier_common import Place, Shards, avg_scale, other_slot
+from hiercoll.planner.hier.common import Place, Shards, avg_scale, other_slot
 from hiercoll.schedule import Region
 
 SCATTER, RS_SEND, RS_RECV = "hier_scatter", "hier_rs_send", "hier_rs_recv"

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.executor.graphs import capture
-from hiercoll.executor.inputs import device_inputs
+from hiercoll.harness.inputs import device_inputs
 from hiercoll.executor.interface import Backend, Mode, Prepared
 from hiercoll.executor.torch_dtypes import torch_dtype
 

@@ -22,8 +22,8 @@ from pydantic import Field
 from hiercoll.collectives import Kind
 from hiercoll.planner.builder import Dep, Label, RankBuilder
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
-from hiercoll.planner.hier_common import Place, SwizzleParams, avg_scale, other_slot
-from hiercoll.planner.hier_reduce_scatter import SCATTER, node_pieces, scatter, shards_of
+from hiercoll.planner.hier.common import Place, SwizzleParams, avg_scale, other_slot
+from hiercoll.planner.hier.reduce_scatter import SCATTER, node_pieces, scatter, shards_of
 from hiercoll.schedule import Region
 
 PART, RECV = "hier2d_part", "hier2d_recv"

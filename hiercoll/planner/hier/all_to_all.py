@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from hiercoll.planner.builder import Dep, Label, RankBuilder, chunk_bounds
 from hiercoll.planner.context import PlanContext
-from hiercoll.planner.hier_common import Place, other_slot
+from hiercoll.planner.hier.common import Place, other_slot
 from hiercoll.schedule import Region
 
 A2A_STAGE, A2A_RELAY = "hier_a2a_stage", "hier_a2a_relay"

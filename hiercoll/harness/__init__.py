@@ -1,0 +1,1 @@
+"""Run harness: stress, bench and sweep drivers over the backends (torch imported lazily)."""

@@ -1,0 +1,1 @@
+"""Choosing a plan: candidates, bound pruning, simulated ranking, library tables, selection."""
