@@ -17,10 +17,6 @@ class Levels:
 
     levels: tuple[tuple[Op, ...], ...]
 
-    @property
-    def num_levels(self) -> int:
-        return len(self.levels)
-
 
 def levels(schedule: Schedule) -> Levels:
     """Longest-path layering; raises ValueError on a cycle (validate the schedule first)."""
