@@ -97,7 +97,7 @@ _interp._patch_lang_tensor = _patch
 from hiercoll.executor.cuda.lowering import (Addr, KernelLaunch, RankProgram, Row, Signal,
                                              SymmetricLayout, Wait)
 from hiercoll.executor.cuda.table import encode
-from hiercoll.kernels.program import launch_rows
+from hiercoll.kernels.program import KernelState, launch_rows
 
 def run(rows, grid, dtype, reduce_op, epoch=1, slots=None, spin_limit=0, bump=False):
     torch.manual_seed(0)
@@ -114,8 +114,8 @@ def run(rows, grid, dtype, reduce_op, epoch=1, slots=None, spin_limit=0, bump=Fa
     err = torch.zeros(8, dtype=torch.int64)
     enc = t.launches[id(launch)]
     ep = torch.tensor([epoch], dtype=torch.int32)
-    launch_rows(table, data, sig, ep, err, enc.first_row, enc.num_rows, grid, False, reduce_op,
-                spin_limit, bump)
+    launch_rows(KernelState(table, data, sig, ep, err), enc, reduce_op=reduce_op,
+                spin_limit=spin_limit, bump_epoch=bump)
     run.epoch = int(ep[0])
     return before.double(), data.double(), sig, err
 

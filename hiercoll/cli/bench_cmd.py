@@ -2,33 +2,35 @@
 
     torchrun --nproc-per-node 4 -m hiercoll bench --collective all_reduce --topology h200x4 \
         --sizes 8KiB:1GiB --algorithms ring,direct,two_shot,nccl --modes eager,graph --out DIR
+    hiercoll bench --one-gpu --collective all_reduce --topology one-gpu-h200 --sizes 8KiB:256MiB
 
-Writes DIR/<collective>-w<W>.json (long-form rows + command, versions, date, machine),
-DIR/<collective>-w<W>.md (a table) and DIR/<collective>-w<W>.png (busbw versus size).
+Writes DIR/<collective>-w<W>.json (long-form rows with each plan's recipe + command, versions,
+date, machine), DIR/<collective>-w<W>.md (a table) and DIR/<collective>-w<W>.png (busbw versus
+size). The JSON is what `hiercoll calibrate` and `hiercoll compare` read.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hiercoll.cli.backend_args import (add_backend_arg, add_cuda_args, add_sweep_args,
+                                      backend_choice, device_type, sweep_request)
 from hiercoll.cli.common import add_json_flag, print_json, print_table
-from hiercoll.cli.run_cmd import (BACKENDS, add_cuda_args, backend_options, device_type,
-                                  prepare_for_mode)
 from hiercoll.errors import HiercollError
+from hiercoll.executor.interface import BackendName, Mode
 from hiercoll.units import format_size, parse_size_range
+
+if TYPE_CHECKING:
+    from hiercoll.harness.launch import Launch
+    from hiercoll.harness.prepare import BackendChoice, PrepareCache
+    from hiercoll.harness.sweep import Case
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("bench", help="benchmark algorithms against the NCCL library call")
-    p.add_argument("plan", nargs="?", default=None, help="plan file (or use --collective ...)")
-    p.add_argument("--backend", default="cuda", choices=BACKENDS)
-    p.add_argument("--collective", "-c", default=None)
-    p.add_argument("--topology", "-t", default=None)
-    p.add_argument("--nodes", "-n", type=int, default=None)
-    p.add_argument("--algorithms", default=None, help="comma list; 'nccl' is the library call")
-    p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32", "fp64"])
-    p.add_argument("--reduce-op", default=None, choices=["sum", "avg", "max", "min"])
+    add_sweep_args(p)
+    add_backend_arg(p, BackendName.CUDA)
     p.add_argument("--sizes", default="8KiB:1GiB", help="LOW:HIGH[:FACTOR] or a,b,c")
     p.add_argument("--modes", default="eager,graph")
     p.add_argument("--iters", type=int, default=None, help="timed calls per point (default by size)")
@@ -36,19 +38,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--zero-copy", action="store_true",
                    help="cuda: run on the symmetric buffers (time the collective without the "
                    "copy-in/copy-out of user tensors)")
+    p.add_argument("--one-gpu", action="store_true",
+                   help="cuda: every rank in this one process on its one GPU (no torchrun); "
+                   "times what the one-gpu-* topologies predict, not NVLink")
     add_cuda_args(p)
     add_json_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from hiercoll.harness.sweep import cases_from_args
+    from hiercoll.harness.sweep import cases_for
     sizes = parse_size_range(args.sizes)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in ("eager", "graph") for m in modes):
         raise HiercollError(f"--modes: {args.modes!r} should list eager and/or graph")
-    cases = cases_from_args(args, sizes)
-    backend_options(args)
+    cases = cases_for(sweep_request(args, sizes))
+    choice = backend_choice(args)
+    if args.one_gpu:
+        return _run_one_gpu(cases, modes, choice, args)
     from hiercoll.harness.launch import init_from_env, shutdown
     launch = init_from_env(device_type(args.backend))
     if launch.device.type != "cuda" and "graph" in modes:
@@ -56,42 +63,91 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     try:
         for case in cases:
-            for row in _bench_case(case, modes, launch, args):
+            for row in _bench_case(case, modes, launch, choice, args):
                 rows.append(row)
                 if launch.rank == 0 and not args.json:
-                    print(f"{row['algorithm']:>10} {row['mode']:5} {format_size(row['nbytes']):>8} "
-                          f"p50 {row['p50_us']:9.1f} us  busbw {row['busbw_gbps']:7.1f} GB/s",
-                          flush=True)
+                    _print_row(row)
     finally:
         shutdown()
     if launch.rank == 0:
-        if args.out:
-            from hiercoll.harness.results import write_results
-            write_results(args.out, rows, launch.world_size)
-        if args.json:
-            print_json({"rows": rows})
-        else:
-            cols = ["algorithm", "mode", "bytes", "p50 us", "p90 us", "p99 us", "busbw GB/s"]
-            print_table(f"{cases[0].schedule.spec.kind.value} on {launch.world_size} ranks", cols,
-                        [[r["algorithm"], r["mode"], format_size(r["nbytes"]), r["p50_us"],
-                          r["p90_us"], r["p99_us"], r["busbw_gbps"]] for r in rows])
+        _report(rows, cases, launch.world_size, args)
     return 0
 
 
-def _bench_case(case, modes: list[str], launch, args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+def _print_row(row: dict[str, Any]) -> None:
+    print(f"{row['algorithm']:>10} {row['mode']:5} {format_size(row['nbytes']):>8} "
+          f"p50 {row['p50_us']:9.1f} us  busbw {row['busbw_gbps']:7.1f} GB/s", flush=True)
+
+
+def _report(rows: list[dict[str, Any]], cases: list[Case], world_size: int,
+            args: argparse.Namespace) -> None:
+    if args.out and rows:
+        from hiercoll.harness.results import write_results
+        write_results(args.out, rows, world_size)
+    if args.json:
+        print_json({"rows": rows})
+    else:
+        cols = ["algorithm", "mode", "bytes", "p50 us", "p90 us", "p99 us", "busbw GB/s"]
+        print_table(f"{cases[0].schedule.spec.kind.value} on {world_size} ranks", cols,
+                    [[r["algorithm"], r["mode"], format_size(r["nbytes"]), r["p50_us"],
+                      r["p90_us"], r["p99_us"], r["busbw_gbps"]] for r in rows])
+
+
+def _bench_case(case: Case, modes: list[str], launch: Launch, choice: BackendChoice,
+                args: argparse.Namespace) -> list[dict[str, Any]]:
     """One prepare (one set of symmetric allocations) per case and lowering: graph mode takes
-    the single-stream lowering (`backend_options`)."""
+    the single-stream lowering (`BackendChoice.options`)."""
+    from hiercoll.executor.interface import check_launch
     from hiercoll.harness.bench import iterations_for, make_row, time_run
-    from hiercoll.executor.interface import BackendName, Mode, check_launch
+    from hiercoll.harness.prepare import prepare_for_mode
     check_launch(case.schedule, launch.world_size)
-    spec = case.schedule.spec
-    iters = args.iters or iterations_for(spec.nbytes)
+    iters = args.iters or iterations_for(case.schedule.spec.nbytes)
     rows: list[dict[str, Any]] = []
-    cache: dict[Any, tuple[Any, Any]] = {}
+    cache: PrepareCache = {}
     for mode in modes:
-        backend, prepared = prepare_for_mode(case.schedule, args, mode, cache)
+        backend, prepared = prepare_for_mode(case.schedule, choice, mode, cache)
         zero_copy = args.zero_copy and prepared.backend == BackendName.CUDA
         timing = time_run(backend, prepared, launch.device, Mode(mode), iters, zero_copy=zero_copy)
-        rows.append(make_row(spec, case.algorithm, prepared.backend.value, Mode(mode),
+        rows.append(make_row(case.schedule, prepared.backend.value, Mode(mode),
                              case.topology_name, timing, zero_copy=zero_copy).to_json())
     return rows
+
+
+def _run_one_gpu(cases: list[Case], modes: list[str], choice: BackendChoice,
+                 args: argparse.Namespace) -> int:
+    """Every rank of each case in this process; library plans need real ranks and are skipped
+    (said once)."""
+    from hiercoll.cli.stress_cmd import need_one_gpu
+    from hiercoll.executor.cuda.lowering import CudaOptions
+    from hiercoll.executor.cuda.one_gpu import OneGpuCluster
+    from hiercoll.harness.bench import iterations_for, make_row
+    from hiercoll.harness.launch import set_safe_cuda_env
+    from hiercoll.harness.one_gpu_bench import time_one_gpu
+    if choice.name != BackendName.CUDA:
+        raise HiercollError("--one-gpu: needs --backend cuda")
+    if args.zero_copy:
+        raise HiercollError("--one-gpu: times the whole call; drop --zero-copy")
+    set_safe_cuda_env()
+    need_one_gpu()
+    runnable = [c for c in cases if not c.schedule.is_library_call]
+    if not runnable:
+        raise HiercollError("--one-gpu: a library (nccl) plan needs one process per GPU; run it "
+                            "under torchrun")
+    if len(runnable) < len(cases) and not args.json:
+        print("note: library (nccl) rows skipped: they need one process per GPU", flush=True)
+    rows: list[dict[str, Any]] = []
+    for case in runnable:
+        iters = args.iters or iterations_for(case.schedule.spec.nbytes, hi=50)
+        clusters: dict[CudaOptions, OneGpuCluster] = {}
+        for mode in modes:
+            opts = CudaOptions(**choice.options(mode))
+            if opts not in clusters:
+                clusters[opts] = OneGpuCluster(case.schedule.expand(), opts)
+            timing = time_one_gpu(clusters[opts], Mode(mode), iters)
+            rows.append(make_row(case.schedule, BackendName.CUDA.value, Mode(mode),
+                                 case.topology_name, timing, one_gpu=True).to_json())
+            if not args.json:
+                _print_row(rows[-1])
+        del clusters
+    _report(rows, runnable, runnable[0].schedule.world_size, args)
+    return 0

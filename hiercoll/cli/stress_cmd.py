@@ -12,29 +12,28 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hiercoll.cli.common import add_json_flag, print_json, print_table
 from hiercoll.files import write_atomic
-from hiercoll.cli.run_cmd import (BACKENDS, add_cuda_args, backend_options, device_type,
-                                  prepare_for_mode)
+from hiercoll.cli.backend_args import (add_backend_arg, add_cuda_args, add_sweep_args,
+                                      backend_choice, device_type, sweep_request)
+from hiercoll.executor.interface import BackendName
 from hiercoll.errors import HiercollError
 from hiercoll.units import parse_size, parse_size_range
+
+if TYPE_CHECKING:
+    from hiercoll.harness.launch import Launch
+    from hiercoll.harness.prepare import BackendChoice, PrepareCache
+    from hiercoll.harness.sweep import Case
 
 AUTO_NUMPY_LIMIT = 4 << 20   # bytes: numpy reference up to here, the library above (auto)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("stress", help="stress-test plans on real ranks against a reference")
-    p.add_argument("plan", nargs="?", default=None, help="plan file (or use --collective ...)")
-    p.add_argument("--backend", default="gloo", choices=BACKENDS)
-    p.add_argument("--collective", "-c", default=None)
-    p.add_argument("--topology", "-t", default=None, help="preset or file (without a plan file)")
-    p.add_argument("--nodes", "-n", type=int, default=None)
-    p.add_argument("--algorithms", default=None,
-                   help="comma list (default: the plan's, or every applicable algorithm)")
-    p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32", "fp64"])
-    p.add_argument("--reduce-op", default=None, choices=["sum", "avg", "max", "min"])
+    add_sweep_args(p)
+    add_backend_arg(p, BackendName.GLOO)
     p.add_argument("--sizes", default=None, help="byte sizes, LOW:HIGH or a,b,c")
     p.add_argument("--shapes", default=None, help="M values: sizes are M x hidden elements")
     p.add_argument("--hidden", default="2880,4096", help="hidden sizes for --shapes")
@@ -56,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from hiercoll.harness.sweep import Case, cases_from_args
+    from hiercoll.harness.sweep import cases_for
     if args.iters < 1:
         raise HiercollError(f"--iters: {args.iters} must be >= 1")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -64,23 +63,23 @@ def run(args: argparse.Namespace) -> int:
         if m not in ("eager", "graph"):
             raise HiercollError(f"--modes: {m!r} should be eager or graph")
     sizes = _sizes(args)
-    cases: list[Case] = cases_from_args(args, sizes)
-    backend_options(args)
+    cases: list[Case] = cases_for(sweep_request(args, sizes))
+    choice = backend_choice(args)
     if args.one_gpu:
-        if args.backend != "cuda":
+        if choice.name != BackendName.CUDA:
             raise HiercollError("--one-gpu: needs --backend cuda")
         if args.reference == "library":
             raise HiercollError("--reference library: the library needs one process per GPU; "
                                 "with --one-gpu use auto (device reference) or numpy")
         from hiercoll.harness.launch import set_safe_cuda_env
         set_safe_cuda_env()     # and enough CUDA queues for every rank's streams
-        _need_one_gpu()
+        need_one_gpu()
         if all(c.schedule.is_library_call for c in cases):
             raise HiercollError("--one-gpu: a library (nccl) plan needs one process per GPU; "
                                 "run it under torchrun")
         reports = []
         for case in cases:     # the file is rewritten after every case: a killed sweep keeps it
-            reports += _one_gpu_case(case, modes, args)
+            reports += _one_gpu_case(case, modes, choice, args)
             if args.out:
                 _write_reports(args, reports)
         return _summarise(args, reports)
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     try:
         for case in cases:
-            for r in _stress_case(case, modes, launch, args):
+            for r in _stress_case(case, modes, launch, choice, args):
                 reports.append(r)
                 if launch.rank == 0 and not args.json:
                     _print_case(r)
@@ -140,25 +139,27 @@ def _sizes(args: argparse.Namespace) -> list[int] | None:
     return None
 
 
-def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+def _stress_case(case: Case, modes: list[str], launch: Launch, choice: BackendChoice,
+                 args: argparse.Namespace) -> list[dict[str, Any]]:
     """One prepare per case and lowering (graph mode takes the single-stream one), every mode."""
     from hiercoll.executor.backends import get_backend
     from hiercoll.executor.graph_backend import maybe_graph
     from hiercoll.harness.inputs import RefKind
     from hiercoll.executor.interface import check_launch
+    from hiercoll.harness.prepare import prepare_for_mode
     from hiercoll.harness.stress import stress
     check_launch(case.schedule, launch.world_size)
-    cache: dict[Any, tuple[Any, Any]] = {}
+    cache: PrepareCache = {}
     ref = RefKind(args.reference) if args.reference != "auto" else (
         RefKind.NUMPY if case.schedule.spec.nbytes <= AUTO_NUMPY_LIMIT or launch.device.type == "cpu"
         else RefKind.LIBRARY)
     ref_backend = ref_prep = None
     if ref == RefKind.LIBRARY:
-        ref_backend = get_backend("nccl")
+        ref_backend = get_backend(BackendName.NCCL)
         ref_prep = ref_backend.prepare(case.schedule)
     out = []
     for mode in modes:
-        backend, prepared = prepare_for_mode(case.schedule, args, mode, cache)
+        backend, prepared = prepare_for_mode(case.schedule, choice, mode, cache)
         runner, prep = maybe_graph(backend, prepared, mode, launch.device)
         report = stress(runner, prep, launch.device, args.iters, ref, seed=args.seed, mode=mode,
                         ref_backend=ref_backend, ref_prepared=ref_prep)
@@ -166,7 +167,7 @@ def _stress_case(case, modes: list[str], launch, args: argparse.Namespace) -> li
     return out
 
 
-def _need_one_gpu() -> None:
+def need_one_gpu() -> None:
     import importlib.util
 
     import torch
@@ -178,7 +179,8 @@ def _need_one_gpu() -> None:
                             "triton (it comes with CUDA builds of torch)")
 
 
-def _one_gpu_case(case, modes: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+def _one_gpu_case(case: Case, modes: list[str], choice: BackendChoice,
+                  args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every rank of the case in this process on one GPU (the library row needs real ranks)."""
     from hiercoll.executor.cuda.lowering import CudaOptions
     from hiercoll.executor.cuda.one_gpu import OneGpuCluster
@@ -188,7 +190,7 @@ def _one_gpu_case(case, modes: list[str], args: argparse.Namespace) -> list[dict
     out = []
     clusters: dict[CudaOptions, OneGpuCluster] = {}    # modes with one lowering share a cluster
     for mode in modes:
-        opts = CudaOptions(**backend_options(args, mode))
+        opts = CudaOptions(**choice.options(mode))
         if opts not in clusters:
             clusters[opts] = OneGpuCluster(case.schedule, opts)
         cluster = clusters[opts]

@@ -8,18 +8,18 @@ On CPU (gloo) wall-clock time per call. Bandwidths follow nccl-tests (Collective
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from hiercoll.collectives import CollectiveSpec
 from hiercoll.executor.graphs import capture
 from hiercoll.harness.inputs import device_inputs
 from hiercoll.executor.interface import Backend, Mode, Prepared
 from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,11 @@ class Timing:
     iters: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchRow:
+    """One measured point, with the plan's recipe (algorithm, params, spec, topology
+    fingerprint), so `hiercoll calibrate/compare` can re-plan and simulate exactly what ran."""
+
     collective: str
     algorithm: str
     backend: str
@@ -46,20 +49,38 @@ class BenchRow:
     algbw_gbps: float
     busbw_gbps: float
     iters: int
+    params: dict[str, Any] = field(default_factory=dict)
+    spec: dict[str, Any] = field(default_factory=dict)
+    reduce_op: str = "sum"
+    topology_fingerprint: str = ""
     predicted_us: float | None = None
     zero_copy: bool = False      # cuda: the call worked on the symmetric buffers (no copy-in/out)
+    one_gpu: bool = False        # every rank in one process on one GPU (bench --one-gpu)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def make_row(spec: CollectiveSpec, algorithm: str, backend: str, mode: Mode, topology: str,
-             timing: Timing, predicted_us: float | None = None, zero_copy: bool = False) -> BenchRow:
+def make_row(schedule: Schedule, backend: str, mode: Mode, topology: str, timing: Timing, *,
+             predicted_us: float | None = None, zero_copy: bool = False,
+             one_gpu: bool = False) -> BenchRow:
+    spec, meta = schedule.spec, schedule.meta
     algbw, busbw = spec.bandwidths_gbps(timing.p50_us)
-    return BenchRow(spec.kind.value, algorithm, backend, mode.value, spec.world_size, topology,
-                    spec.dtype.value, spec.nbytes, round(timing.p50_us, 2), round(timing.p90_us, 2),
-                    round(timing.p99_us, 2), round(algbw, 2), round(busbw, 2), timing.iters,
-                    predicted_us, zero_copy)
+    return BenchRow(collective=spec.kind.value, algorithm=meta.algorithm, backend=backend,
+                    mode=mode.value, world_size=spec.world_size, topology=topology,
+                    dtype=spec.dtype.value, nbytes=spec.nbytes, p50_us=round(timing.p50_us, 2),
+                    p90_us=round(timing.p90_us, 2), p99_us=round(timing.p99_us, 2),
+                    algbw_gbps=round(algbw, 2), busbw_gbps=round(busbw, 2), iters=timing.iters,
+                    params=dict(meta.params), spec=meta.spec.model_dump(mode="json",
+                                                                        exclude_none=True),
+                    reduce_op=spec.reduce_op.value, topology_fingerprint=meta.topology_fingerprint,
+                    predicted_us=predicted_us, zero_copy=zero_copy, one_gpu=one_gpu)
+
+
+def summarise_us(times_us: list[float]) -> Timing:
+    """p50/p90/p99 of per-call times (one process: no reduction over ranks)."""
+    p = np.percentile(np.asarray(times_us), [50, 90, 99])
+    return Timing(float(p[0]), float(p[1]), float(p[2]), len(times_us))
 
 
 def iterations_for(nbytes: int, budget_bytes: float = 8e9, lo: int = 5, hi: int = 200) -> int:
@@ -112,8 +133,10 @@ def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: M
 
 
 def _summarise(times_us: list[float], device: torch.device, group: Any) -> Timing:
-    p = np.percentile(np.asarray(times_us), [50, 90, 99])
-    t = torch.tensor(p, dtype=torch.float64, device=device)
+    """The slowest rank's percentiles (the collective ends when its last rank does)."""
+    local = summarise_us(times_us)
+    t = torch.tensor([local.p50_us, local.p90_us, local.p99_us], dtype=torch.float64,
+                     device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     v = t.tolist()
     return Timing(v[0], v[1], v[2], len(times_us))

@@ -1,9 +1,8 @@
 """Which schedules a stress or bench sweep runs: from a plan file, or planned per size from
-(--collective, --topology, --algorithms). No torch; shared by the stress and bench commands."""
+(collective, topology, algorithms). No torch; shared by the stress and bench commands."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from hiercoll.collectives import CollectiveSpec, Kind, valid_nbytes
@@ -19,36 +18,53 @@ class Case:
     topology_name: str
 
 
-def cases_from_args(args: argparse.Namespace, sizes: list[int] | None) -> list[Case]:
+@dataclass(frozen=True)
+class SweepRequest:
+    """What to sweep: a plan file, or a collective on a topology; `algorithms` (comma list,
+    default: the plan's, or every applicable one plus the library), `dtype`/`reduce_op`
+    overriding the plan's or the default (bf16, sum), `sizes` (S in bytes; None: the plan's)."""
+
+    plan: str | None = None
+    collective: str | None = None
+    topology: str | None = None
+    nodes: int | None = None
+    algorithms: str | None = None
+    dtype: str | None = None
+    reduce_op: str | None = None
+    sizes: list[int] | None = None
+
+
+def cases_for(req: SweepRequest) -> list[Case]:
     """One case per (algorithm, size), every rank building the same list."""
     from hiercoll.planner import applicable, plan
     from hiercoll.topology import load_topology
-    if args.plan:
+    sizes = req.sizes
+    if req.plan:
         from hiercoll.plan_file import load_plan
-        loaded = load_plan(args.plan)
+        loaded = load_plan(req.plan)
         topo, base = loaded.topology, loaded.schedule.spec
         algos = [loaded.schedule.meta.algorithm]
         params = dict(loaded.schedule.meta.params)
-        if args.algorithms:
-            algos, params = _split(args.algorithms), {}
-        if sizes is None and not args.algorithms:
+        if req.algorithms:
+            algos, params = _split(req.algorithms), {}
+        if sizes is None and not req.algorithms:
             return [Case(algos[0], loaded.schedule, topo.name)]
     else:
-        if not args.collective or not args.topology:
+        if not req.collective or not req.topology:
             raise HiercollError("give a plan file, or --collective and --topology")
-        topo = load_topology(args.topology, args.nodes)
-        base = CollectiveSpec(kind=Kind(args.collective), world_size=topo.world_size,
-                              dtype=args.dtype or "bf16", nbytes=0,
-                              reduce_op=args.reduce_op or "sum")
-        algos = _split(args.algorithms) if args.algorithms else []
+        topo = load_topology(req.topology, req.nodes)
+        base = CollectiveSpec(kind=Kind(req.collective), world_size=topo.world_size,
+                              dtype=req.dtype or "bf16", nbytes=0,
+                              reduce_op=req.reduce_op or "sum")
+        algos = _split(req.algorithms) if req.algorithms else []
         params = {}
         if sizes is None:
             raise HiercollError("--sizes or --shapes: which sizes to run")
     overrides = {}
-    if args.dtype:
-        overrides["dtype"] = args.dtype
-    if args.reduce_op:
-        overrides["reduce_op"] = args.reduce_op
+    if req.dtype:
+        overrides["dtype"] = req.dtype
+    if req.reduce_op:
+        overrides["reduce_op"] = req.reduce_op
     cases: list[Case] = []
     for nbytes in sizes or [base.nbytes]:
         spec = base.model_copy(update=overrides | {

@@ -12,12 +12,14 @@ Slots count up forever (epoch * CTAs), so graph replay needs no reset.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from hiercoll.kernels import abi as _t
+from hiercoll.kernels.abi import RowSpan
 
 # Triton reads module globals only when they are constexpr.
 F_COUNT = tl.constexpr(_t.F_COUNT)
@@ -138,39 +140,51 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
             tl.store(epoch_ptr, epoch)
 
 
-def launch_rows(table: torch.Tensor, data: torch.Tensor, sig: torch.Tensor, epoch: torch.Tensor,
-                err: torch.Tensor, first_row: int, num_rows: int, grid: int, aligned: bool,
-                reduce_op: str, spin_limit: int = 0, bump_epoch: bool = False,
-                fused: bool = False) -> None:
-    """Run rows [first_row, first_row+num_rows) of `table` on `grid` CTAs (current stream).
+@dataclass(frozen=True)
+class KernelState:
+    """One rank's device state every launch reads: the encoded table (int64 words), its
+    symmetric data allocation (1-D, the spec's dtype), its int32 signal slots, the int32[1] call
+    counter (epoch) and the int64[ERR_WORDS] error record of debug timeouts."""
 
-    table: int64 (words) on the device; data: this rank's symmetric allocation (1-D, the spec's
-    dtype); sig: this rank's int32 signal slots; epoch: int32[1] call counter; err: int64[8].
+    table: torch.Tensor
+    data: torch.Tensor
+    sig: torch.Tensor
+    epoch: torch.Tensor
+    err: torch.Tensor
+
+
+def launch_rows(state: KernelState, span: RowSpan, *, reduce_op: str, spin_limit: int = 0,
+                bump_epoch: bool = False, fused: bool = False) -> None:
+    """Run `span`'s rows of the table on its grid (current stream).
+
     bump_epoch: increment the call counter first (only for a one-CTA launch that every later
     launch of the call is stream-ordered after: the start barrier).
     fused: the call's only launch (its rows start and end with the barriers): every CTA uses the
     counter + 1, CTA 0 stores it at the end.
     """
-    assert not bump_epoch or grid == 1, "only a one-CTA launch may start the epoch"
+    assert not bump_epoch or span.grid == 1, "only a one-CTA launch may start the epoch"
     assert not (bump_epoch and fused)
-    assert table.dtype == torch.int64 and sig.dtype == torch.int32 and epoch.dtype == torch.int32
+    data = state.data
+    assert state.table.dtype == torch.int64 and state.sig.dtype == torch.int32
+    assert state.epoch.dtype == torch.int32
     interpret = os.environ.get("TRITON_INTERPRET") == "1"   # CPU tests run the interpreter
     assert (data.is_cuda or interpret) and data.is_contiguous() and data.dim() == 1
     assert data.data_ptr() % 16 == 0, "the symmetric allocation must be 16-byte aligned"
     vec = max(1, 16 // data.element_size())
-    _program_kernel[(grid,)](table, data, sig, epoch, err, first_row, num_rows, spin_limit,
-                             REDUCE=REDUCE_CODES[reduce_op],
-                             ACC=tl.float64 if data.dtype == torch.float64 else tl.float32,
-                             ALIGNED=aligned, VEC=vec,
-                             BLOCK=BLOCK, LANES=32 * NUM_WARPS, BUMP_EPOCH=bump_epoch,
-                             FUSED=fused, num_warps=NUM_WARPS)
+    _program_kernel[(span.grid,)](state.table, data, state.sig, state.epoch, state.err,
+                                  span.first_row, span.num_rows, spin_limit,
+                                  REDUCE=REDUCE_CODES[reduce_op],
+                                  ACC=tl.float64 if data.dtype == torch.float64 else tl.float32,
+                                  ALIGNED=span.aligned, VEC=vec,
+                                  BLOCK=BLOCK, LANES=32 * NUM_WARPS, BUMP_EPOCH=bump_epoch,
+                                  FUSED=fused, num_warps=NUM_WARPS)
 
 
-def warm_up(table: torch.Tensor, data: torch.Tensor, sig: torch.Tensor, epoch: torch.Tensor,
-            err: torch.Tensor, reduce_op: str) -> None:
+def warm_up(state: KernelState, reduce_op: str) -> None:
     """Compile every variant a call can launch, with no rows (no waits, nothing moves), so the
     first real call does not spend seconds in the JIT while its peers spin (and trip debug
     timeouts)."""
     for aligned in (False, True):
         for bump, fused in ((False, False), (True, False), (False, True)):
-            launch_rows(table, data, sig, epoch, err, 0, 0, 1, aligned, reduce_op, 0, bump, fused)
+            launch_rows(state, RowSpan(0, 0, 1, aligned), reduce_op=reduce_op, bump_epoch=bump,
+                        fused=fused)

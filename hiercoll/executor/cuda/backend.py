@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from hiercoll.errors import HiercollError, VerificationError
-from hiercoll.executor.cuda.lowering import (CopyLaunch, CudaOptions, KernelLaunch, RankProgram,
-                                             RecvLaunch, SendLaunch, lower)
+from hiercoll.executor.cuda.lowering import (CallStep, CopyLaunch, CudaOptions, KernelLaunch,
+                                             RankProgram, RecvLaunch, SendLaunch, call_steps,
+                                             fused_launch, lower)
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.executor.cuda.table import Table, encode
 from hiercoll.kernels.abi import ERR_WORDS, F_NWAIT, ROW_WORDS
@@ -25,6 +26,9 @@ from hiercoll.executor.interface import (BackendName, Prepared, RunResult, check
                                          check_tensor)
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
+
+if TYPE_CHECKING:
+    from hiercoll.kernels.program import KernelState
 
 SPINS_PER_MS = 1000      # rough: one acquire poll of a local slot takes about a microsecond
 
@@ -35,21 +39,21 @@ class _Copy:
     src: torch.Tensor
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CudaPrepared(Prepared):
-    program: RankProgram | None = None
-    data: SymmetricBuffer | None = None
-    signals: SymmetricBuffer | None = None
-    table: Table | None = None
-    table_dev: torch.Tensor | None = None
-    epoch: torch.Tensor | None = None
-    err: torch.Tensor | None = None
-    streams: dict[int, torch.cuda.Stream] = field(default_factory=dict)
-    copies: dict[int, _Copy] = field(default_factory=dict)   # id(CopyLaunch) -> views
-    net_stream: torch.cuda.Stream | None = None
-    net_views: dict[int, torch.Tensor] = field(default_factory=dict)   # id(Send/Recv) -> view
-    spin_limit: int = 0
-    reduce_op: str = "sum"
+    """A rank's prepared call: everything `enqueue` needs, all present once built."""
+
+    program: RankProgram
+    data: SymmetricBuffer
+    signals: SymmetricBuffer
+    table: Table
+    kernel: KernelState              # the device tensors every launch reads
+    streams: dict[int, torch.cuda.Stream]     # channel -> stream (none for a fused program)
+    copies: dict[int, _Copy]                  # id(CopyLaunch) -> views
+    net_stream: torch.cuda.Stream | None      # only with NCCL-transport inter-node ops
+    net_views: dict[int, torch.Tensor]        # id(Send/Recv) -> view
+    spin_limit: int
+    reduce_op: str
 
     @property
     def input_view(self) -> torch.Tensor:
@@ -61,7 +65,6 @@ class CudaPrepared(Prepared):
         return self._view(OUTPUT)
 
     def _view(self, name: str) -> torch.Tensor:
-        assert self.program is not None and self.data is not None
         off = self.program.layout.offsets[name]
         spec = self.schedule.spec
         n = spec.input_count(self.rank) if name == INPUT else spec.output_count(self.rank)
@@ -101,7 +104,7 @@ class CudaBackend:
     @staticmethod
     def _net(prepared: CudaPrepared, main: torch.cuda.Stream) -> None:
         """The net stream: wait rows, NCCL sends/receives in the global order, signal rows."""
-        assert prepared.program is not None and prepared.net_stream is not None
+        assert prepared.net_stream is not None
         net = prepared.net_stream
         net.wait_stream(main)
         with torch.cuda.stream(net):
@@ -123,81 +126,85 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
                    device: torch.device) -> CudaPrepared:
     """Everything after the allocations: the row table on the device, streams, copy-engine views,
     net views, and the kernels compiled (so no rank sits in the JIT while its peers spin)."""
+    from hiercoll.kernels.program import KernelState, warm_up
     rank = program.rank
     dtype = torch_dtype(schedule.spec.dtype)
     itemsize = torch.empty((), dtype=dtype).element_size()
     table = encode(program, deltas(data, rank, itemsize), deltas(signals, rank, 4))
-    table_dev = torch.tensor(table.words, dtype=torch.int64, device=device)
+    kernel = KernelState(table=torch.tensor(table.words, dtype=torch.int64, device=device),
+                         data=data.tensor, sig=signals.tensor,
+                         epoch=torch.zeros(1, dtype=torch.int32, device=device),
+                         err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=device))
+    copies = {id(item): _Copy(data.peer_view(item.dst.rank, item.dst.offset, item.count),
+                              data.peer_view(item.src.rank, item.src.offset, item.count))
+              for items in program.streams.values() for item in items
+              if isinstance(item, CopyLaunch)}
+    net_views: dict[int, torch.Tensor] = {}
+    for item in program.net:
+        if isinstance(item, SendLaunch):
+            net_views[id(item)] = data.tensor[item.src.offset:item.src.offset + item.count]
+        elif isinstance(item, RecvLaunch):
+            net_views[id(item)] = data.tensor[item.dst.offset:item.dst.offset + item.count]
+    notes = list(program.notes)
+    if program.net:
+        notes.append(f"{sum(isinstance(x, SendLaunch) for x in program.net)} "
+                     "inter-node sends through NCCL send/recv")
+    notes.append(f"grid {_grid(program)} CTAs; {sum(map(len, program.streams.values()))}"
+                 f" launches on {len(program.streams)} stream(s); {len(copies)} copy-engine copies")
     prepared = CudaPrepared(
-        schedule, rank, world, BackendName.CUDA, list(program.notes), program=program, data=data,
-        signals=signals, table=table, table_dev=table_dev,
-        epoch=torch.zeros(1, dtype=torch.int32, device=device),
-        err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=device),
+        schedule, rank, world, BackendName.CUDA, notes, program=program, data=data,
+        signals=signals, table=table, kernel=kernel,
         streams={} if program.fused else {ch: torch.cuda.Stream(device=device)
                                           for ch in program.streams},
+        copies=copies,
+        net_stream=torch.cuda.Stream(device=device) if program.net else None,
+        net_views=net_views,
         spin_limit=int(math.ceil(options.debug_timeout_ms * SPINS_PER_MS)),
         reduce_op=schedule.spec.reduce_op.value)
-    for items in program.streams.values():
-        for item in items:
-            if isinstance(item, CopyLaunch):
-                prepared.copies[id(item)] = _Copy(
-                    data.peer_view(item.dst.rank, item.dst.offset, item.count),
-                    data.peer_view(item.src.rank, item.src.offset, item.count))
-    if program.net:
-        prepared.net_stream = torch.cuda.Stream(device=device)
-        for item in program.net:
-            if isinstance(item, SendLaunch):
-                prepared.net_views[id(item)] = data.tensor[item.src.offset:
-                                                           item.src.offset + item.count]
-            elif isinstance(item, RecvLaunch):
-                prepared.net_views[id(item)] = data.tensor[item.dst.offset:
-                                                           item.dst.offset + item.count]
-        prepared.notes.append(f"{sum(isinstance(x, SendLaunch) for x in program.net)} "
-                              "inter-node sends through NCCL send/recv")
-    prepared.notes.append(f"grid {_grid(program)} CTAs; {sum(map(len, program.streams.values()))}"
-                          f" launches on {len(program.streams)} stream(s); "
-                          f"{len(prepared.copies)} copy-engine copies")
-    from hiercoll.kernels.program import warm_up
-    warm_up(table_dev, data.tensor, signals.tensor, prepared.epoch, prepared.err,  # type: ignore[arg-type]
-            prepared.reduce_op)
+    warm_up(kernel, prepared.reduce_op)
     return prepared
 
 
 def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
             net: NetHook | None = None) -> None:
-    """Enqueue one call on the current stream (and the rank's channel streams, forked from and
-    joined back into it). Only enqueues: capturable into a CUDA graph."""
-    assert prepared.program is not None
+    """Enqueue one call on the current stream, step by step of the call protocol
+    (`lowering.call_steps`); channel streams fork from it and join back. Only enqueues:
+    capturable into a CUDA graph."""
     spec, rank, p = prepared.schedule.spec, prepared.rank, prepared.program
     dtype = torch_dtype(spec.dtype)
     check_tensor("input", input, spec.input_count(rank), dtype, "cuda")
     check_tensor("output", output, spec.output_count(rank), dtype, "cuda")
     main = torch.cuda.current_stream()
     sym_in, sym_out = prepared.input_view, prepared.output_view
-    if input.data_ptr() != sym_in.data_ptr() and input.numel():
-        sym_in.copy_(input)
-    if p.copy_in_output and output.data_ptr() != sym_out.data_ptr() and output.numel():
-        sym_out.copy_(output)
-    if p.fused:     # one kernel: it starts the epoch and holds both barriers
-        (launch,) = p.streams[0]
-        _kernel(prepared, launch, fused=True)  # type: ignore[arg-type]
-    else:
-        _enqueue_streams(prepared, main, net)
-    if output.data_ptr() != sym_out.data_ptr() and output.numel():
-        output.copy_(sym_out)
+    for step in call_steps(p):
+        if step == CallStep.COPY_IN:
+            if input.data_ptr() != sym_in.data_ptr() and input.numel():
+                sym_in.copy_(input)
+            if p.copy_in_output and output.data_ptr() != sym_out.data_ptr() and output.numel():
+                sym_out.copy_(output)
+        elif step == CallStep.EPOCH:
+            prepared.kernel.epoch.add_(1)
+        elif step == CallStep.START_BARRIER:
+            assert p.start_barrier is not None
+            _kernel(prepared, p.start_barrier, bump_epoch=True)
+        elif step == CallStep.FUSED:
+            _kernel(prepared, fused_launch(p), fused=True)
+        elif step == CallStep.FORK:
+            _fork(prepared, main, net)
+        elif step == CallStep.JOIN:
+            for stream in prepared.streams.values():
+                main.wait_stream(stream)
+        elif step == CallStep.END_BARRIER:
+            _kernel(prepared, p.end_barrier)
+        elif step == CallStep.COPY_OUT:
+            if output.data_ptr() != sym_out.data_ptr() and output.numel():
+                output.copy_(sym_out)
 
 
-def _enqueue_streams(prepared: CudaPrepared, main: torch.cuda.Stream,
-                     net: NetHook | None) -> None:
-    """Start barrier (+ epoch), the channel streams forked from `main` and joined back, the net
-    stream, end barrier."""
-    p = prepared.program
-    assert p is not None and prepared.epoch is not None
-    if p.start_barrier is not None:
-        _kernel(prepared, p.start_barrier, bump_epoch=True)
-    else:
-        prepared.epoch.add_(1)
-    for ch, items in p.streams.items():
+def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None) -> None:
+    """The channel streams, each forked from `main`, with their launches and copies; then the
+    net stream (which joins itself back)."""
+    for ch, items in prepared.program.streams.items():
         stream = prepared.streams[ch]
         stream.wait_stream(main)
         with torch.cuda.stream(stream):
@@ -212,27 +219,20 @@ def _enqueue_streams(prepared: CudaPrepared, main: torch.cuda.Stream,
             raise HiercollError("cuda backend: this program has inter-node sends (NCCL "
                                 "transport) but runs without a process group")
         net(prepared, main)
-    for stream in prepared.streams.values():
-        main.wait_stream(stream)
-    _kernel(prepared, p.end_barrier)
+
 
 def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False,
             fused: bool = False) -> None:
     from hiercoll.kernels.program import launch_rows
-    assert prepared.table is not None and prepared.data is not None
-    assert prepared.signals is not None and prepared.table_dev is not None
-    enc = prepared.table.launches[id(launch)]
-    launch_rows(prepared.table_dev, prepared.data.tensor, prepared.signals.tensor,
-                prepared.epoch, prepared.err, enc.first_row, enc.num_rows,  # type: ignore[arg-type]
-                enc.grid, enc.aligned, prepared.reduce_op, prepared.spin_limit, bump_epoch,
-                fused)
+    launch_rows(prepared.kernel, prepared.table.launches[id(launch)],
+                reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
+                bump_epoch=bump_epoch, fused=fused)
 
 
 def check_timeouts(prepared: CudaPrepared) -> None:
     """Raise naming rank, op and producer if a debug-mode wait gave up (synchronises)."""
     torch.cuda.synchronize()
-    assert prepared.err is not None and prepared.table is not None
-    err = prepared.err.tolist()
+    err = prepared.kernel.err.tolist()
     if err[0]:
         t = prepared.table
         row, widx = int(err[1]), int(err[2])
@@ -240,7 +240,7 @@ def check_timeouts(prepared: CudaPrepared) -> None:
         raise VerificationError(
             f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for "
             f"{producer} (slot value {err[3]}, needed {err[4]}; epoch "
-            f"{int(prepared.epoch.item())})")  # type: ignore[union-attr]
+            f"{int(prepared.kernel.epoch.item())})")
 
 
 def _producer_of(table: Table, prepared: CudaPrepared, row: int, widx: int) -> str:

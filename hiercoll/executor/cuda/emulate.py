@@ -17,8 +17,9 @@ import numpy as np
 
 from hiercoll.collectives import reduce_terms, round_to
 from hiercoll.errors import VerificationError
-from hiercoll.executor.cuda.lowering import (CopyLaunch, CudaOptions, KernelLaunch, RankProgram,
-                                             RecvLaunch, Row, SendLaunch, lower)
+from hiercoll.executor.cuda.lowering import (CallStep, CopyLaunch, CudaOptions, KernelLaunch,
+                                             Launch, RankProgram, RecvLaunch, Row, SendLaunch, call_steps,
+                                             fused_launch, lower)
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
 
 EMU_BLOCK = 3   # elements per CTA step: small and odd, so CTAs interleave inside every region
@@ -59,53 +60,50 @@ class _Emulator:
         self.results: list[list[np.ndarray | None]] = [[None] * schedule.world_size for _ in calls]
 
     @staticmethod
-    def _streams_of(p: RankProgram) -> dict[int, tuple]:  # type: ignore[type-arg]
-        return dict(p.streams) | ({NET: p.net} if p.net else {})
+    def _streams_of(p: RankProgram) -> dict[int, tuple[Launch, ...]]:
+        """Channel streams (none for a fused program: its kernel is a main-stream step) and the
+        net stream."""
+        return ({} if p.fused else dict(p.streams)) | ({NET: p.net} if p.net else {})
 
-    # ---- main stream: copy-in, epoch++, start barrier, fork, join, end barrier, copy-out -------
-    def _main_actions(self, rk: _Rank) -> list[str]:
-        acts = ["copy_in", "epoch"]
-        if rk.program.start_barrier is not None:
-            acts.append("start_barrier")
-        acts += ["fork", "join"]
-        if not rk.program.fused:                 # a fused program's barriers are kernel rows
-            acts.append("end_barrier")
-        return acts + ["copy_out"]
-
+    # ---- main stream: the call protocol (lowering.call_steps) ----------------------------------
     def _main_step(self, r: int, rk: _Rank) -> bool:
         """Advance rank r's main stream by one step if it can; True if it did."""
         if rk.call >= len(self.calls):
             return False
-        act = self._main_actions(rk)[rk.main_pc]
+        steps = call_steps(rk.program)
+        act = steps[rk.main_pc]
         p, lay = rk.program, rk.program.layout
-        if act == "copy_in":
+        if act == CallStep.COPY_IN:
             n = self.spec.input_count(r)
             rk.data[lay.offsets[INPUT]:lay.offsets[INPUT] + n] = self.calls[rk.call][r]
             if p.copy_in_output:
                 m = self.spec.output_count(r)
                 rk.data[lay.offsets[OUTPUT]:lay.offsets[OUTPUT] + m] = self.before[rk.call][r]
-        elif act == "epoch":
+        elif act == CallStep.EPOCH:
             rk.epoch += 1
-        elif act in ("start_barrier", "end_barrier"):
-            launch = p.start_barrier if act == "start_barrier" else p.end_barrier
+        elif act in (CallStep.START_BARRIER, CallStep.FUSED, CallStep.END_BARRIER):
+            launch = (p.start_barrier if act == CallStep.START_BARRIER else fused_launch(p)
+                      if act == CallStep.FUSED else p.end_barrier)
             assert launch is not None
             if rk.main_ctas is None:
+                if act != CallStep.END_BARRIER:     # these kernels start the call's epoch
+                    rk.epoch += 1
                 rk.main_ctas, rk.main_epoch = [0] * launch.grid, rk.epoch
             if not self._cta_steps(r, rk, launch, rk.main_ctas, rk.main_epoch):
                 return False
             if any(pc < len(launch.rows) for pc in rk.main_ctas):
                 return True
             rk.main_ctas = None
-        elif act == "fork":
+        elif act == CallStep.FORK:
             rk.forked_call = rk.call
-        elif act == "join":
+        elif act == CallStep.JOIN:
             if any(rk.stream_call[ch] <= rk.call for ch in rk.stream_call):
                 return False
-        elif act == "copy_out":
+        elif act == CallStep.COPY_OUT:
             m = self.spec.output_count(r)
             self.results[rk.call][r] = rk.data[lay.offsets[OUTPUT]:lay.offsets[OUTPUT] + m].copy()
         rk.main_pc += 1
-        if rk.main_pc == len(self._main_actions(rk)):
+        if rk.main_pc == len(steps):
             rk.main_pc, rk.call = 0, rk.call + 1
         return True
 
@@ -200,7 +198,7 @@ class _Emulator:
             if not progressed:
                 break
         if any(rk.call < len(self.calls) for rk in self.ranks):
-            stuck = [f"rank {r} call {rk.call} step {self._main_actions(rk)[rk.main_pc]}"
+            stuck = [f"rank {r} call {rk.call} step {call_steps(rk.program)[rk.main_pc].value}"
                      for r, rk in enumerate(self.ranks) if rk.call < len(self.calls)]
             raise VerificationError("lowered program deadlocks: " + "; ".join(stuck))
         return [[o for o in call] for call in self.results]  # type: ignore[misc]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
@@ -43,17 +44,32 @@ class InterTransport(StrEnum):
     NCCL = "nccl"   # send/recv on a per-rank net stream, in one global order (no peer mapping)
 
 
+def _knob(default: object, flag: str, help: str, size: bool = False) -> Any:
+    """A CudaOptions field with its command-line flag: the CLI builds its flags from these."""
+    return field(default=default, metadata={"flag": flag, "help": help, "size": size})
+
+
 @dataclass(frozen=True)
 class CudaOptions:
-    """The lowering's knobs (the auto-picker may tune them): declared here, once."""
+    """The lowering's knobs (the auto-picker may tune them): declared here, once, with the
+    command-line flag of each (`hiercoll.cli.backend_args` builds the flags from them)."""
 
-    ce_threshold_bytes: int = 8 << 20   # copies at least this big go to the copy engine
-    ctas: int | None = None             # CTAs per SM launch; None = from the largest op
-    debug_timeout_ms: float = 0.0       # > 0: waits give up and report instead of hanging
-    inter_transport: InterTransport = InterTransport.PEER
-    single_stream: bool = False   # every op of a rank on one stream, in a global topological
-    #                               order: no kernel waits on a sibling branch of its own graph
-    fuse: bool = True             # single_stream and no copy-engine op: one launch per call
+    ce_threshold_bytes: int = _knob(
+        8 << 20, "--ce-threshold", "cuda: copies of at least this many bytes use the copy "
+        "engine", size=True)
+    ctas: int | None = _knob(None, "--ctas", "cuda: CTAs per kernel (default auto)")
+    debug_timeout_ms: float = _knob(
+        0.0, "--debug-timeout-ms", "cuda: abort a signal wait after this long and report "
+        "rank/op/peer")
+    inter_transport: InterTransport = _knob(
+        InterTransport.PEER, "--inter-transport", "cuda: inter-node ops through peer mappings "
+        "(one NVLink domain) or NCCL send/recv between the owners")
+    single_stream: bool = _knob(
+        False, "--single-stream", "cuda: one stream per rank in a global dependency order (no "
+        "kernel can wait on a sibling branch of its own CUDA graph)")
+    fuse: bool = _knob(
+        True, "--no-fuse", "cuda: keep barriers as their own launches (single-stream programs "
+        "without copy-engine ops are otherwise one kernel per call)")
 
     def __post_init__(self) -> None:
         if self.ce_threshold_bytes < 0:
@@ -174,6 +190,37 @@ class RankProgram:
     net: tuple[Launch, ...] = ()              # the net stream (NET engine), in global order
     fused: bool = False   # one launch per call: both barriers are rows of streams[0]'s only
     #                       launch, which also starts the epoch (no start/end barrier launches)
+
+
+class CallStep(StrEnum):
+    """One step of a call on a rank's main stream (see the module docstring for why each is
+    there). The one definition of the call protocol: the runtime enqueues these steps and the
+    emulator steps through the same list."""
+
+    COPY_IN = "copy_in"              # user input (and an accumulating output) into symmetric memory
+    EPOCH = "epoch"                  # the call's epoch starts (host-side add: no start barrier)
+    START_BARRIER = "start_barrier"  # its one CTA starts the epoch, then meets every peer
+    FUSED = "fused"                  # the call's only kernel: epoch, both barriers and every row
+    FORK = "fork"                    # channel streams (and the net stream) start after the main one
+    JOIN = "join"                    # the main stream waits for every channel stream
+    END_BARRIER = "end_barrier"      # every peer's pushes into this rank are done
+    COPY_OUT = "copy_out"            # the symmetric output into the user's tensor
+
+
+def call_steps(program: RankProgram) -> tuple[CallStep, ...]:
+    """The main stream's steps of one call of `program`, in order."""
+    if program.fused:
+        return (CallStep.COPY_IN, CallStep.FUSED, CallStep.COPY_OUT)
+    start = CallStep.START_BARRIER if program.start_barrier is not None else CallStep.EPOCH
+    return (CallStep.COPY_IN, start, CallStep.FORK, CallStep.JOIN, CallStep.END_BARRIER,
+            CallStep.COPY_OUT)
+
+
+def fused_launch(program: RankProgram) -> KernelLaunch:
+    """A fused program's one kernel (streams[0]'s only launch)."""
+    (launch,) = program.streams[0]
+    assert isinstance(launch, KernelLaunch)
+    return launch
 
 
 @dataclass(frozen=True)

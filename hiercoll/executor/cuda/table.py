@@ -12,23 +12,13 @@ from dataclasses import dataclass
 
 from hiercoll.executor.cuda.lowering import Addr, KernelLaunch, RankProgram, Row
 from hiercoll.kernels.abi import (F_ACC, F_COUNT, F_DST, F_ID, F_NSIG, F_NSRC, F_NWAIT, F_REDUCE,
-                                  F_SCALE, F_SIG, F_SRC, F_WAIT, ROW_WORDS)
-
-
-@dataclass(frozen=True)
-class EncodedLaunch:
-    """Rows [first_row, first_row + num_rows) of the table, on `grid` CTAs."""
-
-    first_row: int
-    num_rows: int
-    grid: int
-    aligned: bool
+                                  F_SCALE, F_SIG, F_SRC, F_WAIT, ROW_WORDS, RowSpan)
 
 
 @dataclass(frozen=True)
 class Table:
     words: list[int]                       # int64 words: rows first, then srcs/waits/signals
-    launches: dict[int, EncodedLaunch]     # id(KernelLaunch) -> where its rows are
+    launches: dict[int, RowSpan]           # id(KernelLaunch) -> where its rows are
     row_names: list[str]                   # debug: op id of each row
     wait_producers: list[str]              # debug: producer of each wait entry
 
@@ -69,10 +59,10 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
         words[w + F_NSIG], words[w + F_SIG] = len(row.signals), base + len(extra)
         extra.extend(sig_delta[s.rank] + s.slot for s in row.signals)
         words[w + F_ID] = i
-    placed: dict[int, EncodedLaunch] = {}
+    placed: dict[int, RowSpan] = {}
     first = 0
     for launch in launches:
-        placed[id(launch)] = EncodedLaunch(first, len(launch.rows), launch.grid, launch.aligned)
+        placed[id(launch)] = RowSpan(first, len(launch.rows), launch.grid, launch.aligned)
         first += len(launch.rows)
     return Table(words + extra, placed, [r.op for r in rows], producers)
 

@@ -1,0 +1,48 @@
+"""Timing of one-GPU runs (every rank in this process on one GPU, `one_gpu.OneGpuCluster`).
+
+Not a stand-in for a multi-GPU number: the ranks share one GPU's SMs, HBM and copy engines, and
+one host thread launches for all of them. It is what the simulator's one-GPU topology predicts,
+which makes it the first place where predictions meet real kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hiercoll.executor.cuda.one_gpu import OneGpuCluster
+from hiercoll.executor.interface import Mode
+from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.harness.bench import Timing, summarise_us
+from hiercoll.harness.inputs import device_inputs
+
+
+def time_one_gpu(cluster: OneGpuCluster, mode: Mode, iters: int, warmup: int = 3,
+                 calls_per_graph: int = 20) -> Timing:
+    """Per-call percentiles: eager, CUDA events around each host-launched call of every rank;
+    graph, each rank's graph holds `calls_per_graph` calls and a replay's time is divided by it
+    (so the host's launch cost stays out, as in a captured training step)."""
+    spec, dev = cluster.schedule.spec, cluster.device
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(1234)
+    ins = [device_inputs(spec, r, dev, gen) for r in range(spec.world_size)]
+    outs = [torch.zeros(spec.output_count(r), dtype=torch_dtype(spec.dtype), device=dev)
+            for r in range(spec.world_size)]
+    calls = calls_per_graph if mode == Mode.GRAPH else 1
+    if mode == Mode.GRAPH:
+        graphs = cluster.capture(ins, outs, calls)
+        call = graphs.replay
+    else:
+        def call() -> None:
+            cluster.run(ins, outs)
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        call()
+        ends[i].record()
+    torch.cuda.synchronize()
+    cluster.check_timeouts()
+    return summarise_us([s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)])
