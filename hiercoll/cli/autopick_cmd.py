@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _library(choice: str, topology):  # type: ignore[no-untyped-def]
+def _library(choice: str, topology):
     from hiercoll.planner.search.library import load_library_table, shipped_table
     if choice == "none":
         return None
@@ -83,7 +83,7 @@ def _library(choice: str, topology):  # type: ignore[no-untyped-def]
     return table
 
 
-def _short(params: dict) -> str:  # type: ignore[type-arg]
+def _short(params: dict) -> str:
     """chunks=2, channels=8 -> 'k2 c8'; other non-default knobs as key=value."""
     short = {"chunks": "k", "channels": "c"}
     parts = []

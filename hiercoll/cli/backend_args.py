@@ -11,7 +11,7 @@ import dataclasses
 from enum import Enum
 from typing import Any
 
-from hiercoll.collectives import DType, ReduceOp
+from hiercoll.collectives import DType, Kind, ReduceOp
 from hiercoll.executor.cuda.lowering import CudaOptions
 from hiercoll.executor.interface import BackendName
 from hiercoll.harness.prepare import BackendChoice
@@ -35,6 +35,7 @@ def add_cuda_args(p: argparse.ArgumentParser) -> None:
     enums their choices; sizes take 64KiB-style values."""
     for f in dataclasses.fields(CudaOptions):
         flag, help_ = f.metadata["flag"], f.metadata["help"]
+        metavar = flag.lstrip("-").replace("-", "_").upper()
         if isinstance(f.default, bool):
             p.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true",
                            default=f.default, help=help_)
@@ -42,10 +43,12 @@ def add_cuda_args(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, dest=f.name, default=f.default.value, help=help_,
                            choices=enum_choices(type(f.default)))
         elif f.metadata["size"]:
-            p.add_argument(flag, dest=f.name, default=format_size(int(f.default)), help=help_)
+            p.add_argument(flag, dest=f.name, default=format_size(int(f.default)), help=help_,
+                           metavar=metavar)
         else:
             kind = float if isinstance(f.default, float) else int
-            p.add_argument(flag, dest=f.name, type=kind, default=f.default, help=help_)
+            p.add_argument(flag, dest=f.name, type=kind, default=f.default, help=help_,
+                           metavar=metavar)
 
 
 def backend_choice(args: argparse.Namespace) -> BackendChoice:
@@ -76,7 +79,7 @@ def sweep_request(args: argparse.Namespace, sizes: list[int] | None) -> SweepReq
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
     """stress/bench: a plan file, or a collective on a topology, and the overrides."""
     p.add_argument("plan", nargs="?", default=None, help="plan file (or use --collective ...)")
-    p.add_argument("--collective", "-c", default=None)
+    p.add_argument("--collective", "-c", default=None, choices=enum_choices(Kind))
     p.add_argument("--topology", "-t", default=None, help="preset or file (without a plan file)")
     p.add_argument("--nodes", "-n", type=int, default=None)
     p.add_argument("--algorithms", default=None,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from hiercoll.harness.sweep import Case
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark algorithms against the NCCL library call")
     add_sweep_args(p)
     add_backend_arg(p, BackendName.CUDA)

@@ -47,7 +47,7 @@ def expected_fingerprint(args: argparse.Namespace) -> str | None:
     return load_topology(args.expect_topology, args.nodes).fingerprint()
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a plan on real ranks (under torchrun)",
                        description="Run a plan with the gloo (CPU), cuda or nccl backend; one "
                        "process per rank, e.g. `torchrun --nproc-per-node 4 -m hiercoll run "

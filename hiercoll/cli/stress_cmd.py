@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 AUTO_NUMPY_LIMIT = 4 << 20   # bytes: numpy reference up to here, the library above (auto)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stress", help="stress-test plans on real ranks against a reference")
     add_sweep_args(p)
     add_backend_arg(p, BackendName.GLOO)

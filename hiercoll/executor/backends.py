@@ -34,4 +34,4 @@ def get_backend(name: str | BackendName, **options: object) -> Backend:
     except ImportError as exc:
         raise HiercollError(f"--backend {key}: needs {exc.name} (pip install "
                             "'hiercoll[torch]'; the cuda backend also needs triton)") from None
-    return getattr(module, _MODULES[key][1])(**options)  # type: ignore[no-any-return]
+    return getattr(module, _MODULES[key][1])(**options)

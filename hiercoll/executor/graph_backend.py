@@ -22,7 +22,7 @@ class GraphBackend:
     captured: CapturedRun | None = None
 
     @property
-    def name(self):  # type: ignore[no-untyped-def]
+    def name(self):
         return self.inner.name
 
     def prepare(self, schedule: Any, group: Any = None) -> Prepared:

@@ -23,6 +23,15 @@ class BackendName(StrEnum):
     NCCL = "nccl"             # one library call (the NCCL row of every benchmark)
 
 
+class ProcessGroupBackend(StrEnum):
+    """torch.distributed's own backend names (what `dist.get_backend` returns). Not to be confused
+    with BackendName.NCCL (our library backend), the `nccl` pseudo-algorithm
+    (schedule.LIBRARY_ALGORITHM) or the lowering's InterTransport.NCCL."""
+
+    NCCL = "nccl"
+    GLOO = "gloo"
+
+
 class Mode(StrEnum):
     EAGER = "eager"
     GRAPH = "graph"           # the cuda backend replays a captured CUDA graph

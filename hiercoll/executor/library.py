@@ -18,7 +18,8 @@ import torch.distributed as dist
 
 from hiercoll.collectives import CollectiveSpec, Kind, ReduceOp
 from hiercoll.errors import HiercollError
-from hiercoll.executor.interface import (BackendName, Prepared, RunResult, check_launch,
+from hiercoll.executor.interface import (BackendName, Prepared, ProcessGroupBackend, RunResult,
+                                         check_launch,
                                          check_tensor)
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.schedule import Schedule
@@ -33,11 +34,11 @@ _OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX,
         ReduceOp.MIN: dist.ReduceOp.MIN}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LibraryPrepared(Prepared):
-    group: Any = None
-    call: Call | None = None
-    device_type: str = "cpu"
+    group: Any                 # the torch process group (None: WORLD)
+    call: Call
+    device_type: str           # where user tensors live: cuda under nccl, cpu under gloo
 
 
 class LibraryBackend:
@@ -49,14 +50,14 @@ class LibraryBackend:
         world = dist.get_world_size(group)
         check_launch(schedule, world)
         backend = str(dist.get_backend(group))
-        device_type = "cuda" if backend == "nccl" else "cpu"
+        device_type = "cuda" if backend == ProcessGroupBackend.NCCL else "cpu"
         notes: list[str] = []
         call = _lower(schedule, group, backend, notes)
         return LibraryPrepared(schedule, dist.get_rank(group), world, self.name, notes,
                                group=group, call=call, device_type=device_type)
 
     def run(self, prepared: Prepared, input: torch.Tensor, output: torch.Tensor) -> RunResult:
-        assert isinstance(prepared, LibraryPrepared) and prepared.call is not None
+        assert isinstance(prepared, LibraryPrepared)
         spec, rank = prepared.schedule.spec, prepared.rank
         dtype = torch_dtype(spec.dtype)
         check_tensor("input", input, spec.input_count(rank), dtype, prepared.device_type)
@@ -68,7 +69,7 @@ class LibraryBackend:
 def _reduce_op(op: ReduceOp, backend: str, world: int, notes: list[str]) -> tuple[Any, float]:
     """The library op and a post-scale (avg as sum * 1/W where the backend lacks AVG)."""
     if op == ReduceOp.AVG:
-        if backend == "nccl":
+        if backend == ProcessGroupBackend.NCCL:
             return dist.ReduceOp.AVG, 1.0
         notes.append(f"{backend} has no AVG: sum, then scale by 1/{world}")
         return dist.ReduceOp.SUM, 1.0 / world

@@ -72,7 +72,7 @@ class _Memory:
             self.bufs.append(bufs)
             self.writer.append({name: np.full(n, -1, dtype=np.int64) for name, n in sizes.items()})
 
-    def view(self, region) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def view(self, region) -> np.ndarray:
         return self.bufs[region.rank][region.buffer][region.offset:region.offset + region.count]
 
     def run(self, op: Op) -> None:
@@ -116,7 +116,7 @@ def execute(schedule: Schedule, inputs: Sequence[np.ndarray],
     return [mem.bufs[r][OUTPUT].copy() for r in range(spec.world_size)]
 
 
-def _check_shapes(spec: CollectiveSpec, arrays: Sequence[np.ndarray], what: str, count) -> None:  # type: ignore[no-untyped-def]
+def _check_shapes(spec: CollectiveSpec, arrays: Sequence[np.ndarray], what: str, count) -> None:
     if len(arrays) != spec.world_size:
         raise HiercollError(f"{what}: {len(arrays)} arrays for world size {spec.world_size}")
     for r, a in enumerate(arrays):
@@ -124,7 +124,7 @@ def _check_shapes(spec: CollectiveSpec, arrays: Sequence[np.ndarray], what: str,
             raise HiercollError(f"{what}[{r}]: shape {np.asarray(a).shape}, expected ({count(r)},)")
 
 
-def compare(spec: CollectiveSpec, mem: _Memory, expected, ) -> tuple[float, Mismatch | None]:  # type: ignore[no-untyped-def]
+def compare(spec: CollectiveSpec, mem: _Memory, expected, ) -> tuple[float, Mismatch | None]:
     worst, first = 0.0, None
     for r in range(spec.world_size):
         got = mem.bufs[r][OUTPUT].astype(np.float64)

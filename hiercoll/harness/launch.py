@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hiercoll.errors import HiercollError
+from hiercoll.executor.interface import ProcessGroupBackend
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                 "NVSHMEM_DISABLE_NVLS": "1"}
@@ -22,7 +23,7 @@ class Launch:
     world_size: int
     local_rank: int
     device: Any          # torch.device
-    pg_backend: str      # "nccl" or "gloo"
+    pg_backend: ProcessGroupBackend
 
 
 # Enough hardware queues for every stream a rank (or, --one-gpu, every rank) uses: with fewer,
@@ -57,9 +58,9 @@ def init_from_env(device_type: str) -> Launch:
                                 "(use --backend gloo on CPU)")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        pg_backend = "nccl"
+        pg_backend = ProcessGroupBackend.NCCL
     else:
-        device, pg_backend = torch.device("cpu"), "gloo"
+        device, pg_backend = torch.device("cpu"), ProcessGroupBackend.GLOO
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")

@@ -89,7 +89,7 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
                         iters, worst, bound, first_bad, bad_rank, time.perf_counter() - t0)
 
 
-def _rng(seed: int, it: int):  # type: ignore[no-untyped-def]
+def _rng(seed: int, it: int):
     import numpy as np
     return np.random.default_rng(seed * 7919 + it)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hiercoll.collectives import CollectiveSpec, Kind, valid_nbytes
+from hiercoll.collectives import CollectiveSpec, DType, Kind, ReduceOp, valid_nbytes
 from hiercoll.errors import HiercollError
 from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS
 from hiercoll.schedule import Schedule
@@ -54,8 +54,8 @@ def cases_for(req: SweepRequest) -> list[Case]:
             raise HiercollError("give a plan file, or --collective and --topology")
         topo = load_topology(req.topology, req.nodes)
         base = CollectiveSpec(kind=Kind(req.collective), world_size=topo.world_size,
-                              dtype=req.dtype or "bf16", nbytes=0,
-                              reduce_op=req.reduce_op or "sum")
+                              dtype=DType(req.dtype or "bf16"), nbytes=0,
+                              reduce_op=ReduceOp(req.reduce_op or "sum"))
         algos = _split(req.algorithms) if req.algorithms else []
         params = {}
         if sizes is None:

@@ -112,10 +112,16 @@ class CudaBackend:
                 if isinstance(item, KernelLaunch):
                     _kernel(prepared, item)
                 elif isinstance(item, SendLaunch):
-                    dist.isend(prepared.net_views[id(item)], item.peer).wait()
+                    _wait(dist.isend(prepared.net_views[id(item)], item.peer))
                 elif isinstance(item, RecvLaunch):
-                    dist.irecv(prepared.net_views[id(item)], item.peer).wait()
+                    _wait(dist.irecv(prepared.net_views[id(item)], item.peer))
         main.wait_stream(net)
+
+
+def _wait(work: Any) -> None:
+    """A point-to-point request: torch returns None where there was nothing to wait for."""
+    if work is not None:
+        work.wait()
 
 
 NetHook = Callable[[CudaPrepared, torch.cuda.Stream], None]

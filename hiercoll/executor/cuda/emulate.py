@@ -147,6 +147,7 @@ class _Emulator:
         if not isinstance(other, want) or other.op != item.op:
             return False
         send, recv = (item, other) if isinstance(item, SendLaunch) else (other, item)
+        assert isinstance(send, SendLaunch) and isinstance(recv, RecvLaunch)
         src_rank = r if isinstance(item, SendLaunch) else item.peer
         dst_rank = item.peer if isinstance(item, SendLaunch) else r
         src = self.ranks[src_rank].data[send.src.offset:send.src.offset + send.count]
@@ -184,7 +185,7 @@ class _Emulator:
 
     def run(self) -> list[list[np.ndarray]]:
         while True:
-            steps = []
+            steps: list[tuple[int, int | None]] = []
             for r, rk in enumerate(self.ranks):
                 steps.append((r, None))
                 steps.extend((r, ch) for ch in rk.stream_call)

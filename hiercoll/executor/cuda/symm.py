@@ -54,7 +54,9 @@ def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any) -
     import torch.distributed._symmetric_memory as symm_mem
     tensor = symm_mem.empty(numel, dtype=dtype, device=device)
     tensor.zero_()
-    name = (group or dist.group.WORLD).group_name
+    pg = group or dist.group.WORLD
+    assert pg is not None, "allocate: needs an initialised process group"
+    name = pg.group_name
     handle = symm_mem.rendezvous(tensor, group=name)
     _KEEP_ALIVE.append((tensor, handle))
     if int(getattr(handle, "multicast_ptr", 0) or 0) != 0:

@@ -1,0 +1,98 @@
+"""The house's rule, checked: a package imports only the packages below it (docs/architecture.md
+draws the same graph). Lazy imports inside functions count too: an arrow is an arrow."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "hiercoll"
+
+# Each package (a subpackage, or a top-level module) and what it may import besides itself.
+# Read bottom-up: the IR (schedule) and the cluster description (topology) know nothing above
+# them; the simulator knows the IR and the topology; the planner may ask the simulator (the
+# auto-picker); the backends (executor) know the IR and the kernels but no planner; the harness
+# drives backends over planned cases; the CLI sits on top.
+BASE = {"errors", "units", "files"}
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "units": {"errors"},
+    "files": set(),
+    "collectives": {"errors"},
+    "topology": {"errors", "units"},
+    "schedule": {"collectives", "errors", "schedule_io"},
+    "schedule_io": {"collectives", "errors", "schedule"},
+    "kernels": set(),
+    "sim": BASE | {"collectives", "schedule", "topology"},
+    "planner": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim"},
+    "plan_file": BASE | {"collectives", "schedule", "schedule_io", "topology", "planner"},
+    "executor": BASE | {"collectives", "schedule", "kernels"},
+    "calibration": BASE | {"collectives", "schedule", "topology", "sim", "planner"},
+    "workloads": BASE | {"collectives", "schedule", "topology", "sim", "planner"},
+    "harness": BASE | {"collectives", "schedule", "topology", "planner", "plan_file", "executor",
+                       "kernels"},
+    "cli": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim", "planner",
+                   "plan_file", "executor", "kernels", "harness", "calibration", "workloads"},
+    "data": set(),
+}
+FACADES = {"__init__", "__main__"}     # hiercoll/__init__.py re-exports the API; -m runs the CLI
+
+
+def _package_of(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "hiercoll" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def violations() -> list[str]:
+    out = []
+    for path in sorted(ROOT.rglob("*.py")):
+        pkg = _package_of(path)
+        if pkg in FACADES:
+            continue
+        assert pkg in ALLOWED, f"{path}: package {pkg!r} has no place in the house (ALLOWED)"
+        for target in sorted(_imports(path) - {pkg} - ALLOWED[pkg]):
+            out.append(f"{path.relative_to(ROOT.parent)}: {pkg} imports {target}")
+    return out
+
+
+def test_no_package_imports_one_it_may_not() -> None:
+    assert violations() == []
+
+
+def test_the_allowed_graph_has_no_cycle() -> None:
+    """A layering, not a tangle: every allowed arrow points strictly down."""
+    seen: dict[str, int] = {}
+
+    def depth(pkg: str, trail: tuple[str, ...] = ()) -> int:
+        assert pkg not in trail or pkg in ("schedule", "schedule_io"), f"cycle: {trail + (pkg,)}"
+        if pkg in trail:
+            return 0
+        if pkg not in seen:
+            seen[pkg] = 1 + max((depth(t, trail + (pkg,)) for t in ALLOWED[pkg]), default=0)
+        return seen[pkg]
+
+    for pkg in ALLOWED:
+        depth(pkg)
+    assert seen["cli"] > seen["harness"] > seen["executor"] > seen["schedule"]
+    assert "planner" not in ALLOWED["executor"] and "sim" not in ALLOWED["schedule"]
+
+
+def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
+    bad = tmp_path / "x.py"
+    bad.write_text("def f():\n    from hiercoll.cli.common import console\n")
+    assert _imports(bad) == {"cli"}
