@@ -62,8 +62,10 @@ class Network:
 
     # ---- paths -------------------------------------------------------------------------------
     def hbm(self, g: int) -> int:
+        """GPU g's HBM; with `shared_gpu` every rank's is the one GPU's (never folded)."""
         t = self.topology
-        return self._link(("hbm", self._gpu(g)), Tier.MEMORY, t.gpu.hbm_gbps * t.costs.reduce_efficiency)
+        key = ("hbm", 0) if t.shared_gpu else ("hbm", self._gpu(g))
+        return self._link(key, Tier.MEMORY, t.gpu.hbm_gbps * t.costs.reduce_efficiency)
 
     def net_path(self, a: int, b: int) -> tuple[tuple[int, float], ...]:
         """Network links (no HBM) from GPU a to GPU b, with weights (1 per link use)."""
@@ -81,16 +83,17 @@ class Network:
 
     def _intra(self, a: int, b: int) -> list[int]:
         t, f = self.topology, self.topology.intra
+        gbps = f.gbps * t.costs.intra_efficiency
         if a == b:
             return []
         if f.kind == IntraKind.NVSWITCH:
-            return [self._link(("nvl_out", self._gpu(a)), Tier.INTRA, f.gbps, True),
-                    self._link(("nvl_in", self._gpu(b)), Tier.INTRA, f.gbps)]
+            return [self._link(("nvl_out", self._gpu(a)), Tier.INTRA, gbps, True),
+                    self._link(("nvl_in", self._gpu(b)), Tier.INTRA, gbps)]
         if f.kind == IntraKind.MESH:
             return [self._link(("xgmi", self._gpu(a), self._gpu(b)), Tier.INTRA,
-                               f.gbps * f.links_per_pair, True)]
-        path = [self._link(("pcie_up", self._gpu(a)), Tier.INTRA, f.gbps, True),
-                self._link(("pcie_down", self._gpu(b)), Tier.INTRA, f.gbps)]
+                               gbps * f.links_per_pair, True)]
+        path = [self._link(("pcie_up", self._gpu(a)), Tier.INTRA, gbps, True),
+                self._link(("pcie_down", self._gpu(b)), Tier.INTRA, gbps)]
         if f.bridge_gbps is not None:
             path.append(self._link(("bridge", self._node(t.node_of(a))), Tier.INTRA, f.bridge_gbps))
         return path
@@ -102,12 +105,13 @@ class Network:
         na, nb = t.node_of(a), t.node_of(b)
         nic_a, nic_b = t.nic_of_local_rank(t.local_rank_of(a)), t.nic_of_local_rank(t.local_rank_of(b))
         g2n = inter.gpu_path_gbps()
+        nic = inter.nic_gbps * t.costs.nic_efficiency
         path = [self._link(("gpu_to_nic", self._gpu(a)), Tier.INTER, g2n),
-                self._link(("nic_tx", self._node(na), nic_a), Tier.INTER, inter.nic_gbps, True),
-                self._link(("nic_rx", self._node(nb), nic_b), Tier.INTER, inter.nic_gbps),
+                self._link(("nic_tx", self._node(na), nic_a), Tier.INTER, nic, True),
+                self._link(("nic_rx", self._node(nb), nic_b), Tier.INTER, nic),
                 self._link(("nic_to_gpu", self._gpu(b)), Tier.INTER, g2n)]
         if inter.oversubscription > 1.0:
-            uplink = inter.num_nics * inter.nic_gbps / inter.oversubscription
+            uplink = inter.num_nics * nic / inter.oversubscription
             path += [self._link(("fabric_up", self._node(na)), Tier.INTER, uplink),
                      self._link(("fabric_down", self._node(nb)), Tier.INTER, uplink)]
         return path

@@ -10,7 +10,7 @@ from typing import Literal
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import Schedule, predecessor_map
 from hiercoll.sim.bounds import declared_period, lower_bound
-from hiercoll.sim.engine import run_timing
+from hiercoll.sim.engine import issue_times, run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
 from hiercoll.sim.symmetry import Symmetry, find_symmetry
@@ -32,21 +32,38 @@ def _without_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+CallMode = Literal["eager", "graph"]
+
+
 def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
-             record: bool = False) -> SimResult:
+             record: bool = False, *, costs_from: Topology | None = None,
+             call_mode: CallMode = "eager") -> SimResult:
     """Time `schedule` on `topology`. `mode="auto"` folds ranks that a verified translation
     symmetry makes identical (the result says so); `"exact"` simulates every rank; `"trusted"`
     folds on the planner's declaration without re-checking it (the auto-picker's inner loop:
-    tests check every algorithm's declaration exhaustively)."""
+    tests check every algorithm's declaration exhaustively).
+
+    `call_mode`: eager calls pay the host's per-call and per-op launch costs, graph replays
+    their own per-call cost (topology.costs.eager / .graph). `costs_from`: time the schedule
+    with the bandwidths, latencies and costs of another topology of the same shape (what a
+    calibration varies), without re-planning."""
     with _without_cyclic_gc():
-        return _simulate(schedule, topology, mode, record)
+        return _simulate(schedule, topology, mode, record, costs_from, call_mode)
 
 
-def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool) -> SimResult:
+def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool,
+              costs_from: Topology | None, call_mode: CallMode) -> SimResult:
     schedule.refuse_library_call("simulate")
     if schedule.meta.topology_fingerprint != topology.fingerprint():
         raise HiercollError("simulate: the schedule was planned for another topology "
                             f"({schedule.meta.topology_fingerprint} != {topology.fingerprint()})")
+    if costs_from is not None:
+        if costs_from.shape_fingerprint() != topology.shape_fingerprint():
+            raise HiercollError("simulate: costs_from has another shape (ranks, nodes, fabric "
+                                "kinds) than the topology the schedule was planned for")
+        topology = costs_from
+    if topology.shared_gpu:
+        mode = "exact"     # every rank shares one HBM: a folded rank would not see the others
     if mode == "trusted":
         period = declared_period(schedule, topology)
         sym = Symmetry(period, 0, False) if period else None
@@ -55,8 +72,13 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool) 
     fold = sym.period if sym else None
     ranks = list(range(fold if fold else schedule.world_size))
     net = Network(topology, fold)
-    timing, fluid = run_timing(schedule, net, ranks, topology.costs.launch_us, record)
-    end = max(timing.end.values(), default=0.0)
+    per_call = topology.costs.for_mode(call_mode)
+    issued = None
+    if per_call.call_us or per_call.issue_us:
+        issued = issue_times(schedule, ranks, per_call.call_us, per_call.issue_us,
+                             topology.shared_gpu)
+    timing, fluid = run_timing(schedule, net, ranks, topology.costs.launch_us, record, issued)
+    end = max(max(timing.end.values(), default=0.0), per_call.call_us)
     copies = schedule.world_size // fold if fold else 1
     links = [LinkStat(info.name, info.tier.value, fluid.usage.bytes[i], fluid.usage.busy_us[i],
                       fluid.usage.bytes[i] / (info.bytes_per_us * end) if end > 0 else 0.0, copies)

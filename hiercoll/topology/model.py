@@ -63,12 +63,55 @@ class InterFabric(_Strict):
         return self.gpu_nic_gbps or DEFAULT_GPU_NIC_PER_NIC_RATIO * self.nic_gbps
 
 
-class Costs(_Strict):
-    """Fixed costs a calibration can fit: per-op launch/sync and the reduce kernel's efficiency."""
+class ModeCosts(_Strict):
+    """Costs that depend on how a call is launched: eagerly by the host, or replayed from a CUDA
+    graph (the host then launches one graph per call, not each op)."""
 
-    launch_us: float = Field(default=2.0, ge=0, description="per op: kernel launch or signal wait")
+    call_us: float = Field(default=0.0, ge=0, description="per call: host launch of the call, "
+                           "argument checks, the first kernel's start (us)")
+    issue_us: float = Field(default=0.0, ge=0, description="host time to launch one op (us); an "
+                            "op starts no earlier than its launch, and ranks that share a host "
+                            "thread (shared_gpu) queue behind each other. 0 in graph mode")
+
+
+class Costs(_Strict):
+    """What a calibration fits besides bandwidths and latencies (`hiercoll calibrate`).
+
+    Defaults are uncalibrated guesses: 2 us per op, no per-call cost, links at their rated speed."""
+
+    launch_us: float = Field(default=2.0, ge=0, description="per op on the device: kernel or row "
+                             "start, signal wait round trip (us)")
     reduce_efficiency: float = Field(default=0.8, gt=0, le=1.0,
-                                     description="fraction of HBM bandwidth a reduce kernel reaches")
+                                     description="fraction of HBM bandwidth copies and reduces "
+                                     "reach (their HBM reads and writes share it)")
+    intra_efficiency: float = Field(default=1.0, gt=0, le=1.0,
+                                    description="fraction of the intra-node port/link bandwidth "
+                                    "transfers reach")
+    nic_efficiency: float = Field(default=1.0, gt=0, le=1.0,
+                                  description="fraction of the NIC bandwidth transfers reach")
+    eager: ModeCosts = Field(default_factory=ModeCosts, description="eager launches")
+    graph: ModeCosts = Field(default_factory=ModeCosts, description="CUDA-graph replays")
+
+    def for_mode(self, mode: str) -> ModeCosts:
+        """The per-call costs of `mode` (eager or graph; graph ops are never host-issued)."""
+        if mode == "graph":
+            return ModeCosts(call_us=self.graph.call_us, issue_us=0.0)
+        return self.eager
+
+
+class Calibration(BaseModel):
+    """Where a calibrated topology's costs came from (written by `hiercoll calibrate`). Not part
+    of the fingerprint: it describes the values, it does not change them."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    date_utc: str
+    sources: list[str]
+    fitted: dict[str, float]
+    unconstrained: list[str] = Field(default_factory=list)
+    rows: int = 0
+    fit_geomean_error: float | None = None
+    holdout_geomean_error: float | None = None
+    worst_error: float | None = None
 
 
 class Topology(_Strict):
@@ -79,6 +122,10 @@ class Topology(_Strict):
     intra: IntraFabric
     inter: InterFabric | None = Field(default=None, description="required when num_nodes > 1")
     costs: Costs = Field(default_factory=Costs)
+    shared_gpu: bool = Field(default=False, description="every rank is a process on ONE GPU "
+                             "(the one-GPU harness): one HBM for all, one host thread launching")
+    calibration: Calibration | None = Field(default=None, description="provenance of fitted "
+                                            "costs (hiercoll calibrate); absent: uncalibrated")
     schema_version: Literal[1] = 1
 
     @model_validator(mode="after")
@@ -161,7 +208,43 @@ class Topology(_Strict):
         return below[-1] if below else 0
 
     def fingerprint(self) -> str:
-        """Stable hash of everything that shapes a plan or its timing (not the display name)."""
-        data = self.model_dump(mode="json", exclude={"name"})
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """Stable hash of everything that shapes a plan or its timing (not the display name, not
+        the calibration's provenance)."""
+        data = self.model_dump(mode="json", exclude={"name", "calibration"})
+        if not self.shared_gpu:
+            data.pop("shared_gpu")      # files from before the field hash as they always did
+        costs = data["costs"]
+        for key, default in _COST_DEFAULTS.items():
+            if costs.get(key) == default:
+                costs.pop(key)          # likewise for cost terms left at their defaults
+        return _hash(data)
+
+    def shape_fingerprint(self) -> str:
+        """Hash of what a measurement's plan depends on: ranks, nodes, the kinds of fabric and
+        NIC placement; not bandwidths, latencies or costs. Measurements taken on a machine
+        calibrate any topology file of the same shape."""
+        data = {"num_nodes": self.num_nodes, "gpus_per_node": self.gpus_per_node,
+                "gpu": self.gpu.name, "intra": self.intra.kind.value,
+                "links_per_pair": self.intra.links_per_pair, "shared_gpu": self.shared_gpu,
+                "nics": None if self.inter is None else [self.inter.num_nics,
+                                                         self.nic_affinity()]}
+        return _hash(data)
+
+    def calibration_label(self) -> str:
+        """One line on where the costs come from, for every report that quotes a time."""
+        c = self.calibration
+        if c is None:
+            return "defaults, uncalibrated"
+        err = ("" if c.holdout_geomean_error is None
+               else f", held-out geomean error {c.holdout_geomean_error:.1%}")
+        return f"calibrated {c.date_utc[:10]} on {c.rows} rows{err}"
+
+
+_COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0,
+                  "eager": {"call_us": 0.0, "issue_us": 0.0},
+                  "graph": {"call_us": 0.0, "issue_us": 0.0}}
+
+
+def _hash(data: object) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

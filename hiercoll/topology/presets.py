@@ -52,9 +52,19 @@ _NODE_TYPES: dict[str, dict[str, Any]] = {
         "inter": {"num_nics": 2, "nic_gbps": 12.5 * NIC_EFFICIENCY, "latency_us": 5.0,
                   "nic_affinity": [0, 4], "gpu_nic_gbps": 25.0},
     },
+    # The one-GPU harness (`hiercoll stress/bench --one-gpu`): 4 ranks as processes on ONE H200,
+    # sharing its HBM and SMs and launched by one host thread. A rank's "port" is what its
+    # kernels (4 CTAs each) push; a guess of a quarter of HBM until calibrated
+    # (bench/results/calibration/one_gpu_h200).
+    "one-gpu-h200x4": {
+        "gpus_per_node": 4,
+        "gpu": {"name": "H200", "hbm_gbps": 4800.0, "num_sms": 132, "memory_gib": 141.0},
+        "intra": {"kind": "nvswitch", "gbps": 1200.0, "latency_us": 1.0},
+        "shared_gpu": True,
+    },
 }
 
-DEFAULT_NODES = {"h200x4": 1}
+DEFAULT_NODES = {"h200x4": 1, "one-gpu-h200x4": 1}
 
 
 def preset_names() -> list[str]:
