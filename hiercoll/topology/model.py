@@ -142,6 +142,8 @@ class Topology(_Strict):
             if bad:
                 raise ValueError(f"inter.nic_affinity: local ranks {bad} outside "
                                  f"0..{self.gpus_per_node - 1}")
+        if self.shared_gpu and self.num_nodes != 1:
+            raise ValueError("shared_gpu: every rank on one GPU means one node; set num_nodes: 1")
         if self.intra.kind != IntraKind.MESH and self.intra.links_per_pair != 1:
             raise ValueError("intra.links_per_pair: only meaningful for kind 'mesh'; remove it")
         return self

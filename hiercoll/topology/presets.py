@@ -80,5 +80,7 @@ def preset(name: str, num_nodes: int | None = None) -> Topology:
     if nodes < 1:
         raise HiercollError(f"--nodes: {nodes} must be >= 1")
     spec = dict(_NODE_TYPES[name])
+    if spec.get("shared_gpu") and nodes != 1:
+        raise HiercollError(f"--nodes: {name} is every rank on one GPU (one node); drop --nodes")
     label = name if nodes == 1 else f"{name}x{nodes}n"
     return Topology.model_validate(spec | {"name": label, "num_nodes": nodes})
