@@ -49,7 +49,25 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
         add([(net.hbm(op.dst.rank), 1.0)])
         add(net.net_path(i, op.dst.rank))
         latency += net.latency_us(i, op.dst.rank)
+    cap = op_engine_cap(net, op)
+    if cap is not None:
+        # the cap is on what the engine loads and stores: a copy loads one byte per byte it
+        # stores (weight 1); a reduce loads every source (and the destination, accumulating)
+        traffic = 1.0 if op.kind == OpKind.COPY else (len(op.srcs) + op.accumulate + 1) / 2
+        add([(net.engine(op.rank, op.channel, cap[0], cap[1]), traffic)])
     return tuple(weights.items()), latency
+
+
+def op_engine_cap(net: Network, op: Op) -> tuple[str, float] | None:
+    """(engine, GB/s) if the topology caps what one op moves: copies of at least the copy-engine
+    threshold run on a copy engine (as the cuda backend lowers them), everything else on SMs."""
+    costs = net.topology.costs
+    if costs.sm_op_gbps is None and costs.ce_op_gbps is None:
+        return None
+    nbytes = op.dst.count * net.itemsize
+    if op.kind == OpKind.COPY and nbytes >= costs.ce_threshold_bytes:
+        return None if costs.ce_op_gbps is None else ("ce", costs.ce_op_gbps)
+    return None if costs.sm_op_gbps is None else ("sm", costs.sm_op_gbps)
 
 
 class LinkCache:
@@ -58,14 +76,24 @@ class LinkCache:
 
     def __init__(self, net: Network):
         self.net = net
+        c = net.topology.costs
+        self._capped = c.sm_op_gbps is not None or c.ce_op_gbps is not None
         self._by_shape: dict[tuple, tuple[tuple[tuple[int, float], ...], float]] = {}  # type: ignore[type-arg]
 
     def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
-        shape = (op.kind, op.rank, op.dst.rank, op.accumulate, tuple(s.rank for s in op.srcs))
+        shape = (op.kind, op.rank, op.dst.rank, op.accumulate, tuple(s.rank for s in op.srcs),
+                 self.channel_key(op))
         hit = self._by_shape.get(shape)
         if hit is None:
             hit = self._by_shape[shape] = op_links(self.net, op)
         return hit
+
+    def channel_key(self, op: Op) -> tuple[int, bool] | None:
+        """With per-op engine caps, an op's links depend on its channel and engine too."""
+        if not self._capped:
+            return None
+        threshold = self.net.topology.costs.ce_threshold_bytes
+        return (op.channel, op.dst.count * self.net.itemsize >= threshold)
 
     def best_rate(self, op: Op) -> float:
         """Bytes/us the op could move alone on the network (its tightest weighted link)."""

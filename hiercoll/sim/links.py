@@ -38,6 +38,7 @@ class Network:
 
     topology: Topology
     fold: int | None = None
+    itemsize: int = 1        # bytes per element of the schedule (which copies go to copy engines)
     links: list[LinkInfo] = field(default_factory=list)
     _ids: dict[tuple, int] = field(default_factory=dict)
     _paths: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
@@ -66,6 +67,11 @@ class Network:
         t = self.topology
         key = ("hbm", 0) if t.shared_gpu else ("hbm", self._gpu(g))
         return self._link(key, Tier.MEMORY, t.gpu.hbm_gbps * t.costs.reduce_efficiency)
+
+    def engine(self, rank: int, channel: int, engine: str, gbps: float) -> int:
+        """What one op of (rank, channel) can move on `engine` (sm or ce) at most: a channel runs
+        its ops one at a time, so one link per channel and engine caps each op."""
+        return self._link((f"{engine}_op", self._gpu(rank), channel), Tier.MEMORY, gbps)
 
     def net_path(self, a: int, b: int) -> tuple[tuple[int, float], ...]:
         """Network links (no HBM) from GPU a to GPU b, with weights (1 per link use)."""

@@ -71,7 +71,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool,
         sym = find_symmetry(schedule, topology) if mode == "auto" else None
     fold = sym.period if sym else None
     ranks = list(range(fold if fold else schedule.world_size))
-    net = Network(topology, fold)
+    net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize)
     per_call = topology.costs.for_mode(call_mode)
     issued = None
     if per_call.call_us or per_call.issue_us:

@@ -89,6 +89,14 @@ class Costs(_Strict):
                                     "transfers reach")
     nic_efficiency: float = Field(default=1.0, gt=0, le=1.0,
                                   description="fraction of the NIC bandwidth transfers reach")
+    sm_op_gbps: float | None = Field(default=None, gt=0, description="most one SM-driven op "
+                                     "(a kernel's CTAs copying or reducing) moves, GB/s; None: "
+                                     "only links limit it")
+    ce_op_gbps: float | None = Field(default=None, gt=0, description="most one copy-engine copy "
+                                     "moves, GB/s; None: only links limit it")
+    ce_threshold_bytes: int = Field(default=8 << 20, ge=0, description="copies of at least this "
+                                    "many bytes run on a copy engine (the cuda backend's "
+                                    "--ce-threshold)")
     eager: ModeCosts = Field(default_factory=ModeCosts, description="eager launches")
     graph: ModeCosts = Field(default_factory=ModeCosts, description="CUDA-graph replays")
 
@@ -242,7 +250,8 @@ class Topology(_Strict):
         return f"calibrated {c.date_utc[:10]} on {c.rows} rows{err}"
 
 
-_COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0,
+_COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0, "sm_op_gbps": None,
+                  "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20,
                   "eager": {"call_us": 0.0, "issue_us": 0.0},
                   "graph": {"call_us": 0.0, "issue_us": 0.0}}
 

@@ -85,7 +85,7 @@ def rank_bound_us(schedule: Schedule, topology: Topology, rank: int = 0) -> floa
     its path allows; and the bytes it sends or receives per tier need that tier's bandwidth."""
     from hiercoll.sim.engine import LinkCache
     from hiercoll.sim.links import Network
-    paths = LinkCache(Network(topology))
+    paths = LinkCache(Network(topology, itemsize=schedule.spec.dtype.itemsize))
     isz = schedule.spec.dtype.itemsize
     intra_bw, inter_bw = topology.gpu_intra_gbps(), topology.gpu_inter_gbps()
     out_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
