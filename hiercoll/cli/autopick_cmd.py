@@ -42,6 +42,7 @@ def _run(args: argparse.Namespace) -> int:
         write_tuning(args.output, rows_to_table(topology, template, rows))
     if args.json:
         print_json({"topology": topology.name, "fingerprint": topology.fingerprint(),
+                    "costs": topology.calibration_label(),
                     "collective": template.kind.value, "dtype": template.dtype.value,
                     "library_table": None if library is None else {
                         "source": library.source, "mode": library.mode},
@@ -62,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"{sum(r.pruned for r in rows)} pruned by bounds, {elapsed:.1f} s",
                 ["size", "choice", "us", "busbw", "bound", "runner-up", f"{base} us (x)"]
                 + ([f"nccl us ({library.mode}, measured)"] if library else []), table)
+    console.print(f"simulated costs: {topology.calibration_label()}")
     if library is not None:
         console.print(f"nccl times: {library.source}")
     if args.output:

@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "hiercoll.cli.run_cmd",
     "hiercoll.cli.stress_cmd",
     "hiercoll.cli.bench_cmd",
+    "hiercoll.cli.calibrate_cmd",
+    "hiercoll.cli.compare_cmd",
 ]
 
 

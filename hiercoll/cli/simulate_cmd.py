@@ -15,6 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
     p.add_argument("--png", default=None, help="write a timeline PNG here")
     p.add_argument("--exact", action="store_true", help="simulate every rank (no symmetry folding)")
+    p.add_argument("--mode", default="eager", choices=["eager", "graph"],
+                   help="per-call costs of eager launches or CUDA-graph replays (topology costs)")
     add_json_flag(p)
     p.set_defaults(func=_run)
 
@@ -24,13 +26,13 @@ def _run(args: argparse.Namespace) -> int:
     from hiercoll.sim.trace import timeline_png, trace_json
     plan = load_plan(args.plan)
     res = simulate(plan.schedule, plan.topology, mode="exact" if args.exact else "auto",
-                   record=args.trace is not None)
+                   record=args.trace is not None, call_mode=args.mode)
     if args.trace:
         write_atomic(args.trace, trace_json(plan.schedule, res))
     if args.png:
         timeline_png(plan.schedule, res, args.png)
     if args.json:
-        print_json(res.to_json())
+        print_json(res.to_json() | {"costs": plan.topology.calibration_label()})
         return 0
     s = plan.schedule
     rows = [["time", f"{res.time_us:.2f} us"], ["algbw", f"{res.algbw_gbps:.1f} GB/s"],
@@ -38,7 +40,7 @@ def _run(args: argparse.Namespace) -> int:
             ["lower bound", f"{res.lower_bound_us:.2f} us ({res.bound_cut} cut): "
              f"{100 * res.bound_ratio:.0f}% of bound"],
             ["bytes intra / inter", f"{res.bytes_intra / 2**20:.1f} / {res.bytes_inter / 2**20:.1f} MiB"],
-            ["ops", f"{res.num_ops}"]]
+            ["ops", f"{res.num_ops}"], ["costs", plan.topology.calibration_label()]]
     if res.shortcut:
         rows.append(["shortcut", res.shortcut])
     print_table(f"{s.meta.algorithm} {s.spec.kind.value} of {s.spec.total_bytes} B on "

@@ -1,0 +1,1 @@
+"""Fit the simulator's cost parameters to measured runs and report its error."""

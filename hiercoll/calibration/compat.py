@@ -1,0 +1,54 @@
+"""Refuse measurements that were not taken on a machine of the topology's shape, in one line.
+
+A calibrated file keeps its base's shape (ranks, nodes, fabric kinds, NIC placement) and changes
+only numbers, so shapes, not full fingerprints, decide: rows from `hiercoll bench -t h200x4`
+calibrate `h200x4` and any calibrated copy of it. One-GPU rows (every rank on one GPU) only fit a
+`shared_gpu` topology and the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hiercoll.calibration.measurements import Measurement
+from hiercoll.errors import HiercollError
+from hiercoll.topology import Topology, load_topology
+
+
+def row_shape(m: Measurement) -> str | None:
+    """The shape fingerprint of the machine a row names, if it names one we can load (a preset,
+    checked against the row's own fingerprint), else None."""
+    name = getattr(m, "topology", None)
+    if not name or m.topology_fingerprint is None:
+        return None
+    try:
+        topo = load_topology(name)
+    except HiercollError:
+        return None
+    if topo.fingerprint() != m.topology_fingerprint:
+        return None
+    return topo.model_copy(update={"shared_gpu": m.one_gpu}).shape_fingerprint()
+
+
+def check_rows(rows: Sequence[Measurement], topology: Topology) -> None:
+    if not rows:
+        raise HiercollError("measurements: no rows to use (empty files?)")
+    shape = topology.shape_fingerprint()
+    for m in rows:
+        if m.world_size != topology.world_size:
+            raise HiercollError(f"{m.source}: measured on {m.world_size} ranks, the topology has "
+                                f"{topology.world_size}; give the topology of that machine "
+                                "(--topology)")
+        if m.num_nodes is not None and m.num_nodes != topology.num_nodes:
+            raise HiercollError(f"{m.source}: measured on {m.num_nodes} node(s), the topology "
+                                f"has {topology.num_nodes}; use --nodes or another topology")
+        if m.one_gpu != topology.shared_gpu:
+            what = ("every rank on one GPU (--one-gpu)" if m.one_gpu else "one GPU per rank")
+            raise HiercollError(f"{m.source}: measured with {what}; calibrate a topology with "
+                                f"shared_gpu: {str(m.one_gpu).lower()} (e.g. "
+                                f"{'one-gpu-h200x4' if m.one_gpu else 'h200x4'})")
+        theirs = row_shape(m)
+        if theirs is not None and theirs != shape:
+            raise HiercollError(f"{m.source}: measured on topology {m.topology_fingerprint} "
+                                f"({getattr(m, 'topology', '?')}), whose shape differs from "
+                                "--topology's; calibrate a topology of that machine")

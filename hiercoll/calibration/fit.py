@@ -1,0 +1,167 @@
+"""Fit the topology's cost parameters to measured times: least squares on log-time residuals.
+
+Log residuals make a 10 us miss on a 20 us call weigh like a 10 ms miss on a 20 ms one, which is
+what users mean by "the prediction is 2x off". Parameters are fitted in log space inside their
+bounds. A held-out share of the rows (every k-th size of each plan, so each plan keeps its small
+and large sizes on both sides) is never seen by the fit and reports the error a user should
+expect on new sizes. A parameter whose column of the Jacobian is (near) zero at the solution is
+one the data cannot see: it keeps its prior value and the report says "not constrained".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from hiercoll.calibration.params import START, FitParam, applicable, with_values
+from hiercoll.calibration.predict import Case, predict_us
+from hiercoll.errors import HiercollError
+from hiercoll.topology import Topology
+
+# |d log(time) / d log(param)| summed over rows below this: the data does not see the parameter
+UNCONSTRAINED_SENSITIVITY = 1e-3
+
+
+@dataclass(frozen=True)
+class RowError:
+    case: Case
+    predicted_us: float
+    held_out: bool
+
+    @property
+    def measured_us(self) -> float:
+        return self.case.measurement.time_us
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_us / self.measured_us
+
+    @property
+    def error(self) -> float:
+        """|pred/meas - 1|, the issue's definition."""
+        return abs(self.ratio - 1.0)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    topology: Topology                   # the base topology with the fitted values
+    fitted: dict[str, float]             # every parameter the data constrains
+    unconstrained: dict[str, float | None]   # kept at their prior values (None: unset)
+    rows: list[RowError]
+    evaluations: int
+
+    def ratios(self, held_out: bool | None = None) -> list[float]:
+        return [r.ratio for r in self.rows if held_out is None or r.held_out == held_out]
+
+
+def geomean_error(ratios: Sequence[float]) -> float:
+    """The typical factor a prediction is off, minus one: exp(mean |log(pred/meas)|) - 1, the
+    geometric mean of max(r, 1/r) - 1. Unlike a mean of |r - 1| it treats 2x too fast and 2x too
+    slow alike, and unlike a geomean of |r - 1| one exact row cannot zero it."""
+    if not ratios:
+        return float("nan")
+    return float(math.exp(np.mean([abs(math.log(r)) for r in ratios])) - 1.0)
+
+
+def worst_error(ratios: Sequence[float]) -> float:
+    """max |pred/meas - 1|."""
+    return max((abs(r - 1.0) for r in ratios), default=float("nan"))
+
+
+def split_holdout(cases: Sequence[Case], holdout: float) -> list[bool]:
+    """True for held-out rows: per (plan, mode), sizes sorted, every round(1/holdout)-th one,
+    starting from the second so the smallest size is always fitted."""
+    if holdout <= 0:
+        return [False] * len(cases)
+    if holdout >= 1:
+        raise HiercollError(f"--holdout: {holdout} must be in [0, 1)")
+    step = max(2, round(1 / holdout))
+    out = [False] * len(cases)
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, c in enumerate(cases):
+        m = c.measurement
+        groups.setdefault((m.collective.value, c.plan_label, m.mode), []).append(i)
+    for idx in groups.values():
+        idx.sort(key=lambda i: cases[i].measurement.nbytes)
+        for k, i in enumerate(idx):
+            out[i] = k % step == 1
+    return out
+
+
+def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
+        only: Sequence[str] | None = None,
+        progress: Callable[[int], None] | None = None) -> FitResult:
+    """Fit `base`'s applicable parameters (or `only` those paths) to `cases`."""
+    if not cases:
+        raise HiercollError("calibrate: no measurement rows to fit")
+    held = split_holdout(cases, holdout)
+    train = [c for c, h in zip(cases, held, strict=True) if not h]
+    params = [p for p in applicable(base) if only is None or p.path in only]
+    modes = {c.measurement.mode for c in cases}
+    params = [p for p in params if _mode_of(p) in (None, *modes)]
+    starts = _data_starts(train)
+    x0 = np.array([_to_x(p, min(max(starts.get(p.path, _start(p, base)), p.lo), p.hi))
+                   for p in params])
+    lo = np.array([_to_x(p, p.lo) for p in params])
+    hi = np.array([_to_x(p, p.hi) for p in params])
+    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+    measured = np.log([c.measurement.time_us for c in train])
+    calls = 0
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        nonlocal calls
+        calls += 1
+        if progress is not None:
+            progress(calls)
+        topo = with_values(base, _values(params, x))
+        return np.log([predict_us(c, topo, base) for c in train]) - measured
+
+    sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", x_scale="jac",
+                        diff_step=1e-3, max_nfev=200 * max(1, len(params)))
+    sensitivity = np.abs(sol.jac).sum(axis=0) if sol.jac is not None else np.zeros(len(params))
+    fitted = {p.path: _round(v) for p, v, s in zip(params, _values(params, sol.x).values(),
+                                                    sensitivity, strict=True)
+              if s > UNCONSTRAINED_SENSITIVITY}
+    unconstrained = {p.path: p.get(base) for p in applicable(base) if p.path not in fitted}
+    topo = with_values(base, fitted)
+    rows = [RowError(c, predict_us(c, topo, base), h) for c, h in zip(cases, held, strict=True)]
+    return FitResult(topo, fitted, unconstrained, rows, calls)
+
+
+def _data_starts(train: Sequence[Case]) -> dict[str, float]:
+    """Starting points the data suggests where the topology's own value would leave the fit on
+    a flat stretch: an eager call takes the longer of host and device work, so with no host
+    cost at all the host term never binds and its gradient is zero. The fastest eager row is a
+    fair first guess of the host's per-call work."""
+    eager = [c.measurement.time_us for c in train if c.measurement.mode == "eager"]
+    return {"costs.eager.call_us": 0.9 * min(eager)} if eager else {}
+
+
+def _start(p: FitParam, base: Topology) -> float:
+    value = p.get(base)
+    return START.get(p.path, p.lo) if value is None else value
+
+
+def _mode_of(p: FitParam) -> str | None:
+    """eager/graph for a mode's own cost, else None (both modes see it)."""
+    for mode in ("eager", "graph"):
+        if p.path.startswith(f"costs.{mode}."):
+            return mode
+    return None
+
+
+def _round(value: float, digits: int = 5) -> float:
+    """Five significant digits: what the data supports, and a file a person can read."""
+    return float(f"{value:.{digits}g}")
+
+
+def _to_x(p: FitParam, value: float) -> float:
+    return math.log(value) if p.log_scale else value
+
+
+def _values(params: Sequence[FitParam], x: np.ndarray) -> dict[str, float]:
+    return {p.path: float(math.exp(v) if p.log_scale else v) for p, v in zip(params, x, strict=True)}

@@ -1,0 +1,132 @@
+"""Measured points, from the files people already have: one row model for every source.
+
+Sources: `hiercoll bench` JSON (rows carry their plan's recipe), nccl-tests logs (parsed in
+`nccl_tests.py`), and the NCCL baseline JSON in `shared/measurements` (NCCL on 4x H200). Every
+error names the file (and line or row) and the fix, in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hiercoll.collectives import DType, Kind, ReduceOp
+from hiercoll.errors import HiercollError, format_validation_error
+from hiercoll.schedule import LIBRARY_ALGORITHM
+
+
+class Measurement(BaseModel):
+    """One timed point: a collective, the plan that ran (or the library), its size and mode."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str = Field(description="'path:LINE' for text logs, 'path#INDEX' for JSON rows")
+    tool: Literal["nccl-tests", "hiercoll-bench", "baseline"]
+    collective: Kind
+    algorithm: str = Field(description="hiercoll algorithm, or 'nccl' for the library")
+    params: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    world_size: int = Field(ge=1)
+    num_nodes: int | None = Field(default=None, ge=1)
+    dtype: DType
+    reduce_op: ReduceOp = ReduceOp.SUM
+    nbytes: int = Field(ge=1, description="S as nccl-tests counts it (its size column)")
+    mode: Literal["eager", "graph"] = "eager"
+    in_place: bool = False
+    time_us: float = Field(gt=0, description="the point's central time")
+    statistic: Literal["p50", "mean"] = Field(description="nccl-tests prints a mean; bench p50")
+    p90_us: float | None = None
+    p99_us: float | None = None
+    iters: int | None = None
+    one_gpu: bool = Field(default=False, description="every rank in one process on one GPU")
+    topology: str | None = Field(default=None, description="the topology the row names")
+    topology_fingerprint: str | None = None
+    wrong: int = Field(default=0, ge=0, description="nccl-tests #wrong (kept only when allowed)")
+
+
+def load_measurements(paths: Sequence[str | Path], *, allow_wrong: bool = False,
+                      collective: Kind | None = None) -> list[Measurement]:
+    """Every row of every file. JSON is a bench result or the baseline; anything else is read as
+    an nccl-tests log (`collective` names it where the file name does not)."""
+    from hiercoll.calibration.nccl_tests import parse_nccl_tests
+    rows: list[Measurement] = []
+    for p in paths:
+        path = Path(p)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise HiercollError(f"{path}: cannot read ({exc.strerror})") from None
+        if not text.strip():
+            raise HiercollError(f"{path}: empty file; give an nccl-tests log or a hiercoll "
+                                "bench JSON")
+        if text.lstrip().startswith("{"):
+            rows += _from_json(text, str(path))
+        else:
+            rows += parse_nccl_tests(text, str(path), allow_wrong=allow_wrong,
+                                     collective=collective)
+    return rows
+
+
+def _from_json(text: str, source: str) -> list[Measurement]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HiercollError(f"{source}: not valid JSON near line {exc.lineno}") from None
+    if isinstance(data, dict) and isinstance(data.get("rows"), list):
+        return [_bench_row(r, f"{source}#{i}") for i, r in enumerate(data["rows"])]
+    if isinstance(data, dict) and isinstance(data.get("nccl"), dict) and "world" in data:
+        return _baseline(data, source)
+    raise HiercollError(f"{source}: JSON without 'rows' (hiercoll bench) or 'nccl' + 'world' "
+                        "(baseline); which file is this?")
+
+
+def _bench_row(r: Any, source: str) -> Measurement:
+    if not isinstance(r, dict):
+        raise HiercollError(f"{source}: a row must be an object")
+    library = r.get("algorithm") == LIBRARY_ALGORITHM or r.get("backend") == LIBRARY_ALGORITHM
+    fields = {"source": source, "tool": "hiercoll-bench",
+              "collective": _kind(r.get("collective"), source),
+              "algorithm": LIBRARY_ALGORITHM if library else r.get("algorithm"),
+              "params": {} if library else dict(r.get("params") or {}),
+              "world_size": r.get("world_size"), "dtype": r.get("dtype"),
+              "reduce_op": r.get("reduce_op", "sum"), "nbytes": r.get("nbytes"),
+              "mode": r.get("mode", "eager"), "time_us": r.get("p50_us"), "statistic": "p50",
+              "p90_us": r.get("p90_us"), "p99_us": r.get("p99_us"), "iters": r.get("iters"),
+              "one_gpu": bool(r.get("one_gpu", False)), "topology": r.get("topology"),
+              "topology_fingerprint": r.get("topology_fingerprint") or None}
+    return _validated(fields, source)
+
+
+def _baseline(data: dict[str, Any], source: str) -> list[Measurement]:
+    """shared/measurements' baseline: {"world": W, "nccl": {kind: [[bytes, p50_us, ...], ...]}}
+    (NCCL, eager, bf16, one node)."""
+    rows = []
+    for kind, points in data["nccl"].items():
+        for i, point in enumerate(points):
+            where = f"{source}#nccl.{kind}.{i}"
+            if not isinstance(point, list) or len(point) < 2:
+                raise HiercollError(f"{where}: expected [bytes, p50_us, ...]")
+            rows.append(_validated({"source": where, "tool": "baseline",
+                                    "collective": _kind(kind, where),
+                                    "algorithm": LIBRARY_ALGORITHM, "world_size": data["world"],
+                                    "num_nodes": 1, "dtype": "bf16", "nbytes": point[0],
+                                    "mode": "eager", "time_us": point[1], "statistic": "p50"},
+                                   where))
+    return rows
+
+
+def _kind(name: Any, source: str) -> Kind:
+    try:
+        return Kind(name)
+    except ValueError:
+        raise HiercollError(f"{source}: unknown collective {name!r}; one of "
+                            f"{', '.join(k.value for k in Kind)}") from None
+
+
+def _validated(fields: dict[str, Any], source: str) -> Measurement:
+    try:
+        return Measurement.model_validate(fields)
+    except ValidationError as err:
+        raise HiercollError(format_validation_error(err, source)) from None

@@ -1,0 +1,67 @@
+"""From a measurement to the plan that ran and the simulator's time for it.
+
+A hiercoll bench row carries its plan's recipe (algorithm, params, spec), so the same schedule is
+re-planned; a library row (NCCL, from nccl-tests or a bench) is predicted through the library
+model (`planner/library_model.py`: NCCL's ring or its point-to-point all-to-all as a hiercoll
+plan). Schedules depend only on the topology's shape, so they are built once and re-timed under
+every candidate set of costs (`simulate(..., costs_from=...)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hiercoll.calibration.measurements import Measurement
+from hiercoll.collectives import CollectiveSpec, valid_nbytes
+from hiercoll.errors import HiercollError
+from hiercoll.planner import plan
+from hiercoll.planner.library_model import library_model
+from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
+from hiercoll.sim import simulate
+from hiercoll.topology import Topology
+
+
+@dataclass(frozen=True)
+class Case:
+    """A measurement and the schedule that reproduces it on the base topology."""
+
+    measurement: Measurement
+    schedule: Schedule
+
+    @property
+    def plan_label(self) -> str:
+        """The plan as reports group it: algorithm and its non-default params; library rows say
+        which model stands for them."""
+        m = self.measurement
+        if m.algorithm == LIBRARY_ALGORITHM:
+            return f"nccl (model: {self.schedule.meta.algorithm})"
+        extra = ",".join(f"{k}={v}" for k, v in sorted(m.params.items()) if k in ("chunks", "channels"))
+        return f"{m.algorithm}({extra})" if extra else m.algorithm
+
+
+def spec_of(m: Measurement) -> CollectiveSpec:
+    """The collective a row timed (its size rounded to what the collective accepts: nccl-tests
+    sizes are not always a multiple of W elements for all-to-all)."""
+    nbytes = valid_nbytes(m.collective, m.world_size, m.dtype, m.nbytes)
+    return CollectiveSpec(kind=m.collective, world_size=m.world_size, dtype=m.dtype,
+                          nbytes=nbytes, reduce_op=m.reduce_op)
+
+
+def build_case(m: Measurement, topology: Topology) -> Case:
+    """The schedule of one measurement on `topology` (its shape must match the row's)."""
+    spec = spec_of(m)
+    if m.algorithm == LIBRARY_ALGORITHM:
+        schedule = library_model(topology, spec)
+    else:
+        try:
+            schedule = plan(topology, spec, m.algorithm, dict(m.params) or None)
+        except HiercollError as exc:
+            raise HiercollError(f"{m.source}: cannot re-plan this row ({exc})") from None
+    return Case(m, schedule)
+
+
+def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
+    """Simulated time of the case's schedule (planned on `base`) with the costs of `timed_on`
+    (a variant of `base` with other bandwidths/latencies/costs), in the row's mode."""
+    result = simulate(case.schedule, base, costs_from=timed_on, call_mode=case.measurement.mode)
+    return result.time_us

@@ -1,0 +1,106 @@
+"""`hiercoll calibrate MEAS... -t T -o calibrated.yaml`: fit the topology's costs to measured runs.
+
+    hiercoll calibrate all_reduce_perf.log reduce_scatter_perf.log -t my_cluster.yaml -o cal.yaml
+    hiercoll calibrate out/bench/*.json -t one-gpu-h200x4 --holdout 0.3 --json
+
+MEAS are nccl-tests logs or `hiercoll bench` JSON files. The calibrated file is a topology file
+(same schema) with a `calibration` block saying from what and how well; load it anywhere a
+topology is taken.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hiercoll.cli.common import (add_json_flag, add_topology_args, console, err_console,
+                                 print_json, print_table)
+from hiercoll.collectives import Kind
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("calibrate", help="fit a topology's costs to measurements (nccl-tests "
+                       "logs, hiercoll bench JSON)")
+    add_measurement_args(p)
+    p.add_argument("--output", "-o", default=None, help="write the calibrated topology (YAML)")
+    p.add_argument("--holdout", type=float, default=0.3,
+                   help="share of each plan's sizes kept out of the fit to measure its error")
+    p.add_argument("--md", default=None, help="write the error report as Markdown")
+    p.add_argument("--png", default=None, help="write measured vs predicted as a log-log PNG")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def add_measurement_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("measurements", nargs="+", metavar="MEAS",
+                   help="nccl-tests logs (*_perf output) or hiercoll bench JSON files")
+    add_topology_args(p)
+    p.add_argument("--collective", "-c", default=None, choices=[k.value for k in Kind],
+                   help="for nccl-tests logs whose collective the file name does not tell")
+    p.add_argument("--allow-wrong", action="store_true",
+                   help="keep nccl-tests rows with a non-zero #wrong (flagged in the report)")
+
+
+def load_cases(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from hiercoll.calibration.workflow import load_rows
+    from hiercoll.topology import load_topology
+    topology = load_topology(args.topology, args.nodes)
+    kind = Kind(args.collective) if args.collective else None
+    return topology, load_rows(args.measurements, topology, collective=kind,
+                               allow_wrong=args.allow_wrong)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from hiercoll.calibration.params import BY_PATH
+    from hiercoll.calibration.report import markdown, plot, summary
+    from hiercoll.calibration.workflow import calibrate, result_json, write_topology
+    from hiercoll.errors import HiercollError
+    from hiercoll.files import write_atomic
+    if not 0 <= args.holdout < 1:
+        raise HiercollError(f"--holdout: {args.holdout} must be in [0, 1)")
+    topology, cases = load_cases(args)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=args.json) as bar:
+        task = bar.add_task(f"fitting {len(cases)} rows", total=None)
+        result = calibrate(cases, topology, args.holdout, args.measurements,
+                           progress=lambda n: bar.update(task, description=f"fitting "
+                                                         f"{len(cases)} rows: {n} simulations"))
+    if args.output:
+        write_topology(result.topology, args.output)
+    s = summary(result.rows)
+    title = f"calibration of {topology.name} on {len(cases)} rows"
+    lines = [f"`hiercoll calibrate {' '.join(args.measurements)} -t {args.topology}`",
+             f"fit geomean error {s['fit']['geomean_error']:.1%}, held out "
+             f"{s['held_out']['geomean_error']:.1%} ({s['held_out']['rows']} rows; >= 1 MiB "
+             f"{s['held_out_large']['geomean_error']:.1%}, smaller "
+             f"{s['held_out_small']['geomean_error']:.1%}), worst {s['all']['worst_error']:.1%}",
+             "fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.fitted.items()),
+             "not constrained by these rows (kept): " + (", ".join(sorted(result.unconstrained))
+                                                         or "none")]
+    if args.md:
+        write_atomic(args.md, markdown(title, lines, result.rows))
+    if args.png:
+        plot(result.rows, args.png, title)
+    if args.json:
+        print_json(result_json(result))
+        return 0
+    print_table(title, ["parameter", "value", "unit", "was"],
+                [[k, f"{v:.4g}", BY_PATH[k].unit, _fmt(BY_PATH[k].get(topology))]
+                 for k, v in result.fitted.items()]
+                + [[k, "not constrained", BY_PATH[k].unit, _fmt(v)]
+                   for k, v in sorted(result.unconstrained.items())])
+    print_table("error |pred/meas - 1|", ["rows", "count", "geomean", "worst"],
+                [[name, s[key]["rows"], f"{s[key]['geomean_error']:.1%}",
+                  f"{s[key]['worst_error']:.1%}"]
+                 for name, key in (("fit", "fit"), ("held out", "held_out"),
+                                   ("held out >= 1 MiB", "held_out_large"),
+                                   ("held out < 1 MiB", "held_out_small"))])
+    for path in (args.output, args.md, args.png):
+        if path:
+            console.print(f"wrote {path}")
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "unset" if value is None else f"{value:.4g}"

@@ -1,0 +1,56 @@
+"""`hiercoll compare MEAS... -t T`: each measurement beside the simulator's prediction for it.
+
+    hiercoll compare bench/results/calibration/one_gpu_h200/*.json -t one-gpu-h200x4 --png cmp.png
+
+Per (collective, plan, size, mode): measured p50, predicted, their ratio; per plan the geomean
+and worst error. The topology's calibration (or "defaults, uncalibrated") is named, so a number
+always travels with where its costs came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hiercoll.cli.calibrate_cmd import add_measurement_args, load_cases
+from hiercoll.cli.common import add_json_flag, console, print_json, print_table
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("compare", help="measured times beside the simulator's predictions")
+    add_measurement_args(p)
+    p.add_argument("--md", default=None, help="write the report as Markdown")
+    p.add_argument("--png", default=None, help="write measured (points) vs predicted (lines)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hiercoll.calibration.report import by_plan, markdown, plot, row_json, summary
+    from hiercoll.calibration.workflow import compare
+    from hiercoll.files import write_atomic
+    topology, cases = load_cases(args)
+    rows = compare(cases, topology)
+    s = summary(rows)
+    title = f"{topology.name} ({topology.calibration_label()}): predicted vs measured"
+    lines = [f"`hiercoll compare {' '.join(args.measurements)} -t {args.topology}`",
+             f"geomean error {s['all']['geomean_error']:.1%} over {len(rows)} rows "
+             f"(>= 1 MiB {s['large']['geomean_error']:.1%}, smaller "
+             f"{s['small']['geomean_error']:.1%}), worst {s['all']['worst_error']:.1%}"]
+    if args.md:
+        write_atomic(args.md, markdown(title, lines, rows))
+    if args.png:
+        plot(rows, args.png, title)
+    if args.json:
+        print_json({"calibration": topology.calibration_label(), "summary": s,
+                    "plans": [vars(p) for p in by_plan(rows)],
+                    "rows": [row_json(r) for r in rows]})
+        return 0
+    print_table(title, ["collective", "plan", "mode", "rows", "geomean error", "worst",
+                        "pred/meas"],
+                [[p.collective, p.plan, p.mode, p.rows, f"{p.geomean_error:.1%}",
+                  f"{p.worst_error:.1%}", f"{p.mean_ratio:.3f}"] for p in by_plan(rows)])
+    console.print(lines[1])
+    for path in (args.md, args.png):
+        if path:
+            console.print(f"wrote {path}")
+    return 0
