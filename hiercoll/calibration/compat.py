@@ -23,6 +23,8 @@ def row_shape(m: Measurement) -> str | None:
         return None
     try:
         topo = load_topology(name)
+        if topo.world_size != m.world_size and m.world_size % topo.gpus_per_node == 0:
+            topo = load_topology(name, m.world_size // topo.gpus_per_node)   # a preset's nodes
     except HiercollError:
         return None
     if topo.fingerprint() != m.topology_fingerprint:

@@ -59,7 +59,7 @@ def parse_nccl_tests(text: str, source: str, *, allow_wrong: bool = False,
             if re.match(r"^#\s*nThread\b", stripped):       # a new run: its own header
                 hosts, in_table = {}, False
                 header = {"mode": "graph" if re.search(r"graph:\s*1\b", stripped) else "eager",
-                          "iters": _int(re.search(r"\biters:\s*(\d+)", stripped))}
+                          "iters": _int(re.search(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)", stripped))}
             m = _RANK.match(stripped)
             if m:
                 hosts[int(m.group(1))] = m.group(2)
