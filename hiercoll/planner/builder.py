@@ -1,17 +1,17 @@
 """Building one rank's op list. The builder owns index allocation (no globals), so algorithms can
 produce any rank on its own: dependencies on peers name a *label* that the peer's recipe also
-gives its op; labels resolve to indices through the algorithm (by formula, or by building the
-peer's label map, which never needs our own)."""
+gives its op (labels.py: one NamedTuple per family); labels resolve to indices through the
+algorithm (by formula, or by building the peer's label map, which never needs our own)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hiercoll.schedule import Op, OpKind, Region, Transport
+from hiercoll.planner.labels import Label
+from hiercoll.schedule import Op, OpKind, OpRef, Region, Transport
 from hiercoll.topology import Topology
 
-Label = Hashable
 Resolver = Callable[[int, Label], int]   # (peer rank, label) -> index of that op on the peer
 
 
@@ -92,7 +92,7 @@ class RankBuilder:
         out = []
         rank, labels, topo = self.rank, self.labels, self.topology
         for i, p in enumerate(self.ops):
-            refs = []
+            refs: list[OpRef] = []
             for d in p.deps:
                 if isinstance(d, int):
                     refs.append((rank, d))

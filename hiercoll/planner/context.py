@@ -6,12 +6,13 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from hiercoll.collectives import CollectiveSpec, Kind
-from hiercoll.planner.builder import Label, RankBuilder
+from hiercoll.planner.builder import RankBuilder
+from hiercoll.planner.labels import Label
 from hiercoll.schedule import INPUT, OUTPUT, Op, Region
 from hiercoll.topology import Topology
 
@@ -24,42 +25,50 @@ class BaseParams(BaseModel):
     channels: int = Field(default=1, ge=1, le=16, description="parallel op streams per rank")
 
 
-class Algorithm(ABC):
-    """A schedule generator. Subclasses build one rank at a time."""
+ParamsT = TypeVar("ParamsT", bound=BaseParams)
+
+
+class Algorithm(ABC, Generic[ParamsT]):
+    """A schedule generator. Subclasses build one rank at a time.
+
+    A subclass names its parameter model twice, as the type argument (`Algorithm[HierParams]`,
+    so its methods see `ctx.params: HierParams`) and as `Params` (the class that validates it)."""
 
     name: ClassVar[str]
     kinds: ClassVar[frozenset[Kind]]
-    Params: ClassVar[type[BaseParams]] = BaseParams
+    Params: type[ParamsT]     # a class attribute (ClassVar cannot hold a type variable)
     # True when channels only spread chunks (chunk c on channel c % channels), so more channels
     # than chunks change nothing; the ring gives every channel its own slice instead.
     channels_carry_chunks: ClassVar[bool] = True
 
-    def unsupported(self, topo: Topology, spec: CollectiveSpec, params: BaseParams) -> str | None:
+    def unsupported(self, topo: Topology, spec: CollectiveSpec, params: ParamsT) -> str | None:
         """Why this algorithm cannot plan this case, or None."""
         if spec.kind not in self.kinds:
             return f"{self.name} does not implement {spec.kind} (it does {', '.join(sorted(self.kinds))})"
         return None
 
     @abstractmethod
-    def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
+    def build_rank(self, ctx: PlanContext[ParamsT], b: RankBuilder) -> None:
         """Emit rank `b.rank`'s ops in order, labelling those that peers depend on."""
 
-    def symmetry_period(self, ctx: PlanContext) -> int | None:
+    def symmetry_period(self, ctx: PlanContext[ParamsT]) -> int | None:
         """P such that rank r+P runs rank r's program shifted by P, or None. Rank-relative
         recipes on identical nodes have P = gpus_per_node; the simulator checks the claim."""
         return None
 
-    def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
+    def index_of(self, ctx: PlanContext[ParamsT], rank: int, label: Label) -> int:
         """Index of the op labelled `label` on `rank`; override with a formula for scale."""
         return ctx.label_map(rank)[label]
 
 
 @dataclass
-class PlanContext:
+class PlanContext(Generic[ParamsT]):
+    """One plan being built: `params` is the algorithm's own model (`Algorithm[ParamsT]`)."""
+
     topology: Topology
     spec: CollectiveSpec
-    params: BaseParams
-    algorithm: Algorithm
+    params: ParamsT
+    algorithm: Algorithm[ParamsT]
     _labels: OrderedDict[int, dict[Label, int]] = field(default_factory=OrderedDict, repr=False)
 
     @property
@@ -97,10 +106,10 @@ class PlanContext:
         return ops, b.buffers
 
 
-class RecipeOps:
+class RecipeOps(Generic[ParamsT]):
     """OpSource that builds each rank's ops from the recipe on demand (small LRU cache)."""
 
-    def __init__(self, ctx: PlanContext, cache: int = 64):
+    def __init__(self, ctx: PlanContext[ParamsT], cache: int = 64):
         self.ctx = ctx
         self._cache: OrderedDict[int, tuple[list[Op], dict[str, int]]] = OrderedDict()
         self._size = cache
@@ -127,7 +136,7 @@ def params_dict(params: BaseParams) -> dict[str, Any]:
     return params.model_dump(mode="json")
 
 
-def node_period(ctx: PlanContext, *switches: bool) -> int | None:
+def node_period(ctx: PlanContext[ParamsT], *switches: bool) -> int | None:
     """gpus_per_node when every visiting order is rank-relative (all `switches` on) and the
     collective has no distinguished rank; what most algorithms return from symmetry_period."""
     if ctx.spec.kind not in TRANSLATION_INVARIANT or not all(switches):

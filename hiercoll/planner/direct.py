@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pydantic import Field
 
 from hiercoll.collectives import Kind, ReduceOp
-from hiercoll.planner.builder import (Dep, Label, RankBuilder, ceil_div, chunk_bounds,
-                                      peer_position, swizzled_peers)
-from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
+from hiercoll.planner.builder import Dep, RankBuilder, ceil_div, chunk_bounds, peer_position, swizzled_peers
+from hiercoll.planner.context import Algorithm, BaseParams, ParamsT, PlanContext, node_period
 from hiercoll.planner.group import build_group_cast, build_group_reduce
+from hiercoll.planner.labels import Label, OwnerReduceLabel, PutLabel
 from hiercoll.schedule import Region
 
 SLOTS = "direct_recv"
@@ -29,19 +29,20 @@ class DirectParams(BaseParams):
 Block = Callable[[int], tuple[int, int]]
 
 
-def whole(ctx: PlanContext) -> Block:
+def whole(ctx: PlanContext[ParamsT]) -> Block:
     return lambda owner: (0, ctx.spec.count)
 
 
-def reduce_into_owners(ctx: PlanContext, b: RankBuilder, block: Block,
+def reduce_into_owners(ctx: PlanContext[DirectParams], b: RankBuilder, block: Block,
                        at_block_offset: bool, root: int | None = None) -> None:
     """Push my piece of every owner's block into its slot, then reduce my own block.
 
     `block(owner)` is the input range `owner` reduces (its shard, or everything); the result
     lands at that range's offset in the output when `at_block_offset` (two-shot), else at 0.
-    With `root`, only the root owns a block (reduce). Labels: ("put", c, owner), ("red", c).
+    With `root`, only the root owns a block (reduce). Labels: PutLabel(c, owner),
+    OwnerReduceLabel(c).
     """
-    p: DirectParams = ctx.params  # type: ignore[assignment]
+    p = ctx.params
     r, w, k = b.rank, ctx.world, p.chunks
     width = ceil_div(block(0)[1], k)  # block 0 is the largest
     if root is None:
@@ -55,7 +56,7 @@ def reduce_into_owners(ctx: PlanContext, b: RankBuilder, block: Block,
             off, n = block(q)
             coff, cn = chunk_bounds(n, k, c)
             b.copy(ctx.input(r, off + coff, cn), _slot(ctx, q, r, c, cn, width),
-                   channel=c % p.channels, label=("put", c, q))
+                   channel=c % p.channels, label=PutLabel(c, q))
         if root is not None and r != root:
             continue
         off, n = block(r)
@@ -64,23 +65,24 @@ def reduce_into_owners(ctx: PlanContext, b: RankBuilder, block: Block,
         srcs += [_slot(ctx, r, s, c, cn, width) for s in range(w) if s != r]
         out = ctx.output(r, (off if at_block_offset else 0) + coff, cn)
         b.reduce(srcs, out, scale=scale, channel=p.channels,
-                 deps=[Dep(s, ("put", c, r)) for s in range(w) if s != r], label=("red", c))
+                 deps=[Dep(s, PutLabel(c, r)) for s in range(w) if s != r],
+                 label=OwnerReduceLabel(c))
 
 
-def _slot(ctx: PlanContext, owner: int, src: int, c: int, count: int, width: int) -> Region:
+def _slot(ctx: PlanContext[DirectParams], owner: int, src: int, c: int, count: int, width: int) -> Region:
     slot = (src - owner) % ctx.world - 1
     return Region(owner, SLOTS, (slot * ctx.params.chunks + c) * width, count)
 
 
-class Direct(Algorithm):
+class Direct(Algorithm[DirectParams]):
     name = "direct"
     kinds = frozenset(Kind)
     Params = DirectParams
 
-    def symmetry_period(self, ctx: PlanContext) -> int | None:
-        return node_period(ctx, ctx.params.swizzle)  # type: ignore[attr-defined]
+    def symmetry_period(self, ctx: PlanContext[DirectParams]) -> int | None:
+        return node_period(ctx, ctx.params.swizzle)
 
-    def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
+    def build_rank(self, ctx: PlanContext[DirectParams], b: RankBuilder) -> None:
         kind = ctx.spec.kind
         if kind == Kind.REDUCE_SCATTER:
             reduce_into_owners(ctx, b, ctx.spec.shard, at_block_offset=False)
@@ -89,28 +91,27 @@ class Direct(Algorithm):
         elif kind == Kind.REDUCE:
             reduce_into_owners(ctx, b, whole(ctx), at_block_offset=False, root=ctx.spec.root)
         elif kind == Kind.GROUP_CAST:
-            build_group_cast(ctx, b, ctx.params.swizzle)  # type: ignore[attr-defined]
+            build_group_cast(ctx, b, ctx.params.swizzle)
         elif kind == Kind.GROUP_REDUCE:
-            build_group_reduce(ctx, b, ctx.params.swizzle)  # type: ignore[attr-defined]
+            build_group_reduce(ctx, b, ctx.params.swizzle)
         else:
             scatter_blocks(ctx, b)
 
-    def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
-        if ctx.spec.kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE) and label[0] == "put":  # type: ignore[index]
+    def index_of(self, ctx: PlanContext[DirectParams], rank: int, label: Label) -> int:
+        if ctx.spec.kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE) and isinstance(label, PutLabel):
             return put_index(ctx, rank, label)
         return super().index_of(ctx, rank, label)
 
 
-def put_index(ctx: PlanContext, rank: int, label: Label) -> int:
-    """Index of ("put", chunk, owner) in `reduce_into_owners`' layout: per chunk, W-1 puts in
+def put_index(ctx: PlanContext[DirectParams], rank: int, label: PutLabel) -> int:
+    """Index of PutLabel(chunk, owner) in `reduce_into_owners`' layout: per chunk, W-1 puts in
     visiting order, then the reduce."""
-    _, c, owner = label  # type: ignore[misc]
-    return c * ctx.world + peer_position(rank, owner, ctx.world, ctx.params.swizzle)  # type: ignore[attr-defined]
+    return label.chunk * ctx.world + peer_position(rank, label.peer, ctx.world, ctx.params.swizzle)
 
 
-def scatter_blocks(ctx: PlanContext, b: RankBuilder) -> None:
+def scatter_blocks(ctx: PlanContext[DirectParams], b: RankBuilder) -> None:
     """all_gather, all_to_all, broadcast: copy a block straight into each peer's output."""
-    p: DirectParams = ctx.params  # type: ignore[assignment]
+    p = ctx.params
     r, w, spec = b.rank, ctx.world, ctx.spec
     if spec.kind == Kind.BROADCAST and r != spec.root:
         return
@@ -126,4 +127,4 @@ def scatter_blocks(ctx: PlanContext, b: RankBuilder) -> None:
                 soff, doff, n = 0, 0, spec.count
             coff, cn = chunk_bounds(n, p.chunks, c)
             b.copy(ctx.input(r, soff + coff, cn), ctx.output(q, doff + coff, cn),
-                   channel=c % p.channels, label=("put", c, q))
+                   channel=c % p.channels, label=PutLabel(c, q))

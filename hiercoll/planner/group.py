@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from hiercoll.collectives import CollectiveSpec, ReduceOp
 from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds, swizzled_peers
-from hiercoll.planner.context import PlanContext
+from hiercoll.planner.context import ParamsT, PlanContext
+from hiercoll.planner.labels import GroupSendLabel
 from hiercoll.schedule import Region
 
 STAGE = "group_stage"
@@ -14,7 +15,8 @@ STAGE = "group_stage"
 
 def stage_bases(spec: CollectiveSpec, dst: int) -> tuple[dict[int, int], int]:
     """Where each source's stream starts in `dst`'s staging buffer (sources in rank order)."""
-    bases, pos = {}, 0
+    bases: dict[int, int] = {}
+    pos = 0
     for s in range(spec.world_size):
         ps = spec.pair_streams.get((s, dst))
         if ps is not None and ps.total:
@@ -26,10 +28,11 @@ def stage_bases(spec: CollectiveSpec, dst: int) -> tuple[dict[int, int], int]:
 def output_pieces(spec: CollectiveSpec, dst: int) -> list[tuple[int, int, dict[int, int]]]:
     """For each non-empty output split of `dst`: (offset, size, {source: offset in its stream})."""
     assert spec.splits is not None
-    pieces, off = [], 0
+    pieces: list[tuple[int, int, dict[int, int]]] = []
+    off = 0
     stream_pos: dict[int, int] = {}
     for sp in spec.splits.ranks[dst].output:
-        at = {}
+        at: dict[int, int] = {}
         for s in sp.peers:
             at[s] = stream_pos.get(s, 0)
             stream_pos[s] = at[s] + sp.size
@@ -39,7 +42,7 @@ def output_pieces(spec: CollectiveSpec, dst: int) -> list[tuple[int, int, dict[i
     return pieces
 
 
-def build_group_cast(ctx: PlanContext, b: RankBuilder, swizzle: bool) -> None:
+def build_group_cast(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool) -> None:
     r, spec, k = b.rank, ctx.spec, ctx.params.chunks
     for d in swizzled_peers(r, ctx.world, swizzle, include_self=True):
         ps = spec.pair_streams.get((r, d))
@@ -54,7 +57,7 @@ def build_group_cast(ctx: PlanContext, b: RankBuilder, swizzle: bool) -> None:
                            channel=c % ctx.params.channels)
 
 
-def build_group_reduce(ctx: PlanContext, b: RankBuilder, swizzle: bool) -> None:
+def build_group_reduce(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool) -> None:
     """Sources copy their stream into the destination's staging; the destination then sums one
     piece per listed source into each output split (accumulating into what was there)."""
     r, spec = b.rank, ctx.spec
@@ -65,18 +68,18 @@ def build_group_reduce(ctx: PlanContext, b: RankBuilder, swizzle: bool) -> None:
         base, pos = stage_bases(spec, d)[0][r], 0
         for i, seg in enumerate(ps.segments):
             b.copy(ctx.input(r, seg.src_offset, seg.count),
-                   Region(d, STAGE, base + pos, seg.count), channel=0, label=("send", d, i))
+                   Region(d, STAGE, base + pos, seg.count), channel=0, label=GroupSendLabel(d, i))
             pos += seg.count
     bases, total = stage_bases(spec, r)
     b.alloc(STAGE, total)
     _reduce_pieces(ctx, b, bases, channel=ctx.params.channels)
 
 
-def _reduce_pieces(ctx: PlanContext, b: RankBuilder, bases: dict[int, int], channel: int) -> None:
+def _reduce_pieces(ctx: PlanContext[ParamsT], b: RankBuilder, bases: dict[int, int], channel: int) -> None:
     r, spec = b.rank, ctx.spec
     for off, size, at in output_pieces(spec, r):
         srcs = [Region(r, STAGE, bases[s] + at[s], size) for s in sorted(at)]
         scale = 1.0 / len(at) if spec.reduce_op == ReduceOp.AVG else 1.0
         b.reduce(srcs, ctx.output(r, off, size), accumulate=True, scale=scale, channel=channel,
-                 deps=[Dep(s, ("send", r, i)) for s in sorted(at)
+                 deps=[Dep(s, GroupSendLabel(r, i)) for s in sorted(at)
                        for i in range(len(spec.pair_streams[(s, r)].segments))])

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, format_validation_error
-from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, RecipeOps, params_dict
+from hiercoll.planner.context import Algorithm, BaseParams, ParamsT, PlanContext, RecipeOps, params_dict
 from hiercoll.planner.direct import Direct
 from hiercoll.planner.hier.hier import Hier
 from hiercoll.planner.hier.hier_2d import Hier2D
@@ -17,32 +17,38 @@ from hiercoll.planner.two_shot import TwoShot
 from hiercoll.schedule import Schedule, ScheduleMeta
 from hiercoll.topology import Topology
 
-_REGISTRY: dict[str, Algorithm] = {}
+# each algorithm has its own params model: the registry holds them all, whatever their model
+_REGISTRY: dict[str, Algorithm[Any]] = {}
 
 
-def register(algo: Algorithm) -> Algorithm:
+def register(algo: Algorithm[ParamsT]) -> Algorithm[ParamsT]:
     _REGISTRY[algo.name] = algo
     return algo
 
 
-for _algo in (Ring(), Direct(), TwoShot(), Hier(), Hier2D()):
+_BUILT_IN: tuple[Algorithm[Any], ...] = (Ring(), Direct(), TwoShot(), Hier(), Hier2D())
+for _algo in _BUILT_IN:
     register(_algo)
 
 
-def algorithms() -> dict[str, Algorithm]:
+def algorithms() -> dict[str, Algorithm[Any]]:
     return dict(_REGISTRY)
 
 
-def get_algorithm(name: str) -> Algorithm:
+def get_algorithm(name: str) -> Algorithm[Any]:
     if name not in _REGISTRY:
         raise HiercollError(f"--algorithm: unknown {name!r}; choose one of "
                             f"{', '.join(sorted(_REGISTRY))}, nccl (one library call) or auto")
     return _REGISTRY[name]
 
 
-def parse_params(algo: Algorithm, params: dict[str, Any] | BaseParams | None) -> BaseParams:
-    if isinstance(params, BaseParams):
+def parse_params(algo: Algorithm[ParamsT], params: dict[str, Any] | BaseParams | None) -> ParamsT:
+    """`algo`'s params model from key=values (validated), or the model itself. A params model of
+    another algorithm is re-validated as this one's (its fields must fit)."""
+    if isinstance(params, algo.Params):
         return params
+    if isinstance(params, BaseParams):
+        params = params.model_dump()
     try:
         return algo.Params.model_validate(params or {})
     except ValidationError as err:
@@ -62,14 +68,18 @@ def plan(topology: Topology, spec: CollectiveSpec, algorithm: str,
     from hiercoll.planner.search.library import LIBRARY, library_schedule
     if algorithm == LIBRARY:
         return library_schedule(topology, spec)
-    algo = get_algorithm(algorithm)
+    return _plan(topology, spec, get_algorithm(algorithm), params)
+
+
+def _plan(topology: Topology, spec: CollectiveSpec, algo: Algorithm[ParamsT],
+          params: dict[str, Any] | BaseParams | None) -> Schedule:
     p = parse_params(algo, params)
     if spec.world_size != topology.world_size:
         raise HiercollError(f"world size: the spec has {spec.world_size} ranks, topology "
                             f"{topology.name} has {topology.world_size}")
     why = algo.unsupported(topology, spec, p)
     if why:
-        raise HiercollError(f"--algorithm {algorithm}: {why}")
+        raise HiercollError(f"--algorithm {algo.name}: {why}")
     ctx = PlanContext(topology, spec, p, algo)
     meta = ScheduleMeta(algo.name, params_dict(p), spec, topology.fingerprint(),
                         symmetry_period=algo.symmetry_period(ctx))

@@ -18,7 +18,7 @@ import numpy as np
 
 from hiercoll.errors import ScheduleError
 from hiercoll.schedule import OUTPUT, Op, OpRef, Schedule, predecessor_map, topological_order
-from hiercoll.sim.symbolic import SymbolicMemory, expected_output
+from hiercoll.sim.symbolic import Content, SymbolicMemory, expected_output
 
 MAX_CLOCK_CELLS = 50_000_000   # ops x streams; beyond this the race check is skipped (and said)
 MAX_PROBLEMS = 20
@@ -139,7 +139,8 @@ def check_postcondition(schedule: Schedule, order: list[Op]) -> list[str]:
     return problems
 
 
-def _describe(rank, lo, hi, got, want, writers) -> str:  # type: ignore[no-untyped-def]
+def _describe(rank: int, lo: int, hi: int, got: Content, want: Content,
+              writers: list[tuple[int, int, str]]) -> str:
     who = [w for a, b, w in writers if a < hi and lo < b]
     by = f" (last written by op {who[-1]})" if who else " (never written)"
     if got is None:

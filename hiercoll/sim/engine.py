@@ -8,8 +8,9 @@ the same op of that rank's representative, which finishes at the same time by sy
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import simpy
 
@@ -22,6 +23,10 @@ from hiercoll.sim.links import Network
 class OpTiming:
     start: dict[tuple[int, int], float]     # dependencies met and channel free
     end: dict[tuple[int, int], float]
+
+
+# kind, issuing rank, dst rank, accumulate, src ranks, (channel, on a copy engine) when capped
+OpShape = tuple[OpKind, int, int, bool, tuple[int, ...], tuple[int, bool] | None]
 
 
 def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
@@ -78,11 +83,11 @@ class LinkCache:
         self.net = net
         c = net.topology.costs
         self._capped = c.sm_op_gbps is not None or c.ce_op_gbps is not None
-        self._by_shape: dict[tuple, tuple[tuple[tuple[int, float], ...], float]] = {}  # type: ignore[type-arg]
+        self._by_shape: dict[OpShape, tuple[tuple[tuple[int, float], ...], float]] = {}
 
     def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
-        shape = (op.kind, op.rank, op.dst.rank, op.accumulate, tuple(s.rank for s in op.srcs),
-                 self.channel_key(op))
+        shape: OpShape = (op.kind, op.rank, op.dst.rank, op.accumulate,
+                          tuple(s.rank for s in op.srcs), self.channel_key(op))
         hit = self._by_shape.get(shape)
         if hit is None:
             hit = self._by_shape[shape] = op_links(self.net, op)
@@ -138,7 +143,7 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
     def rep(ref: tuple[int, int]) -> tuple[int, int]:
         return ref if fold is None else (ref[0] % fold, ref[1])
 
-    def channel(ops: list[Op]):  # type: ignore[no-untyped-def]
+    def channel(ops: list[Op]) -> Generator[simpy.Event, Any, None]:   # a simpy process
         for op in ops:
             for d in op.deps:            # waiting on each in turn = waiting for all
                 ev = done[rep(d)]

@@ -9,12 +9,12 @@ thousands of flows at the same time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 
 import simpy
 
 from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
-
 
 
 @dataclass(eq=False, slots=True)
@@ -108,13 +108,13 @@ class FluidNetwork:
             f.version += 1
             delay = max(f.remaining, 0.0) / f.rate if f.rate > 0 else float("inf")
             ev = self.env.timeout(delay)
-            ev.callbacks.append(lambda _e, f=f, v=f.version: self._finish(f, v))
+            ev.callbacks.append(partial(self._finish, f, f.version))
         if self.usage.record is not None:
             for lid in links:
                 used = sum(f.rate * w for f in self.flows_on[lid] for l, w in f.links if l == lid)
                 self.usage.record[lid].append((now, used / self.cap[lid]))
 
-    def _finish(self, flow: Flow, version: int) -> None:
+    def _finish(self, flow: Flow, version: int, _wake_up: simpy.Event) -> None:
         if flow.version != version:
             return                            # its rate changed since this wake-up was set
         now = self.env.now

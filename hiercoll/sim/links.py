@@ -17,6 +17,8 @@ from enum import StrEnum
 
 from hiercoll.topology import IntraKind, Topology
 
+LinkKey = tuple[str, *tuple[int, ...]]   # kind, then GPU/node/NIC numbers: ("nic_tx", 1, 3)
+
 
 class Tier(StrEnum):
     INTRA = "intra"
@@ -40,7 +42,7 @@ class Network:
     fold: int | None = None
     itemsize: int = 1        # bytes per element of the schedule (which copies go to copy engines)
     links: list[LinkInfo] = field(default_factory=list)
-    _ids: dict[tuple, int] = field(default_factory=dict)
+    _ids: dict[LinkKey, int] = field(default_factory=dict)
     _paths: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     # ---- folding -----------------------------------------------------------------------------
@@ -52,7 +54,7 @@ class Network:
             return n
         return n % max(self.fold // self.topology.gpus_per_node, 1)
 
-    def _link(self, key: tuple, tier: Tier, gbps: float, counts: bool = False) -> int:
+    def _link(self, key: LinkKey, tier: Tier, gbps: float, counts: bool = False) -> int:
         lid = self._ids.get(key)
         if lid is None:
             lid = len(self.links)

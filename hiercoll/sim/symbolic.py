@@ -26,11 +26,12 @@ def shift(content: Content, by: int) -> Content:
 
 
 def combine(parts: list[Content]) -> Content:
-    if any(p is None for p in parts):
+    written = [p for p in parts if p is not None]
+    if len(written) < len(parts):
         return None
     acc: dict[tuple[int, int], int] = {}
-    for p in parts:
-        for s, d, c in p:  # type: ignore[union-attr]
+    for p in written:
+        for s, d, c in p:
             acc[(s, d)] = acc.get((s, d), 0) + c
     return tuple(sorted((s, d, c) for (s, d), c in acc.items()))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hiercoll.schedule import Op, Schedule
+from hiercoll.schedule import Op, OpKind, Schedule
 from hiercoll.topology import Topology
 
 SAMPLED_ORBITS = 2   # the neighbour orbit and the farthest one
@@ -25,7 +25,11 @@ class Symmetry:
     exhaustive: bool        # every rank checked (exact), or sampled orbits
 
 
-def timing_view(op: Op, by: int, world: int) -> tuple:  # type: ignore[type-arg]  # hot
+# channel, kind, accumulate, dst rank, dst count, (src rank, count)s, deps
+TimingView = tuple[int, OpKind, bool, int, int, list[tuple[int, int]], list[tuple[int, int]]]
+
+
+def timing_view(op: Op, by: int, world: int) -> TimingView:  # hot
     """What the timing of an op depends on, with every rank shifted by `by`: offsets and
     buffer names do not matter, ranks, sizes, channel and dependencies do."""
     srcs = [((s.rank + by) % world, s.count) for s in op.srcs]

@@ -18,16 +18,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hiercoll.collectives import Kind
-from hiercoll.planner.builder import Dep, Label, RankBuilder
-from hiercoll.planner.context import PlanContext
+from hiercoll.planner.builder import Dep, RankBuilder
+from hiercoll.planner.context import ParamsT, PlanContext
 from hiercoll.planner.hier.common import Place
 from hiercoll.planner.hier.reduce_scatter import alloc, rail_slot, shards_of
+from hiercoll.planner.labels import (
+    GatherDistributeLabel,
+    GatherOwnLabel,
+    GatherSendLabel,
+    GatherStageLabel,
+    Label,
+)
 from hiercoll.schedule import Region
 
 AG_STAGE, AG_RECV = "hier_ag_stage", "hier_ag_recv"
 
 
-def build_all_gather(ctx: PlanContext, b: RankBuilder, pl: Place, ready: Sequence[int] = ()) -> None:
+def build_all_gather(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place, ready: Sequence[int] = ()) -> None:
     """Emit the all-gather. For all_reduce, the shard is already in the output at its offset and
     `ready[c]` is the index of the op that finished chunk c there; for all_gather it is the input."""
     k, ch, a, lr = ctx.params.chunks, ctx.params.channels, pl.node, pl.local_rank
@@ -43,15 +50,17 @@ def build_all_gather(ctx: PlanContext, b: RankBuilder, pl: Place, ready: Sequenc
         src = ctx.input(pl.rank, coff, cn) if gathering else ctx.output(pl.rank, off + coff, cn)
         deps: list[Dep | int] = [] if gathering else [ready[c]]
         if gathering:
-            b.copy(src, ctx.output(pl.rank, off + coff, cn), channel=c % ch, label=("gown", c))
+            b.copy(src, ctx.output(pl.rank, off + coff, cn), channel=c % ch,
+                   label=GatherOwnLabel(c))
         send_src, send_deps = src, deps
         if pl.staged:
             send_src = Region(pl.at(a, gw), AG_STAGE, pl.client_index(lr) * sh.width + coff, cn)
-            send_deps = [b.copy(src, send_src, channel=c % ch, deps=deps, label=("gst", c))]
+            send_deps = [b.copy(src, send_src, channel=c % ch, deps=deps,
+                                label=GatherStageLabel(c))]
         sources.append((send_src, send_deps))
         for q in pl.local_peers():
             b.copy(src, ctx.output(pl.at(a, q), off + coff, cn), channel=ch + c % ch, deps=deps,
-                   label=("gd", a, c, q))
+                   label=GatherDistributeLabel(a, c, q))
     for t in pl.target_nodes(include_own=False):
         for c in range(k):
             off, coff, cn = sh.piece(a, lr, c)
@@ -59,13 +68,14 @@ def build_all_gather(ctx: PlanContext, b: RankBuilder, pl: Place, ready: Sequenc
                 dst = ctx.output(pl.at(t, lr), off + coff, cn)
             else:
                 dst = sh.slot(pl.at(t, gw), AG_RECV, rail_slot(pl, t, a), coff, cn)
-            b.copy(sources[c][0], dst, channel=c % ch, deps=sources[c][1], label=("gx", t, c))
+            b.copy(sources[c][0], dst, channel=c % ch, deps=sources[c][1],
+                   label=GatherSendLabel(t, c))
     for src_node in pl.source_nodes():
         for c in range(k):
             _distribute(ctx, b, pl, src_node, c)
 
 
-def _distribute(ctx: PlanContext, b: RankBuilder, pl: Place, src_node: int, c: int) -> None:
+def _distribute(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place, src_node: int, c: int) -> None:
     """Forward shard (src_node, l) chunk c from where it landed to the node's other GPUs."""
     sh, a, lr, ch = shards_of(ctx), pl.node, pl.local_rank, ctx.params.channels
     off, coff, cn = sh.piece(src_node, lr, c)
@@ -75,16 +85,15 @@ def _distribute(ctx: PlanContext, b: RankBuilder, pl: Place, src_node: int, c: i
         landed = ctx.output(pl.rank, off + coff, cn)
     for q in pl.local_peers(include_self=pl.staged):
         b.copy(landed, ctx.output(pl.at(a, q), off + coff, cn), channel=ch + c % ch,
-               deps=[Dep(pl.at(src_node, lr), ("gx", a, c))], label=("gd", src_node, c, q))
+               deps=[Dep(pl.at(src_node, lr), GatherSendLabel(a, c))],
+               label=GatherDistributeLabel(src_node, c, q))
 
 
-def ag_index(ctx: PlanContext, pl: Place, label: Label, base: int) -> int:
-    """Index of an all-gather send label ("gx", t, c) on `pl.rank`, by formula; `base` is the
-    number of ops emitted before the all-gather (the reduce-scatter's, for all_reduce)."""
-    phase, *rest = label  # type: ignore[misc]
-    if phase != "gx":
+def ag_index(ctx: PlanContext[ParamsT], pl: Place, label: Label, base: int) -> int:
+    """Index of an all-gather send label GatherSendLabel(t, c) on `pl.rank`, by formula; `base`
+    is the number of ops emitted before the all-gather (the reduce-scatter's, for all_reduce)."""
+    if not isinstance(label, GatherSendLabel):
         raise KeyError(label)
     k = ctx.params.chunks
     prologue = int(ctx.spec.kind == Kind.ALL_GATHER) + int(pl.staged) + pl.gpus - 1
-    t, c = rest
-    return base + k * prologue + pl.target_position(t, include_own=False) * k + c
+    return base + k * prologue + pl.target_position(label.target, include_own=False) * k + label.chunk

@@ -13,9 +13,10 @@ Sends on channel c % C, forwards on C + c % C.
 
 from __future__ import annotations
 
-from hiercoll.planner.builder import Dep, Label, RankBuilder, chunk_bounds
-from hiercoll.planner.context import PlanContext
+from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
+from hiercoll.planner.context import ParamsT, PlanContext
 from hiercoll.planner.hier.common import Place, other_slot
+from hiercoll.planner.labels import A2ASendLabel, Label
 from hiercoll.schedule import Region
 
 A2A_STAGE, A2A_RELAY = "hier_a2a_stage", "hier_a2a_relay"
@@ -26,7 +27,7 @@ def _slot(pl: Place, local_rank: int, mine: int, other: int, span: int) -> int:
     return (pl.client_index(local_rank) * (pl.num_nodes - 1) + other_slot(mine, other, pl.num_nodes)) * span
 
 
-def build_all_to_all(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+def build_all_to_all(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> None:
     k, ch, r, a, g = ctx.params.chunks, ctx.params.channels, pl.rank, pl.node, pl.gpus
     blk = ctx.spec.count // ctx.world
     span, gw = g * blk, pl.gateway_of(pl.local_rank)
@@ -42,7 +43,8 @@ def build_all_to_all(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
     for t in pl.target_nodes(include_own=False):
         for c in range(k):
             lo, n = chunk_bounds(span, k, c)
-            src, deps = ctx.input(r, t * span + lo, n), []
+            src = ctx.input(r, t * span + lo, n)
+            deps: list[Dep | int] = []
             if g == 1:
                 dst = ctx.output(pl.at(t, 0), r * blk + lo, n)
             else:
@@ -51,12 +53,12 @@ def build_all_to_all(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
                 staged = Region(pl.at(a, gw), A2A_STAGE, _slot(pl, pl.local_rank, a, t, span) + lo, n)
                 deps = [b.copy(src, staged, channel=c % ch)]
                 src = staged
-            b.copy(src, dst, channel=c % ch, deps=deps, label=("x", t, c))
+            b.copy(src, dst, channel=c % ch, deps=deps, label=A2ASendLabel(t, c))
     if pl.num_nodes > 1 and pl.is_gateway and g > 1:
         _forward(ctx, b, pl, blk)
 
 
-def _forward(ctx: PlanContext, b: RankBuilder, pl: Place, blk: int) -> None:
+def _forward(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place, blk: int) -> None:
     """As a gateway: split each relayed aggregate into its per-destination blocks."""
     k, ch, a, g = ctx.params.chunks, ctx.params.channels, pl.node, pl.gpus
     span = g * blk
@@ -72,14 +74,14 @@ def _forward(ctx: PlanContext, b: RankBuilder, pl: Place, blk: int) -> None:
                         continue
                     b.copy(Region(pl.rank, A2A_RELAY, base + start, end - start),
                            ctx.output(pl.at(a, q), s * blk + start - q * blk, end - start),
-                           channel=ch + c % ch, deps=[Dep(s, ("x", a, c))])
+                           channel=ch + c % ch, deps=[Dep(s, A2ASendLabel(a, c))])
 
 
-def a2a_index(ctx: PlanContext, pl: Place, label: Label) -> int:
-    """Index of a send ("x", t, c), by formula: per chunk L local copies, then per remote node
-    per chunk the staging copy (when staged) and the send."""
-    phase, t, c = label  # type: ignore[misc]
-    if phase != "x":
+def a2a_index(ctx: PlanContext[ParamsT], pl: Place, label: Label) -> int:
+    """Index of a send A2ASendLabel(t, c), by formula: per chunk L local copies, then per remote
+    node per chunk the staging copy (when staged) and the send."""
+    if not isinstance(label, A2ASendLabel):
         raise KeyError(label)
     k, per = ctx.params.chunks, 1 + int(pl.staged)
-    return k * pl.gpus + (pl.target_position(t, include_own=False) * k + c) * per + per - 1
+    send = pl.target_position(label.target, include_own=False) * k + label.chunk
+    return k * pl.gpus + send * per + per - 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 from pydantic import Field
 
@@ -37,6 +38,9 @@ class HierParams(SwizzleParams):
 
     nics: int | None = Field(default=None, ge=1, description="NICs used per node (rails); default "
                              "all of the topology's, at most one per GPU")
+
+
+SwizzleT = TypeVar("SwizzleT", bound=SwizzleParams)   # hier's or hier_2d's params
 
 
 def rails(topo: Topology, nics: int | None) -> list[int]:
@@ -73,10 +77,10 @@ class Place:
     rank_swizzle: bool = True
 
     @staticmethod
-    def of(ctx: PlanContext, rank: int) -> Place:
+    def of(ctx: PlanContext[SwizzleT], rank: int) -> Place:
         p = ctx.params
-        return Place(ctx.topology, rank, getattr(p, "nics", None),
-                     getattr(p, "node_swizzle", True), getattr(p, "rank_swizzle", True))
+        return Place(ctx.topology, rank, p.nics if isinstance(p, HierParams) else None,
+                     p.node_swizzle, p.rank_swizzle)
 
     @cached_property
     def num_nodes(self) -> int:
@@ -214,9 +218,12 @@ class Shards:
         return Region(rank, buffer, slot * self.width + coff, cn)
 
 
-def slot_table(entries: Iterable[tuple[Hashable, int]]) -> tuple[dict[Hashable, int], int]:
+KeyT = TypeVar("KeyT", bound=Hashable)
+
+
+def slot_table(entries: Iterable[tuple[KeyT, int]]) -> tuple[dict[KeyT, int], int]:
     """Pack (key, size) entries back to back: {key: offset}, total size."""
-    offsets: dict[Hashable, int] = {}
+    offsets: dict[KeyT, int] = {}
     pos = 0
     for key, size in entries:
         offsets[key] = pos

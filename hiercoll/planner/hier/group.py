@@ -26,16 +26,22 @@ from dataclasses import dataclass
 
 from hiercoll.collectives import CollectiveSpec, Segment
 from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
-from hiercoll.planner.context import PlanContext
+from hiercoll.planner.context import ParamsT, PlanContext
 from hiercoll.planner.hier.common import Place, avg_scale, slot_table
+from hiercoll.planner.labels import CastSendLabel, CombineSendLabel
 from hiercoll.schedule import Region
 
 GC_STAGE, GC_RELAY = "hier_gc_stage", "hier_gc_relay"
 GR_SEND, GR_RELAY = "hier_gr_send", "hier_gr_relay"
 
 
+SplitKey = tuple[int, int]          # (source rank, input split index)
+AtomKey = tuple[int, int, int]      # (destination rank, atom index, source node)
+
+
 def _offsets(sizes: list[int]) -> list[int]:
-    out, pos = [], 0
+    out: list[int] = []
+    pos = 0
     for n in sizes:
         out.append(pos)
         pos += n
@@ -61,12 +67,13 @@ def _cast_segments(spec: CollectiveSpec, src: int, dst: int, split_offset: int,
 
 
 # ---- group_cast -------------------------------------------------------------------------------
-def _cast_relay_table(ctx: PlanContext, pl: Place, node: int, gateway: int) -> tuple[dict, int]:
+def _cast_relay_table(ctx: PlanContext[ParamsT], pl: Place, node: int,
+                      gateway: int) -> tuple[dict[SplitKey, int], int]:
     """Relay slots on gateway (node, gateway): one per (source, split) from another node served
     by that gateway, with a destination on `node`."""
     spec, topo = ctx.spec, ctx.topology
     assert spec.splits is not None
-    entries = []
+    entries: list[tuple[SplitKey, int]] = []
     for s in range(ctx.world):
         if topo.node_of(s) == node or pl.gateway_of(topo.local_rank_of(s)) != gateway:
             continue
@@ -76,11 +83,12 @@ def _cast_relay_table(ctx: PlanContext, pl: Place, node: int, gateway: int) -> t
     return slot_table(entries)
 
 
-def _cast_stage_table(ctx: PlanContext, pl: Place, gateway: int) -> tuple[dict, int]:
+def _cast_stage_table(ctx: PlanContext[ParamsT], pl: Place,
+                      gateway: int) -> tuple[dict[SplitKey, int], int]:
     """Staging slots on my node's `gateway`: one per (staged client, split with remote dests)."""
     spec, topo = ctx.spec, ctx.topology
     assert spec.splits is not None
-    entries = []
+    entries: list[tuple[SplitKey, int]] = []
     for x in pl.clients(gateway):
         s = pl.at(pl.node, x)
         if x == gateway:
@@ -91,7 +99,7 @@ def _cast_stage_table(ctx: PlanContext, pl: Place, gateway: int) -> tuple[dict, 
     return slot_table(entries)
 
 
-def build_group_cast(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+def build_group_cast(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> None:
     spec, topo, r = ctx.spec, ctx.topology, pl.rank
     assert spec.splits is not None
     k, ch, gw = ctx.params.chunks, ctx.params.channels, pl.gateway_of(pl.local_rank)
@@ -117,19 +125,20 @@ def build_group_cast(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
                            ctx.output(d, seg.dst_offset, seg.count), channel=c % ch)
             if not remote:
                 continue
-            src, deps = ctx.input(r, offs[i] + lo, n), []
+            src = ctx.input(r, offs[i] + lo, n)
+            deps: list[Dep | int] = []
             if pl.staged:
                 staged = Region(pl.at(pl.node, gw), GC_STAGE, stage[(r, i)] + lo, n)
                 deps = [b.copy(src, staged, channel=c % ch)]
                 src = staged
             for t in remote:
                 dst = Region(pl.at(t, gw), GC_RELAY, relays[t][(r, i)] + lo, n)
-                b.copy(src, dst, channel=c % ch, deps=deps, label=("x", i, t, c))
+                b.copy(src, dst, channel=c % ch, deps=deps, label=CastSendLabel(i, t, c))
     if pl.num_nodes > 1 and pl.is_gateway:
         _forward_casts(ctx, b, pl)
 
 
-def _forward_casts(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+def _forward_casts(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> None:
     """As a gateway: forward every relayed split to its destinations on my node."""
     spec, topo, k, ch = ctx.spec, ctx.topology, ctx.params.chunks, ctx.params.channels
     assert spec.splits is not None
@@ -155,7 +164,7 @@ def _forward_casts(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
                         at = table[(s, i)] + piece.src_offset - offs[i]
                         b.copy(Region(pl.rank, GC_RELAY, at, piece.count),
                                ctx.output(d, piece.dst_offset, piece.count), channel=ch + c % ch,
-                               deps=[Dep(s, ("x", i, pl.node, c))])
+                               deps=[Dep(s, CastSendLabel(i, pl.node, c))])
 
 
 # ---- group_reduce -----------------------------------------------------------------------------
@@ -195,9 +204,11 @@ def reduce_atoms(spec: CollectiveSpec, dst: int) -> list[Atom]:
     return atoms
 
 
-def _reduce_relay_table(ctx: PlanContext, pl: Place, node: int, gateway: int) -> tuple[dict, int]:
+def _reduce_relay_table(ctx: PlanContext[ParamsT], pl: Place, node: int,
+                        gateway: int) -> tuple[dict[AtomKey, int], int]:
     """Relay slots on gateway (node, gateway): one per (client destination, atom, source node)."""
-    topo, entries = ctx.topology, []
+    topo = ctx.topology
+    entries: list[tuple[AtomKey, int]] = []
     for x in pl.clients(gateway):
         d = pl.at(node, x)
         for j, atom in enumerate(reduce_atoms(ctx.spec, d)):
@@ -206,12 +217,12 @@ def _reduce_relay_table(ctx: PlanContext, pl: Place, node: int, gateway: int) ->
     return slot_table(entries)
 
 
-def build_group_reduce(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+def build_group_reduce(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> None:
     if pl.num_nodes > 1 and pl.is_gateway:
         _combine_for_remote(ctx, b, pl)
     spec, topo, k, ch = ctx.spec, ctx.topology, ctx.params.chunks, ctx.params.channels
     gw = pl.gateway_of(pl.local_rank)
-    table = _reduce_relay_table(ctx, pl, pl.node, gw)[0] if pl.num_nodes > 1 else {}
+    table: dict[AtomKey, int] = _reduce_relay_table(ctx, pl, pl.node, gw)[0] if pl.num_nodes > 1 else {}
     for j, atom in enumerate(reduce_atoms(spec, pl.rank)):
         remote = sorted({topo.node_of(s) for s, _ in atom.inputs} - {pl.node})
         for c in range(k):
@@ -220,12 +231,12 @@ def build_group_reduce(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
                 continue
             srcs = [ctx.input(s, off + lo, n) for s, off in atom.inputs if topo.node_of(s) == pl.node]
             srcs += [Region(pl.at(pl.node, gw), GR_RELAY, table[(pl.rank, j, m)] + lo, n) for m in remote]
-            deps: list[Dep | int] = [Dep(pl.at(m, gw), ("x", pl.rank, j, c)) for m in remote]
+            deps: list[Dep | int] = [Dep(pl.at(m, gw), CombineSendLabel(pl.rank, j, c)) for m in remote]
             b.reduce(srcs, ctx.output(pl.rank, atom.out_offset + lo, n), accumulate=True,
                      scale=avg_scale(spec, len(atom.inputs)), channel=ch + c % ch, deps=deps)
 
 
-def _combine_for_remote(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
+def _combine_for_remote(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> None:
     """As a gateway: for each client destination on other nodes, reduce my node's sources'
     pieces over NVLink and send the node-partial once over RDMA to its gateway's relay."""
     topo, k, ch = ctx.topology, ctx.params.chunks, ctx.params.channels
@@ -242,11 +253,12 @@ def _combine_for_remote(ctx: PlanContext, b: RankBuilder, pl: Place) -> None:
                     if not n:
                         continue
                     dst = Region(pl.at(t, pl.local_rank), GR_RELAY, relay[(d, j, pl.node)] + lo, n)
-                    src, deps = ctx.input(mine[0][0], mine[0][1] + lo, n), []
+                    src = ctx.input(mine[0][0], mine[0][1] + lo, n)
+                    deps: list[Dep | int] = []
                     if [s for s, _ in mine] != [pl.rank]:
                         src = Region(pl.rank, GR_SEND, sent, n)
                         deps = [b.reduce([ctx.input(s, off + lo, n) for s, off in mine], src,
                                          channel=c % ch)]
                         sent += n
-                    b.copy(src, dst, channel=c % ch, deps=deps, label=("x", d, j, c))
+                    b.copy(src, dst, channel=c % ch, deps=deps, label=CombineSendLabel(d, j, c))
     b.alloc(GR_SEND, sent)

@@ -6,31 +6,31 @@ dispatches and resolves labels (by formula for the regular sharded kinds)."""
 from __future__ import annotations
 
 from hiercoll.collectives import CollectiveSpec, Kind
-from hiercoll.planner.builder import Label, RankBuilder
-from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
+from hiercoll.planner.builder import RankBuilder
+from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.planner.hier.all_gather import ag_index, build_all_gather
 from hiercoll.planner.hier.all_to_all import a2a_index, build_all_to_all
 from hiercoll.planner.hier.common import HierParams, Place, rails_unsupported
 from hiercoll.planner.hier.group import build_group_cast, build_group_reduce
 from hiercoll.planner.hier.reduce_scatter import build_reduce_scatter, rs_index, rs_length
+from hiercoll.planner.labels import GatherSendLabel, Label
 from hiercoll.topology import Topology
 
 
-class Hier(Algorithm):
+class Hier(Algorithm[HierParams]):
     name = "hier"
     kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE, Kind.ALL_TO_ALL,
                        Kind.GROUP_CAST, Kind.GROUP_REDUCE})
     Params = HierParams
 
-    def unsupported(self, topo: Topology, spec: CollectiveSpec, params: BaseParams) -> str | None:
-        return (super().unsupported(topo, spec, params)
-                or rails_unsupported(topo, getattr(params, "nics", None)))
+    def unsupported(self, topo: Topology, spec: CollectiveSpec, params: HierParams) -> str | None:
+        return super().unsupported(topo, spec, params) or rails_unsupported(topo, params.nics)
 
-    def symmetry_period(self, ctx: PlanContext) -> int | None:
+    def symmetry_period(self, ctx: PlanContext[HierParams]) -> int | None:
         p = ctx.params
-        return node_period(ctx, p.node_swizzle, p.rank_swizzle)  # type: ignore[attr-defined]
+        return node_period(ctx, p.node_swizzle, p.rank_swizzle)
 
-    def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
+    def build_rank(self, ctx: PlanContext[HierParams], b: RankBuilder) -> None:
         pl, kind = Place.of(ctx, b.rank), ctx.spec.kind
         if kind == Kind.REDUCE_SCATTER:
             build_reduce_scatter(ctx, b, pl, at_shard_offset=False)
@@ -45,14 +45,14 @@ class Hier(Algorithm):
         else:
             build_group_reduce(ctx, b, pl)
 
-    def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
+    def index_of(self, ctx: PlanContext[HierParams], rank: int, label: Label) -> int:
         kind, pl = ctx.spec.kind, Place.of(ctx, rank)
         if kind == Kind.REDUCE_SCATTER:
             return rs_index(ctx, pl, label)
         if kind == Kind.ALL_GATHER:
             return ag_index(ctx, pl, label, base=0)
         if kind == Kind.ALL_REDUCE:
-            if label[0] == "gx":  # type: ignore[index]
+            if isinstance(label, GatherSendLabel):
                 return ag_index(ctx, pl, label, base=rs_length(ctx))
             return rs_index(ctx, pl, label)
         if kind == Kind.ALL_TO_ALL:

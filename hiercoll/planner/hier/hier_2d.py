@@ -20,10 +20,18 @@ from enum import StrEnum
 from pydantic import Field
 
 from hiercoll.collectives import Kind
-from hiercoll.planner.builder import Dep, Label, RankBuilder
+from hiercoll.planner.builder import Dep, RankBuilder
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.planner.hier.common import Place, SwizzleParams, avg_scale, other_slot
 from hiercoll.planner.hier.reduce_scatter import SCATTER, node_pieces, scatter, shards_of
+from hiercoll.planner.labels import (
+    FinalReduceLabel,
+    Label,
+    RailAgLabel,
+    RailOneShotLabel,
+    RailRsLabel,
+    ScatterLabel,
+)
 from hiercoll.schedule import Region
 
 PART, RECV = "hier2d_part", "hier2d_recv"
@@ -42,37 +50,40 @@ class Hier2DParams(SwizzleParams):
 Ready = dict[tuple[int, int], list[Dep | int]]   # (shard node, chunk) -> deps making it ready
 
 
-class Hier2D(Algorithm):
+Ctx = PlanContext[Hier2DParams]
+
+
+class Hier2D(Algorithm[Hier2DParams]):
     name = "hier_2d"
     kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE})
     Params = Hier2DParams
 
-    def symmetry_period(self, ctx: PlanContext) -> int | None:
+    def symmetry_period(self, ctx: Ctx) -> int | None:
         p = ctx.params
-        return node_period(ctx, p.node_swizzle, p.rank_swizzle)  # type: ignore[attr-defined]
+        return node_period(ctx, p.node_swizzle, p.rank_swizzle)
 
-    def build_rank(self, ctx: PlanContext, b: RankBuilder) -> None:
+    def build_rank(self, ctx: Ctx, b: RankBuilder) -> None:
         pl, kind = Place.of(ctx, b.rank), ctx.spec.kind
         ready: Ready = {}
         if kind != Kind.ALL_GATHER:
             parts = _intra_reduce_scatter(ctx, b, pl)
             if pl.num_nodes == 1:
                 ready = _finish_single_node(ctx, b, pl, parts)
-            elif kind == Kind.ALL_REDUCE and ctx.params.inter == InterAlgo.DIRECT:  # type: ignore[attr-defined]
+            elif kind == Kind.ALL_REDUCE and ctx.params.inter == InterAlgo.DIRECT:
                 ready = _one_shot(ctx, b, pl, parts)
             else:
                 fins = _inter_reduce_scatter(ctx, b, pl, parts)
                 ready = {(pl.node, c): [i] for c, i in enumerate(fins)}
         if kind != Kind.REDUCE_SCATTER:
-            if kind == Kind.ALL_GATHER or (pl.num_nodes > 1 and ctx.params.inter == InterAlgo.RING):  # type: ignore[attr-defined]
+            if kind == Kind.ALL_GATHER or (pl.num_nodes > 1 and ctx.params.inter == InterAlgo.RING):
                 ready |= _inter_all_gather(ctx, b, pl, ready)
             _intra_all_gather(ctx, b, pl, ready)
 
-    def index_of(self, ctx: PlanContext, rank: int, label: Label) -> int:
+    def index_of(self, ctx: Ctx, rank: int, label: Label) -> int:
         return hier2d_index(ctx, Place.of(ctx, rank), label)
 
 
-def _part(ctx: PlanContext, pl: Place, node: int, c: int) -> Region:
+def _part(ctx: Ctx, pl: Place, node: int, c: int) -> Region:
     """Where the node-partial of shard (node, my local rank) chunk c lives after phase 1."""
     sh = shards_of(ctx)
     off, coff, cn = sh.piece(node, pl.local_rank, c)
@@ -81,10 +92,11 @@ def _part(ctx: PlanContext, pl: Place, node: int, c: int) -> Region:
     return sh.slot(pl.rank, PART, node, coff, cn)
 
 
-def _intra_reduce_scatter(ctx: PlanContext, b: RankBuilder, pl: Place) -> Ready:
+def _intra_reduce_scatter(ctx: Ctx, b: RankBuilder, pl: Place) -> Ready:
     """Phase 1: node-partials of my N shards (kept in PART; the input itself when L = 1)."""
     k, ch, g = ctx.params.chunks, ctx.params.channels, pl.gpus
-    sh, parts = shards_of(ctx), {}
+    sh = shards_of(ctx)
+    parts: Ready = {}
     if g == 1:
         return {(t, c): [] for t in range(pl.num_nodes) for c in range(k)}
     b.alloc(SCATTER, pl.num_nodes * (g - 1) * sh.width)
@@ -99,7 +111,7 @@ def _intra_reduce_scatter(ctx: PlanContext, b: RankBuilder, pl: Place) -> Ready:
     return parts
 
 
-def _finish_single_node(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Ready) -> Ready:
+def _finish_single_node(ctx: Ctx, b: RankBuilder, pl: Place, parts: Ready) -> Ready:
     """N = 1: the intra-node reduce is the final one; it writes the output directly."""
     k, ch, sh = ctx.params.chunks, ctx.params.channels, shards_of(ctx)
     shift = ctx.spec.kind == Kind.ALL_REDUCE
@@ -109,7 +121,7 @@ def _finish_single_node(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Read
         srcs, deps = node_pieces(ctx, pl, 0, c)
         ready[(0, c)] = [b.reduce(srcs, ctx.output(pl.rank, (off if shift else 0) + coff, cn),
                                   scale=avg_scale(ctx.spec, ctx.world), channel=ch + c % ch,
-                                  deps=deps, label=("fin", c))]
+                                  deps=deps, label=FinalReduceLabel(c))]
     return ready
 
 
@@ -117,11 +129,11 @@ def _rail(pl: Place, step: int) -> int:
     return pl.at((pl.node + step) % pl.num_nodes, pl.local_rank)
 
 
-def _inter_reduce_scatter(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Ready) -> list[int]:
+def _inter_reduce_scatter(ctx: Ctx, b: RankBuilder, pl: Place, parts: Ready) -> list[int]:
     """Phase 2a: reduce-scatter of the N node-partials along the rail; shard (a, l) ends in the
     output (at its offset for all_reduce). Returns the final reduce's index per chunk."""
     k, ch, n, sh = ctx.params.chunks, ctx.params.channels, pl.num_nodes, shards_of(ctx)
-    ring = ctx.params.inter == InterAlgo.RING  # type: ignore[attr-defined]
+    ring = ctx.params.inter == InterAlgo.RING
     b.alloc(RECV, (n - 1) * sh.width)
     for c in range(k):
         if ring:
@@ -130,24 +142,25 @@ def _inter_reduce_scatter(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Re
         for t in pl.target_nodes(include_own=False):
             off, coff, cn = sh.piece(t, pl.local_rank, c)
             b.copy(_part(ctx, pl, t, c), sh.slot(pl.at(t, pl.local_rank), RECV, other_slot(t, pl.node, n),
-                   coff, cn), channel=ch + c % ch, deps=parts[(t, c)], label=("rs", t, c))
+                   coff, cn), channel=ch + c % ch, deps=parts[(t, c)], label=RailRsLabel(t, c))
     fins = []
     for c in range(k):
         off, coff, cn = sh.piece(pl.node, pl.local_rank, c)
         srcs, deps = [_part(ctx, pl, pl.node, c)], list(parts[(pl.node, c)])
         if ring:
             srcs.append(sh.slot(pl.rank, RECV, n - 2, coff, cn))
-            deps.append(Dep(_rail(pl, -1), ("rs", n - 2, c)))
+            deps.append(Dep(_rail(pl, -1), RailRsLabel(n - 2, c)))
         else:
             srcs += [sh.slot(pl.rank, RECV, other_slot(pl.node, m, n), coff, cn) for m in pl.source_nodes()]
-            deps += [Dep(pl.at(m, pl.local_rank), ("rs", pl.node, c)) for m in pl.source_nodes()]
+            deps += [Dep(pl.at(m, pl.local_rank), RailRsLabel(pl.node, c)) for m in pl.source_nodes()]
         shift = off if ctx.spec.kind == Kind.ALL_REDUCE else 0
         fins.append(b.reduce(srcs, ctx.output(pl.rank, shift + coff, cn), channel=ch + c % ch,
-                             scale=avg_scale(ctx.spec, ctx.world), deps=deps, label=("fin", c)))
+                             scale=avg_scale(ctx.spec, ctx.world), deps=deps,
+                             label=FinalReduceLabel(c)))
     return fins
 
 
-def _ring_rs_steps(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Ready, c: int) -> None:
+def _ring_rs_steps(ctx: Ctx, b: RankBuilder, pl: Place, parts: Ready, c: int) -> None:
     """Step s: fold what arrived at step s-1 into my partial of shard (a-s-1) and pass it on."""
     ch, n, sh, a = ctx.params.channels, pl.num_nodes, shards_of(ctx), pl.node
     nxt = _rail(pl, 1)
@@ -159,11 +172,11 @@ def _ring_rs_steps(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Ready, c:
         srcs = [_part(ctx, pl, piece, c)]
         if s:
             srcs.append(sh.slot(pl.rank, RECV, s - 1, coff, cn))
-            deps.append(Dep(_rail(pl, -1), ("rs", s - 1, c)))
-        b.reduce(srcs, dst, channel=ch + c % ch, deps=deps, label=("rs", s, c))
+            deps.append(Dep(_rail(pl, -1), RailRsLabel(s - 1, c)))
+        b.reduce(srcs, dst, channel=ch + c % ch, deps=deps, label=RailRsLabel(s, c))
 
 
-def _one_shot(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Ready) -> Ready:
+def _one_shot(ctx: Ctx, b: RankBuilder, pl: Place, parts: Ready) -> Ready:
     """Phase 2 for all_reduce with inter=direct: every rank pushes its N partials to every rail
     peer, then reduces all N contributions of each shard (t, l) into the output."""
     k, ch, n, sh = ctx.params.chunks, ctx.params.channels, pl.num_nodes, shards_of(ctx)
@@ -174,7 +187,7 @@ def _one_shot(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Ready) -> Read
                 _, coff, cn = sh.piece(t, pl.local_rank, c)
                 dst = sh.slot(pl.at(m, pl.local_rank), RECV, other_slot(m, pl.node, n) * n + t, coff, cn)
                 b.copy(_part(ctx, pl, t, c), dst, channel=ch + c % ch, deps=parts[(t, c)],
-                       label=("os", m, t, c))
+                       label=RailOneShotLabel(m, t, c))
     ready: Ready = {}
     for c in range(k):
         for t in range(n):
@@ -182,18 +195,18 @@ def _one_shot(ctx: PlanContext, b: RankBuilder, pl: Place, parts: Ready) -> Read
             srcs = [_part(ctx, pl, t, c)]
             srcs += [sh.slot(pl.rank, RECV, other_slot(pl.node, m, n) * n + t, coff, cn)
                      for m in pl.source_nodes()]
-            deps = list(parts[(t, c)]) + [Dep(pl.at(m, pl.local_rank), ("os", pl.node, t, c))
+            deps = list(parts[(t, c)]) + [Dep(pl.at(m, pl.local_rank), RailOneShotLabel(pl.node, t, c))
                                           for m in pl.source_nodes()]
             ready[(t, c)] = [b.reduce(srcs, ctx.output(pl.rank, off + coff, cn), channel=ch + c % ch,
                                       scale=avg_scale(ctx.spec, ctx.world), deps=deps)]
     return ready
 
 
-def _inter_all_gather(ctx: PlanContext, b: RankBuilder, pl: Place, ready: Ready) -> Ready:
+def _inter_all_gather(ctx: Ctx, b: RankBuilder, pl: Place, ready: Ready) -> Ready:
     """Phase 2b: all-gather of shards (t, l) along the rail, into the outputs at shard offsets.
     Returns, per (shard node, chunk), the deps after which it is in my output."""
     k, ch, n, sh, a = ctx.params.chunks, ctx.params.channels, pl.num_nodes, shards_of(ctx), pl.node
-    gathering, ring = ctx.spec.kind == Kind.ALL_GATHER, ctx.params.inter == InterAlgo.RING  # type: ignore[attr-defined]
+    gathering, ring = ctx.spec.kind == Kind.ALL_GATHER, ctx.params.inter == InterAlgo.RING
     out: Ready = {}
     for c in range(k):
         off, coff, cn = sh.piece(a, pl.local_rank, c)
@@ -205,21 +218,21 @@ def _inter_all_gather(ctx: PlanContext, b: RankBuilder, pl: Place, ready: Ready)
         if not ring:
             for m in pl.target_nodes(include_own=False):
                 b.copy(mine, ctx.output(pl.at(m, pl.local_rank), off + coff, cn), channel=ch + c % ch,
-                       deps=deps, label=("ag", m, c))
-            out |= {(m, c): [Dep(pl.at(m, pl.local_rank), ("ag", a, c))] for m in pl.source_nodes()}
+                       deps=deps, label=RailAgLabel(m, c))
+            out |= {(m, c): [Dep(pl.at(m, pl.local_rank), RailAgLabel(a, c))] for m in pl.source_nodes()}
             continue
         for s in range(n - 1):
             piece = (a - s) % n
             poff, pcoff, pcn = sh.piece(piece, pl.local_rank, c)
             src = mine if s == 0 else ctx.output(pl.rank, poff + pcoff, pcn)
-            step_deps = deps if s == 0 else [Dep(_rail(pl, -1), ("ag", s - 1, c))]
+            step_deps = deps if s == 0 else [Dep(_rail(pl, -1), RailAgLabel(s - 1, c))]
             b.copy(src, ctx.output(_rail(pl, 1), poff + pcoff, pcn), channel=ch + c % ch,
-                   deps=step_deps, label=("ag", s, c))
-            out[((a - s - 1) % n, c)] = [Dep(_rail(pl, -1), ("ag", s, c))]
+                   deps=step_deps, label=RailAgLabel(s, c))
+            out[((a - s - 1) % n, c)] = [Dep(_rail(pl, -1), RailAgLabel(s, c))]
     return out
 
 
-def _intra_all_gather(ctx: PlanContext, b: RankBuilder, pl: Place, ready: Ready) -> None:
+def _intra_all_gather(ctx: Ctx, b: RankBuilder, pl: Place, ready: Ready) -> None:
     """Phase 3: copy every finished shard (t, l) in my output to my local peers' outputs."""
     k, ch, sh = ctx.params.chunks, ctx.params.channels, shards_of(ctx)
     for c in range(k):
@@ -230,13 +243,13 @@ def _intra_all_gather(ctx: PlanContext, b: RankBuilder, pl: Place, ready: Ready)
                        channel=c % ch, deps=ready[(t, c)])
 
 
-def hier2d_index(ctx: PlanContext, pl: Place, label: Label) -> int:
+def hier2d_index(ctx: Ctx, pl: Place, label: Label) -> int:
     """Index of a label peers depend on, by formula (mirrors the phase loops above): phase 1 is
     per (target node, chunk) L-1 scatters and a partial reduce (N > 1); phase 2 per chunk N-1
     rail steps (or (N-1)*N one-shot sends), then the final reduces; phase 3 per chunk an own
     copy (all_gather) and N-1 rail steps."""
     k, g, n, kind = ctx.params.chunks, pl.gpus, pl.num_nodes, ctx.spec.kind
-    ring = ctx.params.inter == InterAlgo.RING  # type: ignore[attr-defined]
+    ring = ctx.params.inter == InterAlgo.RING
     per_target = (g - 1 + int(n > 1)) if g > 1 else 0
     phase1 = n * k * per_target if kind != Kind.ALL_GATHER else 0
     if kind == Kind.ALL_GATHER:
@@ -247,20 +260,17 @@ def hier2d_index(ctx: PlanContext, pl: Place, label: Label) -> int:
         phase2 = k * (n - 1) * n + k * n
     else:
         phase2 = k * (n - 1) + k
-    phase, *rest = label  # type: ignore[misc]
-    if phase == "sc":
-        t, c, q = rest
-        return (pl.target_position(t) * k + c) * per_target + pl.peer_position(q)
-    if phase == "os":
-        m, t, c = rest
+    if isinstance(label, ScatterLabel):
+        return ((pl.target_position(label.target) * k + label.chunk) * per_target
+                + pl.peer_position(label.peer))
+    if isinstance(label, RailOneShotLabel):
+        m, t, c = label.target, label.shard, label.chunk
         return phase1 + c * (n - 1) * n + pl.target_position(m, include_own=False) * n + t
-    if phase not in ("rs", "ag"):
+    if not isinstance(label, RailRsLabel | RailAgLabel):
         raise KeyError(label)
-    step, c = rest
+    step, c = label.where, label.chunk
     where = step if ring else pl.target_position(step, include_own=False)
-    if phase == "rs":
+    if isinstance(label, RailRsLabel):
         return phase1 + c * (n - 1) + where
-    if phase == "ag":
-        own = int(kind == Kind.ALL_GATHER)
-        return phase1 + phase2 + c * (own + n - 1) + own + where
-    raise KeyError(label)
+    own = int(kind == Kind.ALL_GATHER)
+    return phase1 + phase2 + c * (own + n - 1) + own + where

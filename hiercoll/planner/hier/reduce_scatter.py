@@ -18,29 +18,33 @@ reduce per chunk.
 
 from __future__ import annotations
 
-from hiercoll.planner.builder import Dep, Label, RankBuilder
-from hiercoll.planner.context import PlanContext
+from hiercoll.planner.builder import Dep, RankBuilder
+from hiercoll.planner.context import ParamsT, PlanContext
 from hiercoll.planner.hier.common import Place, Shards, avg_scale, other_slot
+from hiercoll.planner.labels import FinalReduceLabel, Label, NodeReduceLabel, NodeSendLabel, ScatterLabel
 from hiercoll.schedule import Region
 
 SCATTER, RS_SEND, RS_RECV = "hier_scatter", "hier_rs_send", "hier_rs_recv"
 
 
-def shards_of(ctx: PlanContext) -> Shards:
+def shards_of(ctx: PlanContext[ParamsT]) -> Shards:
     return Shards.of(ctx.spec, ctx.topology.gpus_per_node, ctx.params.chunks)
 
 
-def scatter(ctx: PlanContext, b: RankBuilder, pl: Place, target: int, c: int, channel: int) -> None:
+def scatter(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place, target: int, c: int,
+            channel: int) -> None:
     """Copy my pieces of the shards (target, q) into local peer q's scatter slot for me."""
     sh, g = shards_of(ctx), pl.gpus
     for q in pl.local_peers():
         off, coff, cn = sh.piece(target, q, c)
         dst = sh.slot(pl.at(pl.node, q), SCATTER, target * (g - 1) + other_slot(q, pl.local_rank, g),
                       coff, cn)
-        b.copy(ctx.input(pl.rank, off + coff, cn), dst, channel=channel, label=("sc", target, c, q))
+        b.copy(ctx.input(pl.rank, off + coff, cn), dst, channel=channel,
+               label=ScatterLabel(target, c, q))
 
 
-def node_pieces(ctx: PlanContext, pl: Place, target: int, c: int) -> tuple[list[Region], list[Dep | int]]:
+def node_pieces(ctx: PlanContext[ParamsT], pl: Place, target: int,
+                c: int) -> tuple[list[Region], list[Dep | int]]:
     """The L pieces of shard (target, my local rank) chunk c held on my node after the scatter:
     my own input and one scatter slot per local peer, with the deps that make them ready."""
     sh, g, lr = shards_of(ctx), pl.gpus, pl.local_rank
@@ -50,7 +54,7 @@ def node_pieces(ctx: PlanContext, pl: Place, target: int, c: int) -> tuple[list[
     for p in range(g):
         if p != lr:
             srcs.append(sh.slot(pl.rank, SCATTER, target * (g - 1) + other_slot(lr, p, g), coff, cn))
-            deps.append(Dep(pl.at(pl.node, p), ("sc", target, c, lr)))
+            deps.append(Dep(pl.at(pl.node, p), ScatterLabel(target, c, lr)))
     return srcs, deps
 
 
@@ -59,7 +63,7 @@ def rail_slot(pl: Place, mine: int, other: int) -> int:
     return pl.client_index(pl.local_rank) * (pl.num_nodes - 1) + other_slot(mine, other, pl.num_nodes)
 
 
-def alloc(ctx: PlanContext, b: RankBuilder, pl: Place, names: tuple[str, ...]) -> None:
+def alloc(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place, names: tuple[str, ...]) -> None:
     """Gateway buffers with one shard slot per (client, remote node)."""
     if pl.num_nodes > 1 and pl.is_gateway:
         size = len(pl.clients(pl.local_rank)) * (pl.num_nodes - 1) * shards_of(ctx).width
@@ -67,7 +71,8 @@ def alloc(ctx: PlanContext, b: RankBuilder, pl: Place, names: tuple[str, ...]) -
             b.alloc(name, size)
 
 
-def build_reduce_scatter(ctx: PlanContext, b: RankBuilder, pl: Place, at_shard_offset: bool) -> list[int]:
+def build_reduce_scatter(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place,
+                         at_shard_offset: bool) -> list[int]:
     """Emit the whole reduce-scatter; returns the final reduce's index per chunk. The result
     lands at the shard's offset of the output when `at_shard_offset` (all-reduce), else at 0."""
     k, ch, g, n = ctx.params.chunks, ctx.params.channels, pl.gpus, pl.num_nodes
@@ -84,16 +89,18 @@ def build_reduce_scatter(ctx: PlanContext, b: RankBuilder, pl: Place, at_shard_o
                 continue
             srcs, deps = node_pieces(ctx, pl, t, c)
             _, coff, cn = sh.piece(t, lr, c)
-            src, xdeps = srcs[0], []
+            src = srcs[0]
+            xdeps: list[Dep | int] = []
             if g > 1:
                 src = sh.slot(pl.at(a, gw), RS_SEND, rail_slot(pl, a, t), coff, cn)
-                xdeps = [b.reduce(srcs, src, channel=ch + c % ch, deps=deps, label=("red", t, c))]
+                xdeps = [b.reduce(srcs, src, channel=ch + c % ch, deps=deps,
+                                  label=NodeReduceLabel(t, c))]
             dst = sh.slot(pl.at(t, gw), RS_RECV, rail_slot(pl, t, a), coff, cn)
-            b.copy(src, dst, channel=ch + c % ch, deps=xdeps, label=("x", t, c))
+            b.copy(src, dst, channel=ch + c % ch, deps=xdeps, label=NodeSendLabel(t, c))
     return [_final(ctx, b, pl, c, at_shard_offset) for c in range(k)]
 
 
-def _final(ctx: PlanContext, b: RankBuilder, pl: Place, c: int, at_shard_offset: bool) -> int:
+def _final(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place, c: int, at_shard_offset: bool) -> int:
     """Own node's L pieces plus the N-1 node-partials received (on my gateway) -> output."""
     sh, a, lr, ch = shards_of(ctx), pl.node, pl.local_rank, ctx.params.channels
     srcs, deps = node_pieces(ctx, pl, a, c)
@@ -101,13 +108,13 @@ def _final(ctx: PlanContext, b: RankBuilder, pl: Place, c: int, at_shard_offset:
     gw_rank = pl.at(a, pl.gateway_of(lr))
     for src_node in pl.source_nodes():
         srcs.append(sh.slot(gw_rank, RS_RECV, rail_slot(pl, a, src_node), coff, cn))
-        deps.append(Dep(pl.at(src_node, lr), ("x", a, c)))
+        deps.append(Dep(pl.at(src_node, lr), NodeSendLabel(a, c)))
     out = ctx.output(pl.rank, (off if at_shard_offset else 0) + coff, cn)
     return b.reduce(srcs, out, scale=avg_scale(ctx.spec, ctx.world), channel=ch + c % ch,
-                    deps=deps, label=("fin", c))
+                    deps=deps, label=FinalReduceLabel(c))
 
 
-def rs_length(ctx: PlanContext) -> int:
+def rs_length(ctx: PlanContext[ParamsT]) -> int:
     """Number of ops the reduce-scatter emits on every rank."""
     k, g, n = ctx.params.chunks, ctx.topology.gpus_per_node, ctx.topology.num_nodes
     return k * ((n - 1) * (g - 1 + _remote_extra(g)) + (g - 1)) + k
@@ -117,24 +124,21 @@ def _remote_extra(gpus: int) -> int:
     return 2 if gpus > 1 else 1   # reduce (only with local peers) + send
 
 
-def rs_index(ctx: PlanContext, pl: Place, label: Label) -> int:
+def rs_index(ctx: PlanContext[ParamsT], pl: Place, label: Label) -> int:
     """Index of a reduce-scatter label on `pl.rank`, by formula (mirrors the loops above)."""
     k, g = ctx.params.chunks, pl.gpus
-    phase, *rest = label  # type: ignore[misc]
-    if phase == "fin":
-        return rs_length(ctx) - k + rest[0]
-    if phase not in ("sc", "red", "x"):
+    if isinstance(label, FinalReduceLabel):
+        return rs_length(ctx) - k + label.chunk
+    if not isinstance(label, ScatterLabel | NodeReduceLabel | NodeSendLabel):
         raise KeyError(label)
-    t, c = rest[0], rest[1]
+    t, c = label.target, label.chunk
     extra = _remote_extra(g)
     pos = pl.target_position(t)
     own_before = 0 if pl.node_swizzle else int(pl.node < t)
     start = pos * k * (g - 1 + extra) - own_before * k * extra
     base = start + c * (g - 1 + (extra if t != pl.node else 0))
-    if phase == "sc":
-        return base + pl.peer_position(rest[2])
-    if phase == "red":
+    if isinstance(label, ScatterLabel):
+        return base + pl.peer_position(label.peer)
+    if isinstance(label, NodeReduceLabel):
         return base + g - 1
-    if phase == "x":
-        return base + g - 1 + extra - 1
-    raise KeyError(label)
+    return base + g - 1 + extra - 1

@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hiercoll.collectives import GROUPED, CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError, format_validation_error
+from hiercoll.planner.registry import plan
 from hiercoll.planner.search.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
 from hiercoll.planner.search.library import LIBRARY, LibraryTable, shipped_table
-from hiercoll.planner.registry import plan
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
 
@@ -156,10 +156,10 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
         pool = [s.time_us for s in scored if cand.algorithm != base or s.candidate.algorithm == base]
         if lib_us is not None and cand.algorithm != base:
             pool.append(lib_us)
-        best = min(pool, default=math.inf)
+        best_us = min(pool, default=math.inf)
         must = cand.algorithm == base and not have_base
         # stage 1: one rank's bound (cheap); stage 2: the contention-free critical path
-        if prune and not must and (bound >= best or _critical_path_bound(topology, sched) >= best):
+        if prune and not must and (bound >= best_us or _critical_path_bound(topology, sched) >= best_us):
             pruned += 1
         else:
             scored.append(_simulate(topology, spec, cand, cache, sched))
@@ -247,6 +247,7 @@ def _progress(show: bool, title: str, total: int) -> Iterator[Callable[[], None]
         yield lambda: None
         return
     from rich.progress import Progress
+
     from hiercoll.cli.common import err_console
     with Progress(console=err_console, transient=True) as bar:
         task = bar.add_task(title, total=total)
