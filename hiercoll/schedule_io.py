@@ -8,8 +8,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import ScheduleError, format_validation_error
-from hiercoll.schedule import (SCHEMA_VERSION, ExpandedOps, Op, OpKind, Region, Schedule,
-                               ScheduleMeta, Transport, validate_structure)
+from hiercoll.schedule import (
+    SCHEMA_VERSION,
+    ExpandedOps,
+    Op,
+    OpKind,
+    Region,
+    Schedule,
+    ScheduleMeta,
+    Transport,
+    validate_structure,
+)
 
 
 class _MetaModel(BaseModel):
@@ -66,9 +75,10 @@ def parse_expanded(data: dict[str, Any], source: str = "plan") -> Schedule:
         model = _ExpandedModel.model_validate(data)
     except ValidationError as err:
         raise ScheduleError(format_validation_error(err, source)) from None
-    meta = ScheduleMeta(model.meta.algorithm, model.meta.params, model.meta.spec,
-                        model.meta.topology_fingerprint, model.meta.schema_version,
-                        model.meta.symmetry_period)
+    saved = model.meta
+    meta = ScheduleMeta(algorithm=saved.algorithm, params=saved.params, spec=saved.spec,
+                        topology_fingerprint=saved.topology_fingerprint,
+                        schema_version=saved.schema_version, symmetry_period=saved.symmetry_period)
     if len(model.ranks) != meta.spec.world_size:
         raise ScheduleError(f"{source}: ranks: {len(model.ranks)} entries for world size "
                             f"{meta.spec.world_size}")

@@ -23,7 +23,7 @@ class Dep:
     label: Label
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Pending:
     channel: int
     kind: OpKind
@@ -76,7 +76,8 @@ class RankBuilder:
     def copy(self, src: Region, dst: Region, *, channel: int = 0,
              deps: Sequence[Dep | int] = (), label: Label | None = None) -> int:
         assert src.count == dst.count, (src, dst)
-        return self._emit(_Pending(channel, OpKind.COPY, dst, (src,), tuple(deps), False, 1.0), label)
+        return self._emit(_Pending(channel=channel, kind=OpKind.COPY, dst=dst, srcs=(src,),
+                                   deps=tuple(deps), accumulate=False, scale=1.0), label)
 
     def reduce(self, srcs: Sequence[Region], dst: Region, *, accumulate: bool = False,
                scale: float = 1.0, channel: int = 0, deps: Sequence[Dep | int] = (),
@@ -84,8 +85,8 @@ class RankBuilder:
         """dst <- [dst +] scale * (+ srcs). A lone source with nothing to fold in is a copy."""
         if len(srcs) == 1 and not accumulate and scale == 1.0:
             return self.copy(srcs[0], dst, channel=channel, deps=deps, label=label)
-        return self._emit(_Pending(channel, OpKind.REDUCE, dst, tuple(srcs), tuple(deps),
-                                   accumulate, scale), label)
+        return self._emit(_Pending(channel=channel, kind=OpKind.REDUCE, dst=dst, srcs=tuple(srcs),
+                                   deps=tuple(deps), accumulate=accumulate, scale=scale), label)
 
     def finish(self, resolve: Resolver) -> list[Op]:
         """Resolve labels to indices and freeze the ops (hot: one call per planned rank)."""
@@ -101,8 +102,9 @@ class RankBuilder:
                 else:
                     refs.append((d.rank, resolve(d.rank, d.label)))
             deps = tuple(dict.fromkeys(refs)) if len(refs) > 1 else tuple(refs)
-            out.append(Op(rank, i, p.channel, p.kind, p.dst, p.srcs, deps,
-                          op_transport(topo, p.dst, p.srcs), p.accumulate, p.scale))
+            out.append(Op(rank=rank, index=i, channel=p.channel, kind=p.kind, dst=p.dst,
+                          srcs=p.srcs, deps=deps, transport=op_transport(topo, p.dst, p.srcs),
+                          accumulate=p.accumulate, scale=p.scale))
         return out
 
 

@@ -55,21 +55,22 @@ def reduce_into_owners(ctx: PlanContext[DirectParams], b: RankBuilder, block: Bl
         for q in owners:
             off, n = block(q)
             coff, cn = chunk_bounds(n, k, c)
-            b.copy(ctx.input(r, off + coff, cn), _slot(ctx, q, r, c, cn, width),
+            b.copy(ctx.input(r, off + coff, cn), _slot(ctx, q, r, c, count=cn, width=width),
                    channel=c % p.channels, label=PutLabel(c, q))
         if root is not None and r != root:
             continue
         off, n = block(r)
         coff, cn = chunk_bounds(n, k, c)
         srcs = [ctx.input(r, off + coff, cn)]
-        srcs += [_slot(ctx, r, s, c, cn, width) for s in range(w) if s != r]
+        srcs += [_slot(ctx, r, s, c, count=cn, width=width) for s in range(w) if s != r]
         out = ctx.output(r, (off if at_block_offset else 0) + coff, cn)
         b.reduce(srcs, out, scale=scale, channel=p.channels,
                  deps=[Dep(s, PutLabel(c, r)) for s in range(w) if s != r],
                  label=OwnerReduceLabel(c))
 
 
-def _slot(ctx: PlanContext[DirectParams], owner: int, src: int, c: int, count: int, width: int) -> Region:
+def _slot(ctx: PlanContext[DirectParams], owner: int, src: int, c: int, *, count: int,
+          width: int) -> Region:
     slot = (src - owner) % ctx.world - 1
     return Region(owner, SLOTS, (slot * ctx.params.chunks + c) * width, count)
 

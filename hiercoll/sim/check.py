@@ -132,14 +132,15 @@ def check_postcondition(schedule: Schedule, order: list[Op]) -> list[str]:
         for lo, hi, g in got.read(0, got.size):
             for a, b, w in want.read(lo, hi):
                 if g != w:
-                    problems.append(_describe(r, a, b, g, w, last_writer.get((r, OUTPUT), [])))
+                    problems.append(_describe(r, a, b, got=g, want=w,
+                                              writers=last_writer.get((r, OUTPUT), [])))
                     break
             if problems and len(problems) >= MAX_PROBLEMS:
                 return problems
     return problems
 
 
-def _describe(rank: int, lo: int, hi: int, got: Content, want: Content,
+def _describe(rank: int, lo: int, hi: int, *, got: Content, want: Content,
               writers: list[tuple[int, int, str]]) -> str:
     who = [w for a, b, w in writers if a < hi and lo < b]
     by = f" (last written by op {who[-1]})" if who else " (never written)"

@@ -8,7 +8,7 @@ from typing import Any
 from hiercoll.schedule import OpRef
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LinkStat:
     name: str
     tier: str
@@ -18,7 +18,7 @@ class LinkStat:
     copies: int = 1
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SimResult:
     time_us: float
     algbw_gbps: float

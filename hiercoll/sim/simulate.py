@@ -48,10 +48,10 @@ def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
     with the bandwidths, latencies and costs of another topology of the same shape (what a
     calibration varies), without re-planning."""
     with _without_cyclic_gc():
-        return _simulate(schedule, topology, mode, record, costs_from, call_mode)
+        return _simulate(schedule, topology, mode, record, costs_from=costs_from, call_mode=call_mode)
 
 
-def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool,
+def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, *,
               costs_from: Topology | None, call_mode: CallMode) -> SimResult:
     schedule.refuse_library_call("simulate")
     if schedule.meta.topology_fingerprint != topology.fingerprint():
@@ -80,8 +80,11 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool,
     timing, fluid = run_timing(schedule, net, ranks, topology.costs.launch_us, record, issued)
     end = max(max(timing.end.values(), default=0.0), per_call.call_us)
     copies = schedule.world_size // fold if fold else 1
-    links = [LinkStat(info.name, info.tier.value, fluid.usage.bytes[i], fluid.usage.busy_us[i],
-                      fluid.usage.bytes[i] / (info.bytes_per_us * end) if end > 0 else 0.0, copies)
+    links = [LinkStat(name=info.name, tier=info.tier.value, bytes=fluid.usage.bytes[i],
+                      busy_us=fluid.usage.busy_us[i],
+                      utilization=(fluid.usage.bytes[i] / (info.bytes_per_us * end)
+                                   if end > 0 else 0.0),
+                      copies=copies)
              for i, info in enumerate(net.links)]
     per_tier = {Tier.INTRA: 0.0, Tier.INTER: 0.0}
     for i, info in enumerate(net.links):
@@ -96,9 +99,12 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool,
                if sym.checked_ranks else "nothing (declared by the planner, trusted)")
         shortcut = (f"translation symmetry: period {sym.period}, {len(ranks)} of "
                     f"{schedule.world_size} ranks simulated; symmetry checked on {how}")
-    result = SimResult(end, algbw, busbw, bound.time_us, bound.cut, per_tier[Tier.INTRA],
-                       per_tier[Tier.INTER], links, timing.start, timing.end,
-                       critical_path(preds, timing.start, timing.end), ranks, shortcut,
+    result = SimResult(time_us=end, algbw_gbps=algbw, busbw_gbps=busbw,
+                       lower_bound_us=bound.time_us, bound_cut=bound.cut,
+                       bytes_intra=per_tier[Tier.INTRA], bytes_inter=per_tier[Tier.INTER],
+                       links=links, op_start=timing.start, op_end=timing.end,
+                       critical_path=critical_path(preds, timing.start, timing.end),
+                       ranks_simulated=ranks, shortcut=shortcut,
                        num_ops=sum(len(schedule.rank_ops(r)) for r in ranks) * copies)
     if record:
         result.link_record = fluid.usage.record

@@ -104,7 +104,7 @@ def _intra_reduce_scatter(ctx: Ctx, b: RankBuilder, pl: Place) -> Ready:
         b.alloc(PART, pl.num_nodes * sh.width)
     for t in pl.target_nodes():
         for c in range(k):
-            scatter(ctx, b, pl, t, c, c % ch)
+            scatter(ctx, b, pl, t, c, channel=c % ch)
             if pl.num_nodes > 1:
                 srcs, deps = node_pieces(ctx, pl, t, c)
                 parts[(t, c)] = [b.reduce(srcs, _part(ctx, pl, t, c), channel=ch + c % ch, deps=deps)]

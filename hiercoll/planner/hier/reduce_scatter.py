@@ -31,7 +31,7 @@ def shards_of(ctx: PlanContext[ParamsT]) -> Shards:
     return Shards.of(ctx.spec, ctx.topology.gpus_per_node, ctx.params.chunks)
 
 
-def scatter(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place, target: int, c: int,
+def scatter(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place, target: int, c: int, *,
             channel: int) -> None:
     """Copy my pieces of the shards (target, q) into local peer q's scatter slot for me."""
     sh, g = shards_of(ctx), pl.gpus
@@ -84,7 +84,7 @@ def build_reduce_scatter(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place,
     for t in pl.target_nodes():
         for c in range(k):
             if g > 1:
-                scatter(ctx, b, pl, t, c, c % ch)
+                scatter(ctx, b, pl, t, c, channel=c % ch)
             if t == a:
                 continue
             srcs, deps = node_pieces(ctx, pl, t, c)

@@ -38,7 +38,7 @@ class Scored:
     lower_bound_us: float
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Row:
     """One size's decision (the `rows` entries of `autopick --json`)."""
 
@@ -246,10 +246,10 @@ def _progress(show: bool, title: str, total: int) -> Iterator[Callable[[], None]
     if not show:
         yield lambda: None
         return
+    from rich.console import Console
     from rich.progress import Progress
-
-    from hiercoll.cli.common import err_console
-    with Progress(console=err_console, transient=True) as bar:
+    # its own stderr console, configured as the CLI's (the planner does not import the CLI)
+    with Progress(console=Console(stderr=True, highlight=False), transient=True) as bar:
         task = bar.add_task(title, total=total)
         yield lambda: bar.advance(task)
 
