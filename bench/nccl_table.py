@@ -22,11 +22,11 @@ from hiercoll.topology import load_topology  # noqa: E402
 
 
 def table_from_baseline(baseline: dict, preset: str, source: str, mode: str) -> LibraryTable:  # type: ignore[type-arg]
-    topo = load_topology(preset)
+    topo = load_topology(preset, uncalibrated=True)
     times = {kind: [(int(r[0]), round(float(r[1]), 1)) for r in rows]
              for kind, rows in baseline["nccl"].items()}
     return LibraryTable(source=source, mode=mode, world_size=int(baseline["world"]),
-                        topology=topo.name, topology_fingerprint=topo.fingerprint(),
+                        topology=topo.name, shape_fingerprint=topo.shape_fingerprint(),
                         times_us=times)
 
 

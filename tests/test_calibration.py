@@ -110,7 +110,7 @@ def test_default_costs_leave_fingerprints_and_times_as_they_were() -> None:
 
 
 def test_eager_calls_take_the_longer_of_host_and_device_and_graph_calls_add() -> None:
-    base = hc.load_topology("h200x4")
+    base = hc.load_topology("h200x4", uncalibrated=True)
     spec = hc.CollectiveSpec(kind="all_reduce", world_size=4, dtype="bf16", nbytes=8192)
     s = plan(base, spec, "ring")
     device = hc.simulate(s, base).time_us
@@ -229,8 +229,19 @@ def test_calibrate_cli_writes_a_topology_that_loads_and_compare_reads_it(tmp_pat
     body = json.loads(cmp.stdout)
     assert body["calibration"].startswith("calibrated") and len(body["rows"]) == len(cases)
     assert body["summary"]["all"]["geomean_error"] < 0.05
-    plain = _hc("compare", str(meas), "-t", "h200x4")
+    defaults = tmp_path / "defaults.json"
+    defaults.write_text(hc.load_topology("h200x4", uncalibrated=True).model_dump_json())
+    plain = _hc("compare", str(meas), "-t", str(defaults))
     assert plain.returncode == 0 and "defaults, uncalibrated" in plain.stdout
+
+
+def test_the_h200x4_preset_ships_calibrated_with_its_provenance() -> None:
+    cal, raw = hc.load_topology("h200x4"), hc.load_topology("h200x4", uncalibrated=True)
+    assert cal.calibration is not None and raw.calibration is None
+    assert cal.calibration.sources and cal.calibration.holdout_geomean_error < 0.10
+    assert cal.costs.eager.call_us > 10 and raw.costs.eager.call_us == 0.0
+    assert cal.shape_fingerprint() == raw.shape_fingerprint() != cal.fingerprint()
+    assert cal.calibration_label().startswith("calibrated 2026")
 
 
 @pytest.mark.parametrize("case", ["empty", "unknown_collective", "world", "shape", "wrong",

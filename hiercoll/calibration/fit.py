@@ -95,41 +95,66 @@ def split_holdout(cases: Sequence[Case], holdout: float) -> list[bool]:
 def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
         only: Sequence[str] | None = None,
         progress: Callable[[int], None] | None = None) -> FitResult:
-    """Fit `base`'s applicable parameters (or `only` those paths) to `cases`."""
+    """Fit `base`'s applicable parameters (or `only` those paths) to `cases`.
+
+    With both eager and graph rows the fit has two stages: the device's costs from the graph
+    rows (a replayed call has no host in it), then the host's eager costs from the eager rows
+    with the device held. One joint fit would let host noise (one Python thread launching every
+    rank, one-GPU runs) bend the device's numbers."""
     if not cases:
         raise HiercollError("calibrate: no measurement rows to fit")
     held = split_holdout(cases, holdout)
     train = [c for c, h in zip(cases, held, strict=True) if not h]
     params = [p for p in applicable(base) if only is None or p.path in only]
-    modes = {c.measurement.mode for c in cases}
-    params = [p for p in params if _mode_of(p) in (None, *modes)]
+    by_mode = {mode: [c for c in train if c.measurement.mode == mode] for mode in ("graph", "eager")}
+    if by_mode["graph"] and by_mode["eager"]:
+        stages = [(by_mode["graph"], [p for p in params if _mode_of(p) != "eager"]),
+                  (by_mode["eager"], [p for p in params if _mode_of(p) == "eager"])]
+    else:
+        modes = {c.measurement.mode for c in train}
+        stages = [(train, [p for p in params if _mode_of(p) in (None, *modes)])]
+    fitted: dict[str, float] = {}
+    evaluations = 0
+    for rows, stage_params in stages:
+        if not rows or not stage_params:
+            continue
+        found, n = _solve(rows, base, with_values(base, fitted), stage_params, evaluations,
+                          progress)
+        fitted |= found
+        evaluations = n
+    unconstrained = {p.path: p.get(base) for p in applicable(base) if p.path not in fitted}
+    topo = with_values(base, fitted)
+    result = [RowError(c, predict_us(c, topo, base), h) for c, h in zip(cases, held, strict=True)]
+    return FitResult(topo, fitted, unconstrained, result, evaluations)
+
+
+def _solve(train: Sequence[Case], base: Topology, start: Topology, params: Sequence[FitParam],
+           calls: int, progress: Callable[[int], None] | None) -> tuple[dict[str, float], int]:
+    """Least squares over `params` from `start`; the values the rows constrain, and the running
+    count of simulations."""
     starts = _data_starts(train)
-    x0 = np.array([_to_x(p, min(max(starts.get(p.path, _start(p, base)), p.lo), p.hi))
+    x0 = np.array([_to_x(p, min(max(starts.get(p.path, _start(p, start)), p.lo), p.hi))
                    for p in params])
     lo = np.array([_to_x(p, p.lo) for p in params])
     hi = np.array([_to_x(p, p.hi) for p in params])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
     measured = np.log([c.measurement.time_us for c in train])
-    calls = 0
 
     def residuals(x: np.ndarray) -> np.ndarray:
         nonlocal calls
         calls += 1
         if progress is not None:
             progress(calls)
-        topo = with_values(base, _values(params, x))
+        topo = with_values(start, _values(params, x))
         return np.log([predict_us(c, topo, base) for c in train]) - measured
 
     sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", x_scale="jac",
                         diff_step=1e-3, max_nfev=200 * max(1, len(params)))
     sensitivity = np.abs(sol.jac).sum(axis=0) if sol.jac is not None else np.zeros(len(params))
-    fitted = {p.path: _round(v) for p, v, s in zip(params, _values(params, sol.x).values(),
-                                                    sensitivity, strict=True)
-              if s > UNCONSTRAINED_SENSITIVITY}
-    unconstrained = {p.path: p.get(base) for p in applicable(base) if p.path not in fitted}
-    topo = with_values(base, fitted)
-    rows = [RowError(c, predict_us(c, topo, base), h) for c, h in zip(cases, held, strict=True)]
-    return FitResult(topo, fitted, unconstrained, rows, calls)
+    found = {p.path: _round(v) for p, v, s in zip(params, _values(params, sol.x).values(),
+                                                   sensitivity, strict=True)
+             if s > UNCONSTRAINED_SENSITIVITY}
+    return found, calls
 
 
 def _data_starts(train: Sequence[Case]) -> dict[str, float]:

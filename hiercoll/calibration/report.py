@@ -58,7 +58,9 @@ def summary(rows: Sequence[RowError], min_bytes: int = 1 << 20) -> dict[str, Any
                 "worst_error": worst_error(ratios)}
 
     held = [r for r in rows if r.held_out]
-    return {"all": stats(list(rows)), "fit": stats([r for r in rows if not r.held_out]),
+    per_mode = {f"held_out_{mode}": stats([r for r in held if r.case.measurement.mode == mode])
+                for mode in sorted({r.case.measurement.mode for r in rows})}
+    return per_mode | {"all": stats(list(rows)), "fit": stats([r for r in rows if not r.held_out]),
             "held_out": stats(held),
             "held_out_large": stats([r for r in held if r.case.measurement.nbytes >= min_bytes]),
             "held_out_small": stats([r for r in held if r.case.measurement.nbytes < min_bytes]),

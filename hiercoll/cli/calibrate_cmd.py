@@ -74,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
              f"fit geomean error {s['fit']['geomean_error']:.1%}, held out "
              f"{s['held_out']['geomean_error']:.1%} ({s['held_out']['rows']} rows; >= 1 MiB "
              f"{s['held_out_large']['geomean_error']:.1%}, smaller "
-             f"{s['held_out_small']['geomean_error']:.1%}), worst {s['all']['worst_error']:.1%}",
+             f"{s['held_out_small']['geomean_error']:.1%}"
+             + "".join(f"; {k.removeprefix('held_out_')} mode {s[k]['geomean_error']:.1%}"
+                       for k in ("held_out_graph", "held_out_eager") if k in s)
+             + f"), worst {s['all']['worst_error']:.1%}",
              "fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.fitted.items()),
              "not constrained by these rows (kept): " + (", ".join(sorted(result.unconstrained))
                                                          or "none")]
@@ -95,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
                   f"{s[key]['worst_error']:.1%}"]
                  for name, key in (("fit", "fit"), ("held out", "held_out"),
                                    ("held out >= 1 MiB", "held_out_large"),
-                                   ("held out < 1 MiB", "held_out_small"))])
+                                   ("held out < 1 MiB", "held_out_small"),
+                                   ("held out, graph mode", "held_out_graph"),
+                                   ("held out, eager mode", "held_out_eager")) if key in s])
     for path in (args.output, args.md, args.png):
         if path:
             console.print(f"wrote {path}")

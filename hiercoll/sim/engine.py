@@ -106,26 +106,8 @@ class LinkCache:
         return min((self.net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
 
 
-def issue_times(schedule: Schedule, ranks: Sequence[int], call_us: float, issue_us: float,
-                shared_host: bool) -> dict[tuple[int, int], float]:
-    """When the host has launched each op: after the call's fixed cost, one op per `issue_us`,
-    each rank's ops in order. With `shared_host` one thread launches every rank, rank after rank
-    (the one-GPU harness); otherwise each rank has its own host process."""
-    out: dict[tuple[int, int], float] = {}
-    clock = call_us
-    for r in ranks:
-        if not shared_host:
-            clock = call_us
-        for op in schedule.rank_ops(r):
-            clock += issue_us
-            out[op.ref] = clock
-    return out
-
-
 def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us: float,
-               record: bool = False, issued: dict[tuple[int, int], float] | None = None,
-               ) -> tuple[OpTiming, FluidNetwork]:
-    """`issued`: when the host launched each op (none: every op is on the device at time 0)."""
+               record: bool = False) -> tuple[OpTiming, FluidNetwork]:
     env = simpy.Environment()
     isz = schedule.spec.dtype.itemsize
     fold = net.fold
@@ -149,9 +131,6 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
                 ev = done[rep(d)]
                 if not ev.processed:
                     yield ev
-            ready = issued.get(op.ref, 0.0) if issued else 0.0
-            if ready > env.now:
-                yield env.timeout(ready - env.now)
             timing.start[op.ref] = env.now
             links, latency = paths[op.ref]
             yield env.timeout(launch_us + latency)   # launch, then the first byte's flight

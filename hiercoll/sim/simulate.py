@@ -10,7 +10,7 @@ from typing import Literal
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import Schedule, predecessor_map
 from hiercoll.sim.bounds import declared_period, lower_bound
-from hiercoll.sim.engine import issue_times, run_timing
+from hiercoll.sim.engine import run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
 from hiercoll.sim.symmetry import Symmetry, find_symmetry
@@ -72,13 +72,8 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     fold = sym.period if sym else None
     ranks = list(range(fold if fold else schedule.world_size))
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize)
-    per_call = topology.costs.for_mode(call_mode)
-    issued = None
-    if per_call.call_us or per_call.issue_us:
-        issued = issue_times(schedule, ranks, per_call.call_us, per_call.issue_us,
-                             topology.shared_gpu)
-    timing, fluid = run_timing(schedule, net, ranks, topology.costs.launch_us, record, issued)
-    end = max(max(timing.end.values(), default=0.0), per_call.call_us)
+    timing, fluid = run_timing(schedule, net, ranks, topology.costs.launch_us, record)
+    end = call_time_us(schedule, topology, ranks, max(timing.end.values(), default=0.0), call_mode)
     copies = schedule.world_size // fold if fold else 1
     links = [LinkStat(name=info.name, tier=info.tier.value, bytes=fluid.usage.bytes[i],
                       busy_us=fluid.usage.busy_us[i],
@@ -111,3 +106,20 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
         result.link_names = [l.name for l in net.links]
     return result
 
+
+def call_time_us(schedule: Schedule, topology: Topology, ranks: list[int], device_us: float,
+                 call_mode: CallMode) -> float:
+    """A call's time, as benchmarks and nccl-tests time calls: back to back.
+
+    Graph: each replayed call pays the graph's per-call cost, then its device work. Eager: the
+    host's launch work for a call (call_us + issue_us per op, every rank's ops on one thread
+    with `shared_gpu`) overlaps the device work of the call before it, so a call takes the
+    longer of the two (a host-bound small call, a device-bound large one)."""
+    costs = topology.costs.for_mode(call_mode)
+    if call_mode == "graph":
+        return device_us + costs.call_us
+    if topology.shared_gpu:
+        host_ops = sum(len(schedule.rank_ops(r)) for r in range(schedule.world_size))
+    else:       # one host per rank; folded ranks run the same program as their representative
+        host_ops = max((len(schedule.rank_ops(r)) for r in ranks), default=0)
+    return max(device_us, costs.call_us + costs.issue_us * host_ops)

@@ -41,13 +41,15 @@ def topology_from_dict(data: object, source: str, num_nodes: int | None = None) 
         raise HiercollError(format_validation_error(err, source)) from None
 
 
-def load_topology(name_or_path: str | Path | Topology, nodes: int | None = None) -> Topology:
-    """A preset (`dgx-h100`, with `nodes`) or a file; a file's num_nodes is overridden by `nodes`."""
+def load_topology(name_or_path: str | Path | Topology, nodes: int | None = None,
+                  uncalibrated: bool = False) -> Topology:
+    """A preset (`dgx-h100`, with `nodes`) or a file; a file's num_nodes is overridden by `nodes`.
+    `uncalibrated`: a preset with its default costs even where a calibration ships."""
     if isinstance(name_or_path, Topology):
         return name_or_path if nodes is None else name_or_path.model_copy(update={"num_nodes": nodes})
     text = str(name_or_path)
     if text in _NODE_TYPES:
-        return preset(text, nodes)
+        return preset(text, nodes, uncalibrated)
     path = Path(text)
     if not path.exists():
         raise HiercollError(f"--topology: {text!r} is neither a preset ({', '.join(sorted(_NODE_TYPES))}) "

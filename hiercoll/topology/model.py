@@ -65,13 +65,15 @@ class InterFabric(_Strict):
 
 class ModeCosts(_Strict):
     """Costs that depend on how a call is launched: eagerly by the host, or replayed from a CUDA
-    graph (the host then launches one graph per call, not each op)."""
+    graph. Calls are timed back to back (as benchmarks and nccl-tests do): an eager call takes
+    the longer of its host launch work and its device work (they overlap with the neighbouring
+    calls); a replayed call adds `call_us` to its device work."""
 
-    call_us: float = Field(default=0.0, ge=0, description="per call: host launch of the call, "
-                           "argument checks, the first kernel's start (us)")
-    issue_us: float = Field(default=0.0, ge=0, description="host time to launch one op (us); an "
-                            "op starts no earlier than its launch, and ranks that share a host "
-                            "thread (shared_gpu) queue behind each other. 0 in graph mode")
+    call_us: float = Field(default=0.0, ge=0, description="per call (us): eager, the host's "
+                           "launch work for the call; graph, the replay's cost before its work")
+    issue_us: float = Field(default=0.0, ge=0, description="eager: host time per op launched "
+                            "(us); ranks that share a host thread (shared_gpu) add up. 0 in "
+                            "graph mode")
 
 
 class Costs(_Strict):
@@ -231,13 +233,13 @@ class Topology(_Strict):
 
     def shape_fingerprint(self) -> str:
         """Hash of what a measurement's plan depends on: ranks, nodes, the kinds of fabric and
-        NIC placement; not bandwidths, latencies or costs. Measurements taken on a machine
+        NIC placement (on several nodes); not bandwidths, latencies or costs. Measurements taken on a machine
         calibrate any topology file of the same shape."""
         data = {"num_nodes": self.num_nodes, "gpus_per_node": self.gpus_per_node,
                 "gpu": self.gpu.name, "intra": self.intra.kind.value,
                 "links_per_pair": self.intra.links_per_pair, "shared_gpu": self.shared_gpu,
-                "nics": None if self.inter is None else [self.inter.num_nics,
-                                                         self.nic_affinity()]}
+                "nics": None if self.inter is None or self.num_nodes == 1 else [
+                    self.inter.num_nics, self.nic_affinity()]}
         return _hash(data)
 
     def calibration_label(self) -> str:

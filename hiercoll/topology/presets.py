@@ -71,8 +71,30 @@ def preset_names() -> list[str]:
     return sorted(_NODE_TYPES)
 
 
-def preset(name: str, num_nodes: int | None = None) -> Topology:
-    """A preset node type times `num_nodes` (default: 1 for h200x4, else 2)."""
+# Presets whose costs were fitted to measurements (`python bench/calibration.py`): the
+# calibrated topology file ships with the package and the preset takes its costs, latencies
+# and provenance; `uncalibrated=True` gives the defaults back (what a re-calibration starts from).
+CALIBRATED = {"h200x4": "h200x4.calibrated.yaml"}
+
+
+def _calibrated(name: str) -> dict[str, Any] | None:
+    import importlib.resources
+
+    import yaml
+    file = CALIBRATED.get(name)
+    if file is None:
+        return None
+    ref = importlib.resources.files("hiercoll.data") / file
+    if not ref.is_file():
+        return None
+    data = yaml.safe_load(ref.read_text())
+    return {"costs": data["costs"], "calibration": data["calibration"],
+            "intra_latency_us": data["intra"]["latency_us"]}
+
+
+def preset(name: str, num_nodes: int | None = None, uncalibrated: bool = False) -> Topology:
+    """A preset node type times `num_nodes` (default: 1 for h200x4, else 2); calibrated where
+    a calibration ships, unless `uncalibrated`."""
     if name not in _NODE_TYPES:
         raise HiercollError(f"--topology: unknown preset {name!r}; choose one of "
                             f"{', '.join(preset_names())} or give a YAML/JSON file")
@@ -83,4 +105,8 @@ def preset(name: str, num_nodes: int | None = None) -> Topology:
     if spec.get("shared_gpu") and nodes != 1:
         raise HiercollError(f"--nodes: {name} is every rank on one GPU (one node); drop --nodes")
     label = name if nodes == 1 else f"{name}x{nodes}n"
+    fitted = None if uncalibrated else _calibrated(name)
+    if fitted is not None:
+        spec |= {"costs": fitted["costs"], "calibration": fitted["calibration"],
+                 "intra": spec["intra"] | {"latency_us": fitted["intra_latency_us"]}}
     return Topology.model_validate(spec | {"name": label, "num_nodes": nodes})

@@ -47,7 +47,9 @@ def library_schedule(topology: Topology, spec: CollectiveSpec) -> Schedule:
 
 class LibraryTable(BaseModel):
     """p50 times of the library per collective and total bytes (nccl-tests' size), on one
-    machine. `topology_fingerprint` None: any topology with this world size."""
+    machine: bound to its shape (`shape_fingerprint`: any calibration of that machine applies),
+    or to one topology file (`topology_fingerprint`); neither: any topology with this world
+    size."""
 
     model_config = ConfigDict(extra="forbid")
     library: str = LIBRARY
@@ -56,11 +58,17 @@ class LibraryTable(BaseModel):
     world_size: int = Field(ge=1)
     topology: str
     topology_fingerprint: str | None = None
+    shape_fingerprint: str | None = None
     times_us: dict[Kind, list[tuple[int, float]]]
 
     def applies_to(self, topology: Topology, spec: CollectiveSpec) -> bool:
         return (spec.world_size == self.world_size and bool(self.times_us.get(spec.kind))
-                and self.topology_fingerprint in (None, topology.fingerprint()))
+                and self.measured_on(topology))
+
+    def measured_on(self, topology: Topology) -> bool:
+        if self.shape_fingerprint is not None:
+            return self.shape_fingerprint == topology.shape_fingerprint()
+        return self.topology_fingerprint in (None, topology.fingerprint())
 
     def predict_us(self, kind: Kind, nbytes: int) -> float:
         """Log-log interpolation between measured sizes; below the smallest, its time (the
@@ -79,8 +87,9 @@ class LibraryTable(BaseModel):
 
 def shipped_table(topology: Topology) -> LibraryTable | None:
     """The table measured on the machine a preset describes, if this topology is that preset."""
-    fingerprint = topology.fingerprint()
-    return next((t for t in _shipped_tables() if t.topology_fingerprint == fingerprint), None)
+    return next((t for t in _shipped_tables()
+                 if (t.shape_fingerprint or t.topology_fingerprint) and t.measured_on(topology)),
+                None)
 
 
 @functools.cache
