@@ -278,3 +278,56 @@ def test_bad_calibration_input_is_one_line_exit_2(tmp_path: Path, case: str) -> 
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ---- timeline overlay ----------------------------------------------------------------------
+def _fake_timeline(path: Path, slow_op: str) -> tuple[Path, hc.Topology]:
+    """A `run --profile` document whose launches are the simulated ops themselves (one op per
+    launch), with one op made 3x slower: the overlay must name it first."""
+    topo = hc.load_topology("h200x4")
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=4, dtype="bf16", nbytes=1 << 20)
+    s = plan(topo, spec, "ring")
+    res = hc.simulate(s, topo, mode="exact")
+    launches = []
+    for r in range(4):
+        for op in s.rank_ops(r):
+            t0, t1 = res.op_start[op.ref], res.op_end[op.ref]
+            if op.id == slow_op:
+                t1 = t0 + 3 * (t1 - t0)
+            launches.append({"rank": r, "channel": op.channel, "launch": op.id, "ops": [op.id],
+                             "start_us": t0, "end_us": t1})
+    launches.append({"rank": 0, "channel": -1, "launch": "barrier:start", "ops": [],
+                     "start_us": 0.0, "end_us": 1.0})
+    doc = {"kind": "hiercoll-timeline", "plan": s.meta.to_json(), "topology": "h200x4",
+           "setting": "test", "device": "none", "mode": "eager", "launches": launches}
+    path.write_text(json.dumps(doc))
+    return path, topo
+
+
+def test_timeline_overlay_matches_ops_by_id_and_names_the_worst(tmp_path: Path) -> None:
+    from hiercoll.calibration.timeline import load_timeline, overlay
+    path, topo = _fake_timeline(tmp_path / "t.json", "2.1")
+    trace, pairs, measured, simulated = overlay(load_timeline(path), topo)
+    assert pairs[0].op == "2.1" and pairs[0].ratio == pytest.approx(1 / 3, rel=1e-6)
+    assert all(p.ratio == pytest.approx(1.0) for p in pairs[1:])
+    events = json.loads(trace)["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert any(n.startswith("measured") for n in names) and any(n.startswith("simulated") for n in names)
+    measured_ops = {e["name"] for e in events if e.get("pid") == 1 and e["ph"] == "X"}
+    simulated_ops = {e["name"] for e in events if e.get("pid") == 2 and e["ph"] == "X"}
+    assert simulated_ops <= measured_ops and "barrier:start" in measured_ops
+    proc = _hc("compare", "--timeline", str(path), "-t", "h200x4", "--trace",
+               str(tmp_path / "overlay.json"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ops"][0]["op"] == "2.1"
+    assert (tmp_path / "overlay.json").stat().st_size > 1000
+
+
+def test_a_bad_timeline_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "t.json"
+    bad.write_text(json.dumps({"kind": "something-else"}))
+    proc = _hc("compare", "--timeline", str(bad), "-t", "h200x4")
+    assert proc.returncode == 2 and proc.stderr.startswith("error:")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    none = _hc("compare", "-t", "h200x4")
+    assert none.returncode == 2 and "MEAS" in none.stderr

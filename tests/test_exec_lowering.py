@@ -299,3 +299,21 @@ def test_emulator_catches_a_fused_program_without_its_start_barrier(monkeypatch)
         except AssertionError:
             failures += 1
     assert failures > 0
+
+
+@pytest.mark.parametrize(("kind", "algo"), PARAM_CASES)
+def test_launch_per_op_lowering_is_one_op_per_launch_and_still_right(kind, algo):
+    """What `run --profile` times: each SM op its own launch (stream order keeps the channel's
+    order), never fused."""
+    from hiercoll.executor.cuda.lowering import KernelLaunch, launch_label
+    s = plan(_topo(2, 2), _spec(kind, 4, 53), algo, {"chunks": 3, "channels": 2}).expand()
+    opts = CudaOptions(ctas=2, launch_per_op=True, single_stream=True)
+    for r in range(4):
+        prog = lower(s, r, opts)
+        assert not prog.fused
+        launches = [x for items in prog.streams.values() for x in items
+                    if isinstance(x, KernelLaunch)]
+        assert all(sum(1 for row in x.rows if row.count) <= 1 for x in launches)
+        ops = {label for x in launches for label in launch_label(x).split(",") if label[:1].isdigit()}
+        assert ops == {op.id for op in s.rank_ops(r) if op.dst.count}
+    _check_emulation(s, opts, seed=3, calls=2)

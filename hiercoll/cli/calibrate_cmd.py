@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def add_measurement_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("measurements", nargs="+", metavar="MEAS",
+def add_measurement_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
+    p.add_argument("measurements", nargs="*" if optional else "+", metavar="MEAS",
                    help="nccl-tests logs (*_perf output) or hiercoll bench JSON files")
     add_topology_args(p)
     p.add_argument("--collective", "-c", default=None, choices=[k.value for k in Kind],

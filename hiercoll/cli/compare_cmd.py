@@ -17,7 +17,11 @@ from hiercoll.cli.common import add_json_flag, console, print_json, print_table
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("compare", help="measured times beside the simulator's predictions")
-    add_measurement_args(p)
+    add_measurement_args(p, optional=True)
+    p.add_argument("--timeline", default=None, metavar="FILE",
+                   help="a `hiercoll run --profile` timeline: write --trace with the measured "
+                   "and the simulated timeline of that call side by side, ops matched by id")
+    p.add_argument("--trace", default=None, help="with --timeline: the Perfetto trace to write")
     p.add_argument("--md", default=None, help="write the report as Markdown")
     p.add_argument("--png", default=None, help="write measured (points) vs predicted (lines)")
     add_json_flag(p)
@@ -27,7 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from hiercoll.calibration.report import by_plan, markdown, plot, row_json, summary
     from hiercoll.calibration.workflow import compare
+    from hiercoll.errors import HiercollError
     from hiercoll.files import write_atomic
+    if args.timeline:
+        return _timeline(args)
+    if not args.measurements:
+        raise HiercollError("compare: give measurement files (MEAS...) or --timeline FILE")
     topology, cases = load_cases(args)
     rows = compare(cases, topology)
     s = summary(rows)
@@ -53,4 +62,30 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.md, args.png):
         if path:
             console.print(f"wrote {path}")
+    return 0
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from hiercoll.calibration.timeline import load_timeline, overlay
+    from hiercoll.files import write_atomic
+    from hiercoll.topology import load_topology
+    doc = load_timeline(args.timeline)
+    topology = load_topology(args.topology, args.nodes)
+    trace, pairs, measured_us, simulated_us = overlay(doc, topology)
+    if args.trace:
+        write_atomic(args.trace, trace)
+    worst = pairs[:8]
+    if args.json:
+        print_json({"measured_call_us": measured_us, "simulated_call_us": simulated_us,
+                    "calibration": topology.calibration_label(), "trace": args.trace,
+                    "ops": [vars(p) | {"ratio": p.ratio} for p in pairs]})
+        return 0
+    print_table(f"{doc.plan['algorithm']} {doc.plan['spec']['kind']}: measured call "
+                f"{measured_us:.1f} us, simulated {simulated_us:.1f} us "
+                f"({topology.calibration_label()})",
+                ["op", "rank", "measured us", "simulated us", "sim/meas"],
+                [[p.op, p.rank, f"{p.measured_us:.2f}", f"{p.simulated_us:.2f}",
+                  f"{p.ratio:.2f}"] for p in worst])
+    if args.trace:
+        console.print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
     return 0

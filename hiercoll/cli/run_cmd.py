@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from hiercoll.cli.backend_args import (add_backend_arg, add_cuda_args, backend_choice,
                                       device_type, enum_choices)
@@ -15,6 +17,9 @@ from hiercoll.executor.interface import BackendName, Mode
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
+
+if TYPE_CHECKING:
+    from hiercoll.harness.prepare import BackendChoice
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true",
                    help="compare every call with the numpy reference on fresh random inputs")
     p.add_argument("--mode", default="eager", choices=enum_choices(Mode))
+    p.add_argument("--profile", default=None, metavar="FILE",
+                   help="cuda: after the calls, time one more call launch by launch (one op "
+                   "per launch) and write its per-op timeline here (rank 0), for `hiercoll "
+                   "compare --timeline`")
+    p.add_argument("--one-gpu", action="store_true",
+                   help="cuda: every rank in this one process on its one GPU (no torchrun)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -68,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     target = load_target(args)
     choice = backend_choice(args)
     fingerprint = expected_fingerprint(args)
+    if (args.profile or args.one_gpu) and choice.name != BackendName.CUDA:
+        raise HiercollError("--profile/--one-gpu: need --backend cuda (the timeline is CUDA "
+                            "events around our own launches)")
+    if args.one_gpu:
+        return _run_one_gpu(target, choice, args)
     from hiercoll.executor.graph_backend import maybe_graph
     from hiercoll.harness.inputs import RefKind
     from hiercoll.executor.interface import check_launch
@@ -81,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         runner, prep = maybe_graph(backend, prepared, args.mode, launch.device)
         report = stress(runner, prep, launch.device, args.iters, RefKind.NUMPY, seed=0,
                         mode=args.mode, check=args.check)
+        if args.profile:
+            _profile_ranks(target, choice, launch.rank, launch.device, args.profile)
     finally:
         shutdown()
     if launch.rank == 0:
@@ -93,3 +111,60 @@ def run(args: argparse.Namespace) -> int:
                   f"{report.collective} {report.nbytes} B on {report.world_size} ranks "
                   f"({prepared.backend.value}, {args.mode}){error}")
     return 0 if report.ok else 1
+
+
+def _profile_ranks(target: Target, choice: BackendChoice, rank: int, device: Any,
+                   path: str) -> None:
+    """One more call, lowered one op per launch, timed by every rank; rank 0 writes it."""
+    import json
+
+    import torch.distributed as dist
+
+    from hiercoll.executor.cuda.backend import CudaBackend
+    from hiercoll.executor.cuda.lowering import CudaOptions
+    from hiercoll.files import write_atomic
+    from hiercoll.harness.profile import profile_rank, profiling_options, timeline_document
+    options = profiling_options(CudaOptions(**choice.options(Mode.EAGER)))
+    backend = CudaBackend(**dataclasses.asdict(options))
+    prepared = backend.prepare(target.schedule)
+    rows = profile_rank(backend, prepared, device)
+    gathered: list[Any] = [None] * dist.get_world_size() if rank == 0 else []
+    dist.gather_object(rows, gathered if rank == 0 else None, dst=0)
+    if rank == 0:
+        doc = timeline_document(target.schedule, target.topology.name,
+                                [row for part in gathered for row in part],
+                                f"{dist.get_world_size()} processes, one GPU each")
+        write_atomic(path, json.dumps(doc, indent=1) + "\n")
+
+
+def _run_one_gpu(target: Target, choice: BackendChoice, args: argparse.Namespace) -> int:
+    """Every rank in this process (checks as `stress --one-gpu` does); then the profile."""
+    import json
+
+    from hiercoll.cli.stress_cmd import need_one_gpu
+    from hiercoll.executor.cuda.lowering import CudaOptions
+    from hiercoll.executor.cuda.one_gpu import OneGpuCluster
+    from hiercoll.files import write_atomic
+    from hiercoll.harness.launch import set_safe_cuda_env
+    from hiercoll.harness.one_gpu_stress import stress_one_gpu
+    from hiercoll.harness.profile import profile_one_gpu
+    set_safe_cuda_env()
+    need_one_gpu()
+    target.schedule.refuse_library_call("--one-gpu")
+    options = CudaOptions(**choice.options(args.mode))
+    cluster = OneGpuCluster(target.schedule.expand(), options)
+    report = stress_one_gpu(cluster, args.iters, args.mode, numpy_reference=True) \
+        if args.check else None
+    if args.profile:
+        doc = profile_one_gpu(target.schedule, options, target.topology.name)
+        write_atomic(args.profile, json.dumps(doc, indent=1) + "\n")
+    ok = report is None or report.ok
+    if args.json:
+        print_json({"ok": ok, "report": None if report is None else report.to_json(),
+                    "profile": args.profile})
+    else:
+        print(f"{'ok' if ok else 'FAILED'}: {target.schedule.meta.algorithm} "
+              f"{target.schedule.spec.kind.value} on {target.schedule.world_size} ranks, one GPU"
+              + ("" if report is None else f", {report.iterations} checked call(s)")
+              + (f"; timeline in {args.profile}" if args.profile else ""))
+    return 0 if ok else 1

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda.lowering import (CallStep, CopyLaunch, CudaOptions, KernelLaunch,
                                              RankProgram, RecvLaunch, SendLaunch, call_steps,
-                                             fused_launch, lower)
+                                             fused_launch, launch_label, lower)
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.executor.cuda.table import Table, encode
 from hiercoll.kernels.abi import ERR_WORDS, F_NWAIT, ROW_WORDS
@@ -96,13 +96,13 @@ class CudaBackend:
 
     def run(self, prepared: Prepared, input: torch.Tensor, output: torch.Tensor) -> RunResult:
         assert isinstance(prepared, CudaPrepared)
-        enqueue(prepared, input, output, self._net)
+        enqueue(prepared, input, output, self.net_hook)
         if prepared.spin_limit and not torch.cuda.is_current_stream_capturing():
             check_timeouts(prepared)
         return RunResult(self.name, prepared.rank, output)
 
     @staticmethod
-    def _net(prepared: CudaPrepared, main: torch.cuda.Stream) -> None:
+    def net_hook(prepared: CudaPrepared, main: torch.cuda.Stream) -> None:
         """The net stream: wait rows, NCCL sends/receives in the global order, signal rows."""
         assert prepared.net_stream is not None
         net = prepared.net_stream
@@ -116,6 +116,32 @@ class CudaBackend:
                 elif isinstance(item, RecvLaunch):
                     _wait(dist.irecv(prepared.net_views[id(item)], item.peer))
         main.wait_stream(net)
+
+
+class LaunchTimer:
+    """CUDA events around every launch and copy of a call (`enqueue(..., timer=...)`): the
+    measured per-op timeline `hiercoll run --profile` writes (with `launch_per_op`, one launch
+    is one op). Eager only: events are recorded from the host."""
+
+    def __init__(self) -> None:
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.spans: list[tuple[str, int, torch.cuda.Event, torch.cuda.Event]] = []
+
+    def around(self, label: str, channel: int, launch: Callable[[], None]) -> None:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        launch()
+        end.record()
+        self.spans.append((label, channel, begin, end))
+
+    def times_us(self, reference: torch.cuda.Event | None = None,
+                 ) -> list[tuple[str, int, float, float]]:
+        """(label, channel, start, end) in microseconds from `reference` (default: this rank's
+        call start; one-GPU runs pass one event recorded before every rank's call)."""
+        torch.cuda.synchronize()
+        ref = reference or self.start
+        return [(label, ch, ref.elapsed_time(b) * 1e3, ref.elapsed_time(e) * 1e3)
+                for label, ch, b, e in self.spans]
 
 
 def _wait(work: Any) -> None:
@@ -172,7 +198,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
 
 
 def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
-            net: NetHook | None = None) -> None:
+            net: NetHook | None = None, timer: LaunchTimer | None = None) -> None:
     """Enqueue one call on the current stream, step by step of the call protocol
     (`lowering.call_steps`); channel streams fork from it and join back. Only enqueues:
     capturable into a CUDA graph."""
@@ -182,6 +208,8 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
     check_tensor("output", output, spec.output_count(rank), dtype, "cuda")
     main = torch.cuda.current_stream()
     sym_in, sym_out = prepared.input_view, prepared.output_view
+    if timer is not None:
+        timer.start.record()
     for step in call_steps(p):
         if step == CallStep.COPY_IN:
             if input.data_ptr() != sym_in.data_ptr() and input.numel():
@@ -192,22 +220,23 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
             prepared.kernel.epoch.add_(1)
         elif step == CallStep.START_BARRIER:
             assert p.start_barrier is not None
-            _kernel(prepared, p.start_barrier, bump_epoch=True)
+            _kernel(prepared, p.start_barrier, bump_epoch=True, timer=timer)
         elif step == CallStep.FUSED:
-            _kernel(prepared, fused_launch(p), fused=True)
+            _kernel(prepared, fused_launch(p), fused=True, timer=timer)
         elif step == CallStep.FORK:
-            _fork(prepared, main, net)
+            _fork(prepared, main, net, timer)
         elif step == CallStep.JOIN:
             for stream in prepared.streams.values():
                 main.wait_stream(stream)
         elif step == CallStep.END_BARRIER:
-            _kernel(prepared, p.end_barrier)
+            _kernel(prepared, p.end_barrier, timer=timer)
         elif step == CallStep.COPY_OUT:
             if output.data_ptr() != sym_out.data_ptr() and output.numel():
                 output.copy_(sym_out)
 
 
-def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None) -> None:
+def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
+          timer: LaunchTimer | None = None) -> None:
     """The channel streams, each forked from `main`, with their launches and copies; then the
     net stream (which joins itself back)."""
     for ch, items in prepared.program.streams.items():
@@ -216,10 +245,14 @@ def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None) 
         with torch.cuda.stream(stream):
             for item in items:
                 if isinstance(item, KernelLaunch):
-                    _kernel(prepared, item)
-                else:
+                    _kernel(prepared, item, timer=timer, channel=ch)
+                elif isinstance(item, CopyLaunch):
                     c = prepared.copies[id(item)]
-                    c.dst.copy_(c.src, non_blocking=True)
+                    if timer is None:
+                        c.dst.copy_(c.src, non_blocking=True)
+                    else:
+                        timer.around(launch_label(item), ch,
+                                     lambda c=c: c.dst.copy_(c.src, non_blocking=True))
     if prepared.net_stream is not None:
         if net is None:
             raise HiercollError("cuda backend: this program has inter-node sends (NCCL "
@@ -228,11 +261,17 @@ def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None) 
 
 
 def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False,
-            fused: bool = False) -> None:
+            fused: bool = False, timer: LaunchTimer | None = None, channel: int = -1) -> None:
     from hiercoll.kernels.program import launch_rows
-    launch_rows(prepared.kernel, prepared.table.launches[id(launch)],
-                reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
-                bump_epoch=bump_epoch, fused=fused)
+
+    def go() -> None:
+        launch_rows(prepared.kernel, prepared.table.launches[id(launch)],
+                    reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
+                    bump_epoch=bump_epoch, fused=fused)
+    if timer is None:
+        go()
+    else:
+        timer.around(launch_label(launch), channel, go)
 
 
 def check_timeouts(prepared: CudaPrepared) -> None:

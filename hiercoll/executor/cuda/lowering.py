@@ -70,6 +70,9 @@ class CudaOptions:
     fuse: bool = _knob(
         True, "--no-fuse", "cuda: keep barriers as their own launches (single-stream programs "
         "without copy-engine ops are otherwise one kernel per call)")
+    launch_per_op: bool = _knob(
+        False, "--launch-per-op", "cuda: one kernel launch per op (what --profile times per op; "
+        "slower: consecutive ops of a channel otherwise share one launch)")
 
     def __post_init__(self) -> None:
         if self.ce_threshold_bytes < 0:
@@ -214,6 +217,15 @@ def call_steps(program: RankProgram) -> tuple[CallStep, ...]:
     start = CallStep.START_BARRIER if program.start_barrier is not None else CallStep.EPOCH
     return (CallStep.COPY_IN, start, CallStep.FORK, CallStep.JOIN, CallStep.END_BARRIER,
             CallStep.COPY_OUT)
+
+
+def launch_label(launch: KernelLaunch | CopyLaunch) -> str:
+    """What a launch does, for timelines: its ops' ids (rows that move data), else the name of
+    its first row (a barrier or a copy-engine fence)."""
+    if isinstance(launch, CopyLaunch):
+        return launch.op
+    ops = [r.op for r in launch.rows if r.count]
+    return ",".join(ops) if ops else (launch.rows[0].op if launch.rows else "empty")
 
 
 def fused_launch(program: RankProgram) -> KernelLaunch:
@@ -381,6 +393,8 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
             op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
             op.kind == OpKind.REDUCE, op.accumulate, op.scale, tuple(waits), signals))
         prev_in_launch[key] = op
+        if opts.launch_per_op:
+            flush(key)          # stream order keeps the channel's order between launches
     for ch in list(pending):
         flush(ch)
     notes = []
@@ -407,7 +421,8 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
 def _fusable(g: _Global, opts: CudaOptions) -> bool:
     """One launch per call needs one stream and no copy-engine or net ops, on every rank (the
     barrier slots count CTAs, so all ranks must lower the same way)."""
-    return opts.single_stream and opts.fuse and all(e == Engine.SM for e in g.engines.values())
+    return (opts.single_stream and opts.fuse and not opts.launch_per_op
+            and all(e == Engine.SM for e in g.engines.values()))
 
 
 def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,

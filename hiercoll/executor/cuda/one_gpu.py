@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from hiercoll.errors import HiercollError
-from hiercoll.executor.cuda.backend import CudaPrepared, build_prepared, check_timeouts, enqueue
+from hiercoll.executor.cuda.backend import (CudaPrepared, LaunchTimer, build_prepared,
+                                            check_timeouts, enqueue)
 from hiercoll.executor.cuda.lowering import CudaOptions, InterTransport, lower
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.schedule import Schedule
@@ -86,14 +87,16 @@ class OneGpuCluster:
         self.mains = [torch.cuda.Stream(device=self.device) for _ in range(w)]
         torch.cuda.synchronize()
 
-    def run(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
-        """Enqueue one call of every rank, forked from and joined into the current stream."""
+    def run(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
+            timers: list[LaunchTimer] | None = None) -> None:
+        """Enqueue one call of every rank, forked from and joined into the current stream;
+        `timers` (one per rank) record every launch (eager)."""
         caller = torch.cuda.current_stream()
-        for prepared, main, inp, out in zip(self.prepared, self.mains, inputs, outputs,
-                                            strict=True):
+        for r, (prepared, main, inp, out) in enumerate(zip(self.prepared, self.mains, inputs,
+                                                           outputs, strict=True)):
             main.wait_stream(caller)
             with torch.cuda.stream(main):
-                enqueue(prepared, inp, out)
+                enqueue(prepared, inp, out, timer=None if timers is None else timers[r])
         for main in self.mains:
             caller.wait_stream(main)
 
