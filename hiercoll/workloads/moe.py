@@ -1,0 +1,365 @@
+"""Mixture-of-experts dispatch and combine as group_cast / group_reduce (DeepEP's design).
+
+A router gives each token of each rank up to k experts (`topk_idx[r]`, shape [T_r, k], -1 for a
+dropped slot). Experts sit on ranks contiguously: expert e on rank e // (E / W). Dispatch sends
+each token once to every rank that hosts one of its experts, however many of that rank's experts
+it picked: a group_cast whose input split lists the destination ranks. `hier` then moves it over
+RDMA once per destination node and forwards it over NVLink there, as DeepEP's internode dispatch
+does; the flat `direct` plan sends it once per remote destination rank. Combine is the transpose:
+a group_reduce that sums the expert outputs back into the source token's rows.
+
+Layouts:
+- dispatch input of rank r: its T_r token rows, in order (`row_elems` elements each). Runs of
+  consecutive tokens with the same destination set are one split. A token nobody receives (all
+  -1) is a split with an empty `peers` list: collectives.py accepts that for a group_cast input
+  (only the output side must name exactly one peer) and it keeps the input holding all T_r rows,
+  so row t of the input is token t whatever the router dropped.
+- dispatch output of rank d: the tokens it receives, ordered by (source rank, token index): one
+  output split per source rank (`recv_tokens` lists them).
+- combine is `transpose(dispatch)`: its input is the dispatch output (expert results, one row per
+  received token), its output the T_r token rows, accumulated into their existing values.
+
+Gate weights: the IR has no per-piece weight, and needs none. The destination rank applies the
+gate weights of its experts to their outputs and sums them locally (a token it received once may
+have picked several of its experts) before combine; combine is a plain sum over ranks, so the
+source gets sum over ranks of sum over their experts of w_e * y_e = sum_e w_e * y_e, the MoE
+output. Use reduce_op `sum` (`avg` would divide by the number of ranks, not by the weights); the
+output's previous values are added too, which is where a residual or shared expert's output can
+go.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, RankSplits, Split, transpose
+from hiercoll.errors import HiercollError
+from hiercoll.files import write_atomic
+from hiercoll.planner import plan
+from hiercoll.sim import simulate
+from hiercoll.topology import Topology
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+Phase = Literal["dispatch", "combine"]
+
+
+@dataclass(frozen=True, eq=False)
+class MoeLayout:
+    """Who sends which token where (DeepEP's `get_dispatch_layout`, for every source rank).
+
+    Arrays are read-only. `tokens_per_rank[src, dst]` counts src's tokens that dst receives (a
+    token routed to several experts of one rank counts once); `tokens_per_node[src, node]` the
+    same per node; `tokens_per_expert[e]` the (token, expert) pairs over all sources;
+    `is_token_in_rank[src]` is [T_src, W] bool.
+    """
+
+    num_experts: int
+    world_size: int
+    gpus_per_node: int
+    topk_idx: tuple[IntArray, ...]
+    tokens_per_rank: IntArray
+    tokens_per_node: IntArray
+    tokens_per_expert: IntArray
+    is_token_in_rank: tuple[BoolArray, ...]
+
+    @property
+    def num_nodes(self) -> int:
+        return self.world_size // self.gpus_per_node
+
+    @property
+    def experts_per_rank(self) -> int:
+        return self.num_experts // self.world_size
+
+    def num_tokens(self, rank: int) -> int:
+        return int(self.topk_idx[rank].shape[0])
+
+
+# ---- layout ------------------------------------------------------------------------------------
+def _check_sizes(num_experts: int, world_size: int, gpus_per_node: int) -> None:
+    for name, v in (("num_experts", num_experts), ("world_size", world_size),
+                    ("gpus_per_node", gpus_per_node)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise HiercollError(f"{name}: {v!r} must be a positive integer")
+    if world_size % gpus_per_node:
+        raise HiercollError(f"gpus_per_node: world_size {world_size} is not a multiple of "
+                            f"gpus_per_node {gpus_per_node}")
+    if num_experts % world_size:
+        raise HiercollError(f"num_experts: {num_experts} experts do not split evenly over "
+                            f"{world_size} ranks; use a multiple of the world size")
+
+
+def _check_rank(rank: int, a: object, num_experts: int) -> IntArray:
+    """One rank's topk_idx, validated: a 2-D integer array of expert ids or -1, no repeats."""
+    where = f"topk_idx[{rank}]"
+    if not isinstance(a, np.ndarray):
+        raise HiercollError(f"{where}: a {type(a).__name__}, expected a numpy array [T, k]")
+    if a.dtype.kind not in "iu":
+        raise HiercollError(f"{where}: dtype {a.dtype}, expected an integer dtype (expert ids)")
+    if a.ndim != 2:
+        raise HiercollError(f"{where}: shape {a.shape}, expected 2-D [tokens, topk]")
+    bad = (a < -1) | (a >= num_experts)
+    if bad.any():
+        t, j = (int(x) for x in np.argwhere(bad)[0])
+        raise HiercollError(f"{where}[{t}, {j}]: expert {int(a[t, j])} outside 0..{num_experts - 1} "
+                            "(-1 marks a dropped slot)")
+    ids = np.sort(a.astype(np.int64), axis=1)
+    rep = (ids[:, 1:] == ids[:, :-1]) & (ids[:, 1:] >= 0)
+    if rep.any():
+        t, j = (int(x) for x in np.argwhere(rep)[0])
+        raise HiercollError(f"{where}[{t}]: lists expert {int(ids[t, j])} twice; a token picks "
+                            "distinct experts")
+    out = a.astype(np.int64, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def _in_rank(idx: IntArray, experts_per_rank: int, world: int) -> BoolArray:
+    """[T, W]: does the token pick an expert on that rank (-1 slots ignored)."""
+    hit = np.zeros((idx.shape[0], world), dtype=np.bool_)
+    rows, cols = np.nonzero(idx >= 0)
+    hit[rows, idx[rows, cols] // experts_per_rank] = True
+    hit.setflags(write=False)
+    return hit
+
+
+def _frozen(a: IntArray) -> IntArray:
+    a.setflags(write=False)
+    return a
+
+
+def layout(topk_idx: Sequence[npt.NDArray[Any]], num_experts: int, world_size: int,
+           gpus_per_node: int) -> MoeLayout:
+    """Counts and masks of a router's assignment: what dispatch/combine splits are built from."""
+    _check_sizes(num_experts, world_size, gpus_per_node)
+    if len(topk_idx) != world_size:
+        raise HiercollError(f"topk_idx: {len(topk_idx)} arrays for world size {world_size}; "
+                            "give one [T, k] array per rank")
+    idx = tuple(_check_rank(r, a, num_experts) for r, a in enumerate(topk_idx))
+    per_rank = num_experts // world_size
+    nodes = world_size // gpus_per_node
+    in_rank = tuple(_in_rank(a, per_rank, world_size) for a in idx)
+    tpr = np.stack([m.sum(axis=0, dtype=np.int64) for m in in_rank])
+    tpn = np.stack([m.reshape(-1, nodes, gpus_per_node).any(axis=2).sum(axis=0, dtype=np.int64)
+                    for m in in_rank])
+    flat = np.concatenate([a.ravel() for a in idx])
+    tpe = np.bincount(flat[flat >= 0], minlength=num_experts).astype(np.int64)
+    return MoeLayout(num_experts=num_experts, world_size=world_size, gpus_per_node=gpus_per_node,
+                     topk_idx=idx, tokens_per_rank=_frozen(tpr), tokens_per_node=_frozen(tpn),
+                     tokens_per_expert=_frozen(tpe), is_token_in_rank=in_rank)
+
+
+def recv_tokens(layout: MoeLayout, dst: int) -> IntArray:
+    """[R, 2] (source rank, token index) of each row `dst` receives, in dispatch output order:
+    what an expert needs to know whose token it holds (DeepEP's recv_src_idx, with the rank)."""
+    rows = [np.stack([np.full(len(t), s), t], axis=1)
+            for s in range(layout.world_size)
+            for t in [np.flatnonzero(layout.is_token_in_rank[s][:, dst])]]
+    return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 2), dtype=np.int64)
+
+
+# ---- splits ------------------------------------------------------------------------------------
+def _check_row_elems(row_elems: int) -> None:
+    if isinstance(row_elems, bool) or not isinstance(row_elems, int | np.integer) or row_elems < 1:
+        raise HiercollError(f"row_elems: {row_elems!r} must be a positive integer (elements per token)")
+
+
+def _input_splits(mask: BoolArray, row_elems: int) -> list[Split]:
+    """One split per run of consecutive tokens with the same destination set, in token order."""
+    out: list[Split] = []
+    prev: list[int] | None = None
+    run = 0
+    for row in mask:
+        dests = [int(d) for d in np.flatnonzero(row)]
+        if dests != prev and run:
+            assert prev is not None
+            out.append(Split(size=run * row_elems, peers=prev))
+            run = 0
+        prev, run = dests, run + 1
+    if run:
+        assert prev is not None
+        out.append(Split(size=run * row_elems, peers=prev))
+    return out
+
+
+def dispatch_splits(layout: MoeLayout, row_elems: int) -> GroupSplits:
+    """group_cast arguments of dispatch: token rows to each rank hosting one of their experts;
+    each destination receives by (source rank, token index)."""
+    _check_row_elems(row_elems)
+    w = layout.world_size
+    ranks = []
+    for r in range(w):
+        inputs = _input_splits(layout.is_token_in_rank[r], row_elems)
+        outputs = [Split(size=int(layout.tokens_per_rank[s, r]) * row_elems, peers=[s])
+                   for s in range(w) if layout.tokens_per_rank[s, r]]
+        ranks.append(RankSplits(input=inputs, output=outputs))
+    return GroupSplits(ranks=ranks)
+
+
+def combine_splits(layout: MoeLayout, row_elems: int) -> GroupSplits:
+    """group_reduce arguments of combine: dispatch run backwards, summing each token's returned
+    rows (gate-weighted by the expert ranks beforehand, see the module doc)."""
+    return transpose(dispatch_splits(layout, row_elems))
+
+
+def _dtype(dtype: DType | str) -> DType:
+    try:
+        return DType(dtype)
+    except ValueError:
+        raise HiercollError(f"dtype: {dtype!r}; choose one of "
+                            f"{', '.join(d.value for d in DType)}") from None
+
+
+def spec_for(layout: MoeLayout, row_elems: int, dtype: DType | str = DType.BF16,
+             phase: Phase = "dispatch") -> CollectiveSpec:
+    """The collective of one phase, ready for `plan` (group sizes come from the splits)."""
+    if phase not in ("dispatch", "combine"):
+        raise HiercollError(f"phase: {phase!r}; choose dispatch or combine")
+    kind = Kind.GROUP_CAST if phase == "dispatch" else Kind.GROUP_REDUCE
+    splits = dispatch_splits(layout, row_elems) if phase == "dispatch" else combine_splits(layout, row_elems)
+    return CollectiveSpec(kind=kind, world_size=layout.world_size, dtype=_dtype(dtype), nbytes=0,
+                          splits=splits)
+
+
+# ---- routers -----------------------------------------------------------------------------------
+def random_router(tokens_per_rank: int | Sequence[int], topk: int, num_experts: int,
+                  world_size: int, seed: int, drop_prob: float = 0.0) -> list[IntArray]:
+    """Uniform top-k routing (distinct experts per token); each slot becomes -1 with
+    `drop_prob` (capacity drops), so some tokens may go nowhere."""
+    _check_sizes(num_experts, world_size, 1)
+    counts = [tokens_per_rank] * world_size if isinstance(tokens_per_rank, int) else list(tokens_per_rank)
+    if len(counts) != world_size or any(isinstance(t, bool) or t < 0 for t in counts):
+        raise HiercollError(f"tokens_per_rank: {tokens_per_rank!r}: give one count >= 0, or one per "
+                            f"rank ({world_size})")
+    if not 0 <= topk <= num_experts:
+        raise HiercollError(f"topk: {topk} must be in 0..num_experts ({num_experts})")
+    if not 0.0 <= drop_prob <= 1.0:
+        raise HiercollError(f"drop_prob: {drop_prob} must be in [0, 1]")
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in counts:
+        idx = np.argsort(rng.random((t, num_experts)), axis=1)[:, :topk].astype(np.int64)
+        idx[rng.random(idx.shape) < drop_prob] = -1
+        out.append(idx)
+    return out
+
+
+def _from_json(path: Path) -> list[IntArray]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise HiercollError(f"{path}: cannot read JSON ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("topk_idx"), list):
+        raise HiercollError(f'{path}: expected {{"topk_idx": [[[expert, ...], ...], ...]}} '
+                            "(per rank, per token, top-k expert ids)")
+    ranks = data["topk_idx"]
+    out = []
+    for r, rows in enumerate(ranks):
+        out.append(_json_rank(f"{path}: topk_idx[{r}]", rows))
+    k = max((a.shape[1] for a in out), default=0)
+    return [a if len(a) else np.zeros((0, k), dtype=np.int64) for a in out]
+
+
+def _json_rank(where: str, rows: object) -> IntArray:
+    """One rank's tokens: a list of equal-length lists of integers (bools and floats refused)."""
+    if not isinstance(rows, list):
+        raise HiercollError(f"{where}: {type(rows).__name__}, expected a list of tokens")
+    if not all(isinstance(t, list) and all(type(e) is int for e in t) for t in rows):
+        raise HiercollError(f"{where}: every token must be a list of integer expert ids")
+    lengths = sorted({len(t) for t in rows})
+    if len(lengths) > 1:
+        raise HiercollError(f"{where}: tokens have different top-k lengths {lengths}; pad with -1")
+    return np.array(rows, dtype=np.int64).reshape(len(rows), lengths[0] if rows else 0)
+
+
+def _from_npy(path: Path) -> list[IntArray]:
+    try:
+        a = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise HiercollError(f"{path}: cannot read .npy ({str(err).splitlines()[0]})") from None
+    if a.ndim != 3 or a.dtype.kind not in "iu":
+        raise HiercollError(f"{path}: array {a.dtype} {a.shape}, expected an integer array "
+                            "[world, tokens, topk]")
+    return [a[r].astype(np.int64) for r in range(a.shape[0])]
+
+
+def load_router(path: str | Path) -> list[IntArray]:
+    """topk_idx per rank from `.npy` ([W, T, k] integers) or `.json` ({"topk_idx": ...}, ranks
+    may hold different token counts). Values are checked against the experts by `layout`."""
+    p = Path(path)
+    if not p.is_file():
+        raise HiercollError(f"{p}: no such router file")
+    if p.suffix == ".npy":
+        return _from_npy(p)
+    if p.suffix == ".json":
+        return _from_json(p)
+    raise HiercollError(f"{p}: unknown router format {p.suffix!r}; use .npy or .json")
+
+
+def save_router(topk_idx: Sequence[npt.NDArray[Any]], path: str | Path) -> None:
+    """Write what `load_router` reads: `.npy` needs equal token counts, `.json` does not."""
+    p = Path(path)
+    if p.suffix == ".npy":
+        if len({a.shape for a in topk_idx}) > 1:
+            raise HiercollError(f"{p}: ranks have different shapes; .npy needs [W, T, k], use .json")
+        arr = np.stack([np.asarray(a, dtype=np.int64) for a in topk_idx])
+        with open(p, "wb") as f:
+            np.save(f, arr)
+    elif p.suffix == ".json":
+        write_atomic(p, json.dumps({"topk_idx": [np.asarray(a).tolist() for a in topk_idx]}))
+    else:
+        raise HiercollError(f"{p}: unknown router format {p.suffix!r}; use .npy or .json")
+
+
+# ---- RDMA bytes --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RdmaRow:
+    """Inter-node bytes and simulated time of one plan, next to the de-duplicated minimum."""
+
+    phase: Phase
+    algorithm: str
+    inter_bytes: int
+    min_inter_bytes: int
+    time_us: float
+
+    @property
+    def excess_bytes(self) -> int:
+        return self.inter_bytes - self.min_inter_bytes
+
+
+def min_inter_bytes(layout: MoeLayout, row_elems: int, dtype: DType | str) -> int:
+    """Unique (token, destination node other than the source's) pairs x row bytes: a token must
+    cross into every remote node hosting one of its experts, at least once."""
+    _check_row_elems(row_elems)
+    g, n = layout.gpus_per_node, layout.num_nodes
+    pairs = 0
+    for s, m in enumerate(layout.is_token_in_rank):
+        nodes = np.asarray(m.reshape(-1, n, g).any(axis=2), dtype=np.bool_)
+        pairs += int(nodes.sum()) - int(nodes[:, s // g].sum())
+    return pairs * row_elems * _dtype(dtype).itemsize
+
+
+def rdma_bytes_report(layout: MoeLayout, topology: Topology, row_elems: int, dtype: DType | str,
+                      algorithms: Sequence[str] = ("direct", "hier"),
+                      phases: Sequence[Phase] = ("dispatch",)) -> list[RdmaRow]:
+    """Plan and simulate each phase with each algorithm: how far each is from the minimum."""
+    if (topology.world_size, topology.gpus_per_node) != (layout.world_size, layout.gpus_per_node):
+        raise HiercollError(f"topology: {topology.name} has {topology.world_size} ranks, "
+                            f"{topology.gpus_per_node} per node; the layout has {layout.world_size}, "
+                            f"{layout.gpus_per_node}")
+    floor = min_inter_bytes(layout, row_elems, dtype)
+    rows = []
+    for phase in phases:
+        spec = spec_for(layout, row_elems, dtype, phase)
+        for algo in algorithms:
+            res = simulate(plan(topology, spec, algo), topology)
+            rows.append(RdmaRow(phase=phase, algorithm=algo, inter_bytes=int(round(res.bytes_inter)),
+                                min_inter_bytes=floor, time_us=res.time_us))
+    return rows
