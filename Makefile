@@ -28,7 +28,10 @@ demo: $(VENV)/.installed
 	$(HC) simulate $(OUT)/rs_ring.json
 	$(HC) autopick -t dgx-h100 -n 2 -c all_reduce --sizes 64KiB:256MiB:4
 
+# Lint and types first: a wrong import or a type error fails in seconds, not after the suite.
 test: $(VENV)/.installed
+	$(VENV)/bin/ruff check hiercoll tests bench
+	$(VENV)/bin/mypy hiercoll
 	$(PY) -m pytest
 
 clean:

@@ -25,8 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import RESULTS, command_line, stamp  # noqa: E402
 from hiercoll.calibration.report import by_plan, markdown, plot, row_json, summary  # noqa: E402
-from hiercoll.calibration.workflow import (calibrate, load_rows, result_json,  # noqa: E402
-                                           write_topology)
+from hiercoll.calibration.workflow import calibrate, load_rows, result_json, write_topology  # noqa: E402
 from hiercoll.files import write_atomic  # noqa: E402
 from hiercoll.topology import load_topology  # noqa: E402
 

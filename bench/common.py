@@ -20,7 +20,7 @@ def stamp(command: str) -> dict[str, Any]:
                              text=True, check=False).stdout.strip()
     except OSError:
         sha = ""
-    return {"command": command, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    return {"command": command, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": f"{os.environ.get('HIERCOLL_MACHINE', 'cpu-dev')} {platform.machine()}, {os.cpu_count()} cores, "
                        f"{platform.python_implementation()} {platform.python_version()}",
             "git_sha": sha}

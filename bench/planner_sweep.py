@@ -128,6 +128,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.replot:
         import json
+
         from common import RESULTS
         print(plot(json.loads((RESULTS / f"{args.name}.json").read_text()), str(RESULTS / "planner_sweep")))
         return

@@ -51,7 +51,7 @@ def main() -> None:
         print(json.dumps(one(*CASES[args.case], args.bytes)))
         return
     rows = []
-    for i, case in enumerate(CASES):
+    for i in range(len(CASES)):
         out = subprocess.run([sys.executable, __file__, "--case", str(i), "--bytes", str(args.bytes)],
                              capture_output=True, text=True, check=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))

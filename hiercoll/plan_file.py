@@ -48,8 +48,8 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
     data = dict(data)
     topology = topology_from_dict(data.pop("topology"), f"{source}: topology")
     if data["form"] == "recipe":
-        from hiercoll.planner import plan  # recipe files need the planner to expand
         from hiercoll.collectives import CollectiveSpec
+        from hiercoll.planner import plan  # recipe files need the planner to expand
         meta = data.get("meta") or {}
         try:
             spec = CollectiveSpec.model_validate(meta["spec"])

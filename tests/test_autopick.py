@@ -7,7 +7,15 @@ import pytest
 import hiercoll as hc
 from hiercoll.cli.main import main
 from hiercoll.collectives import CollectiveSpec
-from hiercoll.planner.search.autopick import SimCache, _bound, choose, pick_one, rows_to_table, sweep, write_tuning
+from hiercoll.planner.search.autopick import (
+    SimCache,
+    _bound,
+    choose,
+    pick_one,
+    rows_to_table,
+    sweep,
+    write_tuning,
+)
 from hiercoll.planner.search.candidates import candidates
 from tests.helpers import small_topology
 

@@ -2,8 +2,17 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from hiercoll.collectives import (CollectiveSpec, DType, GroupSplits, Kind, RankSplits, Split,
-                                  random_inputs, reference, round_to)
+from hiercoll.collectives import (
+    CollectiveSpec,
+    DType,
+    GroupSplits,
+    Kind,
+    RankSplits,
+    Split,
+    random_inputs,
+    reference,
+    round_to,
+)
 from tests.helpers import random_group_cast, random_group_reduce
 
 

@@ -67,7 +67,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, nodes: int, gpu
     for i, case in enumerate(_cases(nodes, gpus)):
         spec = CollectiveSpec.model_validate(case["spec"])
         if case["algo"] == "nccl":
-            from hiercoll.harness.sweep import Case, LIBRARY  # noqa: F401
+            from hiercoll.harness.sweep import LIBRARY, Case  # noqa: F401
             from hiercoll.schedule import ExpandedOps, Schedule, ScheduleMeta
             bufs = tuple({"input": spec.input_count(r), "output": spec.output_count(r)}
                          for r in range(world))

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.gpu
 
 NUM_GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 from hiercoll.harness.launch import NO_MULTICAST  # noqa: E402
+
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "topologies"
 
 

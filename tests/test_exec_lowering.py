@@ -8,16 +8,23 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hiercoll.collectives import (CollectiveSpec, initial_outputs, random_inputs, reference,
-                                  tolerance)
+from hiercoll.collectives import CollectiveSpec, initial_outputs, random_inputs, reference, tolerance
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda import emulate as emu
-from hiercoll.executor.cuda.lowering import (Addr, CopyLaunch, CudaOptions, KernelLaunch,
-                                             RecvLaunch, SendLaunch, Signal, Wait, lower,
-                                             symmetric_layout)
+from hiercoll.executor.cuda.lowering import (
+    Addr,
+    CopyLaunch,
+    CudaOptions,
+    KernelLaunch,
+    RecvLaunch,
+    SendLaunch,
+    Signal,
+    Wait,
+    lower,
+    symmetric_layout,
+)
 from hiercoll.executor.cuda.table import encode, float_bits
-from hiercoll.kernels.abi import (F_COUNT, F_DST, F_NSIG, F_NWAIT, F_SIG, F_SRC, F_WAIT,
-                                  ROW_WORDS, WAIT_WORDS)
+from hiercoll.kernels.abi import F_COUNT, F_DST, F_NSIG, F_NWAIT, F_SIG, F_SRC, F_WAIT, ROW_WORDS, WAIT_WORDS
 from hiercoll.planner import applicable, plan
 from hiercoll.topology import Topology, preset
 

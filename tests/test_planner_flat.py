@@ -16,7 +16,6 @@ from hiercoll.schedule import ExpandedOps, Schedule, validate_structure
 from tests.helpers import random_group_cast, random_group_reduce, small_topology
 
 
-
 def make_spec(kind: Kind, world: int, elems: int, dtype="bf16", seed=0, op="sum", root=0):
     if kind == Kind.GROUP_CAST:
         return hc.CollectiveSpec(kind=kind, world_size=world, dtype=dtype, splits=random_group_cast(world, seed))

@@ -137,7 +137,7 @@ def test_contention_free_bound_never_exceeds_the_simulation():
 def test_every_declared_symmetry_holds_on_every_rank():
     """The auto-picker trusts declarations (mode="trusted"); here each algorithm's claim is
     checked exhaustively on expanded schedules of 3 nodes."""
-    from hiercoll.planner import algorithms, applicable
+    from hiercoll.planner import applicable
     from hiercoll.sim.symmetry import find_symmetry
     topo = small_topology(3, 4)
     for kind in ("reduce_scatter", "all_gather", "all_reduce", "all_to_all"):

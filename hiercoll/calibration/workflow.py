@@ -16,7 +16,7 @@ import yaml
 
 from hiercoll.calibration.compat import check_rows
 from hiercoll.calibration.fit import FitResult, RowError, fit, geomean_error, worst_error
-from hiercoll.calibration.measurements import Measurement, load_measurements
+from hiercoll.calibration.measurements import load_measurements
 from hiercoll.calibration.predict import Case, build_case, predict_us
 from hiercoll.calibration.report import summary
 from hiercoll.collectives import Kind
@@ -38,7 +38,7 @@ def calibrate(cases: Sequence[Case], base: Topology, holdout: float,
     result = fit(cases, base, holdout, progress=progress)
     held = result.ratios(held_out=True)
     cal = Calibration(
-        date_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        date_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         sources=[str(s) for s in sources], fitted=result.fitted,
         unconstrained=sorted(result.unconstrained), rows=len(cases),
         fit_geomean_error=geomean_error(result.ratios(held_out=False)),

@@ -14,8 +14,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from hiercoll.cli.backend_args import (add_backend_arg, add_cuda_args, add_sweep_args,
-                                      backend_choice, device_type, sweep_request)
+from hiercoll.cli.backend_args import (
+    add_backend_arg,
+    add_cuda_args,
+    add_sweep_args,
+    backend_choice,
+    device_type,
+    sweep_request,
+)
 from hiercoll.cli.common import add_json_flag, print_json, print_table
 from hiercoll.errors import HiercollError
 from hiercoll.executor.interface import BackendName, Mode

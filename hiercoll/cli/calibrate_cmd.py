@@ -11,13 +11,24 @@ topology is taken.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from hiercoll.cli.common import (add_json_flag, add_topology_args, console, err_console,
-                                 print_json, print_table)
+from hiercoll.cli.common import (
+    add_json_flag,
+    add_topology_args,
+    console,
+    err_console,
+    print_json,
+    print_table,
+)
 from hiercoll.collectives import Kind
 
+if TYPE_CHECKING:
+    from hiercoll.calibration.predict import Case
+    from hiercoll.topology import Topology
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="fit a topology's costs to measurements (nccl-tests "
                        "logs, hiercoll bench JSON)")
     add_measurement_args(p)
@@ -40,7 +51,7 @@ def add_measurement_args(p: argparse.ArgumentParser, optional: bool = False) -> 
                    help="keep nccl-tests rows with a non-zero #wrong (flagged in the report)")
 
 
-def load_cases(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def load_cases(args: argparse.Namespace) -> tuple[Topology, list[Case]]:
     from hiercoll.calibration.workflow import load_rows
     from hiercoll.topology import load_topology
     topology = load_topology(args.topology, args.nodes)

@@ -15,7 +15,7 @@ from hiercoll.cli.calibrate_cmd import add_measurement_args, load_cases
 from hiercoll.cli.common import add_json_flag, console, print_json, print_table
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="measured times beside the simulator's predictions")
     add_measurement_args(p, optional=True)
     p.add_argument("--timeline", default=None, metavar="FILE",

@@ -10,11 +10,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hiercoll.cli.backend_args import (add_backend_arg, add_cuda_args, backend_choice,
-                                      device_type, enum_choices)
+from hiercoll.cli.backend_args import (
+    add_backend_arg,
+    add_cuda_args,
+    backend_choice,
+    device_type,
+    enum_choices,
+)
 from hiercoll.cli.common import add_json_flag, print_json
-from hiercoll.executor.interface import BackendName, Mode
 from hiercoll.errors import HiercollError
+from hiercoll.executor.interface import BackendName, Mode
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
 
@@ -85,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if args.one_gpu:
         return _run_one_gpu(target, choice, args)
     from hiercoll.executor.graph_backend import maybe_graph
-    from hiercoll.harness.inputs import RefKind
     from hiercoll.executor.interface import check_launch
+    from hiercoll.harness.inputs import RefKind
     from hiercoll.harness.launch import init_from_env, shutdown
     from hiercoll.harness.prepare import prepare_for_mode
     from hiercoll.harness.stress import stress

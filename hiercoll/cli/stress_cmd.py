@@ -14,12 +14,18 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from hiercoll.cli.backend_args import (
+    add_backend_arg,
+    add_cuda_args,
+    add_sweep_args,
+    backend_choice,
+    device_type,
+    sweep_request,
+)
 from hiercoll.cli.common import add_json_flag, print_json, print_table
-from hiercoll.files import write_atomic
-from hiercoll.cli.backend_args import (add_backend_arg, add_cuda_args, add_sweep_args,
-                                      backend_choice, device_type, sweep_request)
-from hiercoll.executor.interface import BackendName
 from hiercoll.errors import HiercollError
+from hiercoll.executor.interface import BackendName
+from hiercoll.files import write_atomic
 from hiercoll.units import parse_size, parse_size_range
 
 if TYPE_CHECKING:
@@ -144,8 +150,8 @@ def _stress_case(case: Case, modes: list[str], launch: Launch, choice: BackendCh
     """One prepare per case and lowering (graph mode takes the single-stream one), every mode."""
     from hiercoll.executor.backends import get_backend
     from hiercoll.executor.graph_backend import maybe_graph
-    from hiercoll.harness.inputs import RefKind
     from hiercoll.executor.interface import check_launch
+    from hiercoll.harness.inputs import RefKind
     from hiercoll.harness.prepare import prepare_for_mode
     from hiercoll.harness.stress import stress
     check_launch(case.schedule, launch.world_size)

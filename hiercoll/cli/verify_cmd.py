@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from hiercoll.cli.common import add_json_flag, console, print_json
 from rich.markup import escape
 
+from hiercoll.cli.common import add_json_flag, console, print_json
 from hiercoll.executor.reference import DEFAULT_MAX_MEMORY, memory_needed, verify
+from hiercoll.plan_file import load_plan
 from hiercoll.sim import check
 from hiercoll.units import parse_size
-from hiercoll.plan_file import load_plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:

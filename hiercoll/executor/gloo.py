@@ -17,8 +17,7 @@ import torch
 import torch.distributed as dist
 
 from hiercoll.collectives import ReduceOp
-from hiercoll.executor.interface import (BackendName, Prepared, RunResult, check_launch,
-                                         check_tensor)
+from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
 from hiercoll.executor.order import levels
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Region, Schedule

@@ -18,9 +18,14 @@ import torch.distributed as dist
 
 from hiercoll.collectives import CollectiveSpec, Kind, ReduceOp
 from hiercoll.errors import HiercollError
-from hiercoll.executor.interface import (BackendName, Prepared, ProcessGroupBackend, RunResult,
-                                         check_launch,
-                                         check_tensor)
+from hiercoll.executor.interface import (
+    BackendName,
+    Prepared,
+    ProcessGroupBackend,
+    RunResult,
+    check_launch,
+    check_tensor,
+)
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.schedule import Schedule
 

@@ -12,8 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiercoll.collectives import (CollectiveSpec, initial_outputs, random_inputs,
-                                  reduce_terms, reference, round_to, storage_dtype, tolerance)
+from hiercoll.collectives import (
+    CollectiveSpec,
+    initial_outputs,
+    random_inputs,
+    reduce_terms,
+    reference,
+    round_to,
+    storage_dtype,
+    tolerance,
+)
 from hiercoll.errors import HiercollError, ScheduleError
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Schedule, topological_order
 

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from hiercoll.executor.graphs import capture
-from hiercoll.harness.inputs import device_inputs
 from hiercoll.executor.interface import Backend, Mode, Prepared
 from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.harness.inputs import device_inputs
 from hiercoll.schedule import Schedule
 
 

@@ -14,8 +14,15 @@ from enum import StrEnum
 import numpy as np
 import torch
 
-from hiercoll.collectives import (REDUCING, CollectiveSpec, ReduceOp, initial_outputs,
-                                  random_inputs, reference, tolerance)
+from hiercoll.collectives import (
+    REDUCING,
+    CollectiveSpec,
+    ReduceOp,
+    initial_outputs,
+    random_inputs,
+    reference,
+    tolerance,
+)
 from hiercoll.executor.torch_dtypes import torch_dtype
 
 

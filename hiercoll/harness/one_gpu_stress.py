@@ -10,11 +10,12 @@ import time
 import torch
 
 from hiercoll.executor.cuda.one_gpu import OneGpuCluster
+from hiercoll.executor.interface import Mode
+from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.harness.device_reference import COVERED, device_expected
 from hiercoll.harness.inputs import Check, NumpyCase, compare_tensors, device_inputs
-from hiercoll.executor.interface import Mode
 from hiercoll.harness.stress import StressReport
-from hiercoll.executor.torch_dtypes import torch_dtype
+
 
 def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed: int = 0,
                    max_seconds: float | None = None, stop_on_error: bool = True,

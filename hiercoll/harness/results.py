@@ -16,7 +16,7 @@ def provenance() -> dict[str, Any]:
     import torch
     info: dict[str, Any] = {
         "command": " ".join(["hiercoll"] + sys.argv[1:]),
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "python": platform.python_version(), "torch": torch.__version__, "host": platform.node(),
     }
     if torch.cuda.is_available():

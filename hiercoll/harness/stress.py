@@ -11,10 +11,9 @@ import torch
 import torch.distributed as dist
 
 from hiercoll.collectives import initial_outputs
-from hiercoll.harness.inputs import (Check, NumpyCase, RefKind, compare_tensors, device_inputs,
-                                      library_bound)
 from hiercoll.executor.interface import Backend, Prepared
 from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.harness.inputs import Check, NumpyCase, RefKind, compare_tensors, device_inputs, library_bound
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ def build_group_cast(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool) -
         ps = spec.pair_streams.get((r, d))
         if ps is None:
             continue
-        for i, seg in enumerate(ps.segments):
+        for seg in ps.segments:
             for c in range(k):
                 coff, cn = chunk_bounds(seg.count, k, c)
                 if cn:

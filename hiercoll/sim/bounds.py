@@ -104,7 +104,8 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
         fold = sym.period if sym else None
     else:   # trust the planner's declaration (tests check every algorithm's claim exhaustively)
         fold = declared_period(schedule, topology)
-    paths = LinkCache(Network(topology, itemsize=schedule.spec.dtype.itemsize))   # unfolded: one op alone sees real links (a folded HBM has weight 2)
+    # unfolded: one op alone sees real links (a folded HBM has weight 2)
+    paths = LinkCache(Network(topology, itemsize=schedule.spec.dtype.itemsize))
     ranks = range(fold if fold else schedule.world_size)
     isz = schedule.spec.dtype.itemsize
     launch = topology.costs.launch_us

@@ -116,7 +116,7 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
     lists = {r: schedule.rank_ops(r) for r in ranks}
     paths: dict[tuple[int, int], tuple[tuple[tuple[int, float], ...], float]] = {}
     cached = LinkCache(net)
-    for r, ops in lists.items():
+    for ops in lists.values():
         for op in ops:
             done[op.ref] = env.event()
             paths[op.ref] = cached(op)
@@ -138,7 +138,7 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
             timing.end[op.ref] = env.now
             done[op.ref].succeed()
 
-    for r, ops in lists.items():
+    for ops in lists.values():
         by_channel: dict[int, list[Op]] = {}
         for op in ops:
             by_channel.setdefault(op.channel, []).append(op)

@@ -139,7 +139,7 @@ class Topology(_Strict):
     schema_version: Literal[1] = 1
 
     @model_validator(mode="after")
-    def _check(self) -> "Topology":
+    def _check(self) -> Topology:
         if self.num_nodes > 1 and self.inter is None:
             raise ValueError("inter: a topology with num_nodes > 1 needs an 'inter' section "
                              "(num_nics, nic_gbps, latency_us)")

@@ -7,6 +7,7 @@ copy-engine peer views. `run` is capturable into a CUDA graph: it only enqueues 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,15 +17,24 @@ import torch
 import torch.distributed as dist
 
 from hiercoll.errors import HiercollError, VerificationError
-from hiercoll.executor.cuda.lowering import (CallStep, CopyLaunch, CudaOptions, KernelLaunch,
-                                             RankProgram, RecvLaunch, SendLaunch, call_steps,
-                                             fused_launch, launch_label, lower)
+from hiercoll.executor.cuda.lowering import (
+    CallStep,
+    CopyLaunch,
+    CudaOptions,
+    KernelLaunch,
+    RankProgram,
+    RecvLaunch,
+    SendLaunch,
+    call_steps,
+    fused_launch,
+    launch_label,
+    lower,
+)
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.executor.cuda.table import Table, encode
-from hiercoll.kernels.abi import ERR_WORDS, F_NWAIT, ROW_WORDS
-from hiercoll.executor.interface import (BackendName, Prepared, RunResult, check_launch,
-                                         check_tensor)
+from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
 from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.kernels.abi import ERR_WORDS, F_NWAIT, ROW_WORDS
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
 
 if TYPE_CHECKING:
@@ -247,17 +257,20 @@ def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
                 if isinstance(item, KernelLaunch):
                     _kernel(prepared, item, timer=timer, channel=ch)
                 elif isinstance(item, CopyLaunch):
-                    c = prepared.copies[id(item)]
+                    copy = functools.partial(_copy, prepared.copies[id(item)])
                     if timer is None:
-                        c.dst.copy_(c.src, non_blocking=True)
+                        copy()
                     else:
-                        timer.around(launch_label(item), ch,
-                                     lambda c=c: c.dst.copy_(c.src, non_blocking=True))
+                        timer.around(launch_label(item), ch, copy)
     if prepared.net_stream is not None:
         if net is None:
             raise HiercollError("cuda backend: this program has inter-node sends (NCCL "
                                 "transport) but runs without a process group")
         net(prepared, main)
+
+
+def _copy(c: _Copy) -> None:
+    c.dst.copy_(c.src, non_blocking=True)
 
 
 def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False,

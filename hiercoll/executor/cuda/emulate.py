@@ -17,9 +17,20 @@ import numpy as np
 
 from hiercoll.collectives import reduce_terms, round_to
 from hiercoll.errors import VerificationError
-from hiercoll.executor.cuda.lowering import (CallStep, CopyLaunch, CudaOptions, KernelLaunch,
-                                             Launch, RankProgram, RecvLaunch, Row, SendLaunch, call_steps,
-                                             fused_launch, lower)
+from hiercoll.executor.cuda.lowering import (
+    CallStep,
+    CopyLaunch,
+    CudaOptions,
+    KernelLaunch,
+    Launch,
+    RankProgram,
+    RecvLaunch,
+    Row,
+    SendLaunch,
+    call_steps,
+    fused_launch,
+    lower,
+)
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
 
 EMU_BLOCK = 3   # elements per CTA step: small and odd, so CTAs interleave inside every region

@@ -21,8 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from hiercoll.errors import HiercollError
-from hiercoll.executor.cuda.backend import (CudaPrepared, LaunchTimer, build_prepared,
-                                            check_timeouts, enqueue)
+from hiercoll.executor.cuda.backend import CudaPrepared, LaunchTimer, build_prepared, check_timeouts, enqueue
 from hiercoll.executor.cuda.lowering import CudaOptions, InterTransport, lower
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.schedule import Schedule

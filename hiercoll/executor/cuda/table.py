@@ -11,8 +11,22 @@ import struct
 from dataclasses import dataclass
 
 from hiercoll.executor.cuda.lowering import Addr, KernelLaunch, RankProgram, Row
-from hiercoll.kernels.abi import (F_ACC, F_COUNT, F_DST, F_ID, F_NSIG, F_NSRC, F_NWAIT, F_REDUCE,
-                                  F_SCALE, F_SIG, F_SRC, F_WAIT, ROW_WORDS, RowSpan)
+from hiercoll.kernels.abi import (
+    F_ACC,
+    F_COUNT,
+    F_DST,
+    F_ID,
+    F_NSIG,
+    F_NSRC,
+    F_NWAIT,
+    F_REDUCE,
+    F_SCALE,
+    F_SIG,
+    F_SRC,
+    F_WAIT,
+    ROW_WORDS,
+    RowSpan,
+)
 
 
 @dataclass(frozen=True)
