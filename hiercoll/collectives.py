@@ -160,6 +160,8 @@ class CollectiveSpec(BaseModel):
 
     @property
     def total_bytes(self) -> int:
+        """S in bytes for every kind: the one size every report quotes (`nbytes` is the input
+        field, 0 for group kinds, whose size comes from their splits)."""
         return self.count * self.dtype.itemsize
 
     def shard(self, index: int) -> tuple[int, int]:

@@ -75,3 +75,15 @@ def test_deadlock_is_reported():
     last = len(s.rank_ops(0)) - 1
     report = check(_edit(s, 0, 0, deps=((0, last),)))
     assert not report.ok and report.problems[0].startswith("deadlock: op 0.")
+
+
+def test_check_rejects_a_reduce_with_no_sources():
+    """A source-less reduce (a planner bug once made them for group-reduce splits nobody sends
+    to) must not pass the checker and reach an executor."""
+    from hiercoll.schedule import OpKind
+    s = _plan("all_reduce", "ring")
+    r, i = next((r, i) for r in range(s.world_size) for i, op in enumerate(s.rank_ops(r))
+                if op.kind == OpKind.REDUCE)
+    report = check(_edit(s, r, i, srcs=()))
+    assert not report.ok and report.problems == [
+        f"op {r}.{i}: a reduce with no sources (nothing to read; a split nobody sends needs no op)"]

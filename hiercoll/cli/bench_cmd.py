@@ -107,7 +107,7 @@ def _bench_case(case: Case, modes: list[str], launch: Launch, choice: BackendCho
     from hiercoll.harness.bench import iterations_for, make_row, time_run
     from hiercoll.harness.prepare import prepare_for_mode
     check_launch(case.schedule, launch.world_size)
-    iters = args.iters or iterations_for(case.schedule.spec.nbytes)
+    iters = args.iters or iterations_for(case.schedule.spec.total_bytes)
     rows: list[dict[str, Any]] = []
     cache: PrepareCache = {}
     for mode in modes:
@@ -143,7 +143,7 @@ def _run_one_gpu(cases: list[Case], modes: list[str], choice: BackendChoice,
         print("note: library (nccl) rows skipped: they need one process per GPU", flush=True)
     rows: list[dict[str, Any]] = []
     for case in runnable:
-        iters = args.iters or iterations_for(case.schedule.spec.nbytes, hi=50)
+        iters = args.iters or iterations_for(case.schedule.spec.total_bytes, hi=50)
         clusters: dict[CudaOptions, OneGpuCluster] = {}
         for mode in modes:
             opts = CudaOptions(**choice.options(mode))

@@ -157,7 +157,7 @@ def _stress_case(case: Case, modes: list[str], launch: Launch, choice: BackendCh
     check_launch(case.schedule, launch.world_size)
     cache: PrepareCache = {}
     ref = RefKind(args.reference) if args.reference != "auto" else (
-        RefKind.NUMPY if case.schedule.spec.nbytes <= AUTO_NUMPY_LIMIT or launch.device.type == "cpu"
+        RefKind.NUMPY if case.schedule.spec.total_bytes <= AUTO_NUMPY_LIMIT or launch.device.type == "cpu"
         else RefKind.LIBRARY)
     ref_backend = ref_prep = None
     if ref == RefKind.LIBRARY:

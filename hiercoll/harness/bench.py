@@ -68,7 +68,7 @@ def make_row(schedule: Schedule, backend: str, mode: Mode, topology: str, timing
     algbw, busbw = spec.bandwidths_gbps(timing.p50_us)
     return BenchRow(collective=spec.kind.value, algorithm=meta.algorithm, backend=backend,
                     mode=mode.value, world_size=spec.world_size, topology=topology,
-                    dtype=spec.dtype.value, nbytes=spec.nbytes, p50_us=round(timing.p50_us, 2),
+                    dtype=spec.dtype.value, nbytes=spec.total_bytes, p50_us=round(timing.p50_us, 2),
                     p90_us=round(timing.p90_us, 2), p99_us=round(timing.p99_us, 2),
                     algbw_gbps=round(algbw, 2), busbw_gbps=round(busbw, 2), iters=timing.iters,
                     params=dict(meta.params), spec=meta.spec.model_dump(mode="json",

@@ -66,6 +66,6 @@ def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed
         if first_bad is not None and stop_on_error:
             break
     return StressReport(cluster.schedule.meta.algorithm, spec.kind.value, spec.dtype.value,
-                        spec.nbytes, w, "cuda-one-gpu", mode,
+                        spec.total_bytes, w, "cuda-one-gpu", mode,
                         "numpy" if use_numpy else "device", done, worst, bound, first_bad,
                         bad_rank, time.perf_counter() - t0)

@@ -84,7 +84,7 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
         bad_rank = int(_max_everywhere(float(rank if not result.ok else -1),
                                        device, group))
     return StressReport(prepared.schedule.meta.algorithm, spec.kind.value, spec.dtype.value,
-                        spec.nbytes, spec.world_size, prepared.backend.value, mode, ref.value,
+                        spec.total_bytes, spec.world_size, prepared.backend.value, mode, ref.value,
                         iters, worst, bound, first_bad, bad_rank, time.perf_counter() - t0)
 
 

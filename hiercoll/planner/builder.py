@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hiercoll.planner.labels import Label
+from hiercoll.errors import ScheduleError
 from hiercoll.schedule import Op, OpKind, OpRef, Region, Transport
 from hiercoll.topology import Topology
 
@@ -83,6 +84,8 @@ class RankBuilder:
                scale: float = 1.0, channel: int = 0, deps: Sequence[Dep | int] = (),
                label: Label | None = None) -> int:
         """dst <- [dst +] scale * (+ srcs). A lone source with nothing to fold in is a copy."""
+        if not srcs:    # a planner bug, caught where it is made rather than in an executor
+            raise ScheduleError(f"rank {self.rank}: a reduce into {dst} with no sources")
         if len(srcs) == 1 and not accumulate and scale == 1.0:
             return self.copy(srcs[0], dst, channel=channel, deps=deps, label=label)
         return self._emit(_Pending(channel=channel, kind=OpKind.REDUCE, dst=dst, srcs=tuple(srcs),

@@ -26,7 +26,8 @@ def stage_bases(spec: CollectiveSpec, dst: int) -> tuple[dict[int, int], int]:
 
 
 def output_pieces(spec: CollectiveSpec, dst: int) -> list[tuple[int, int, dict[int, int]]]:
-    """For each non-empty output split of `dst`: (offset, size, {source: offset in its stream})."""
+    """For each output split of `dst` with rows and sources: (offset, size, {source: offset in
+    its stream}). A group-reduce split nobody sends to keeps its rows (nothing to add): no op."""
     assert spec.splits is not None
     pieces: list[tuple[int, int, dict[int, int]]] = []
     off = 0
@@ -36,7 +37,7 @@ def output_pieces(spec: CollectiveSpec, dst: int) -> list[tuple[int, int, dict[i
         for s in sp.peers:
             at[s] = stream_pos.get(s, 0)
             stream_pos[s] = at[s] + sp.size
-        if sp.size:
+        if sp.size and at:
             pieces.append((off, sp.size, at))
         off += sp.size
     return pieces

@@ -36,7 +36,12 @@ class CheckReport:
 
 def check(schedule: Schedule) -> CheckReport:
     schedule.refuse_library_call("check")
-    problems: list[str] = []
+    problems: list[str] = [f"op {op.id}: a {op.kind.value} with no sources (nothing to read; "
+                           "a split nobody sends needs no op)"
+                           for r in range(schedule.world_size) for op in schedule.rank_ops(r)
+                           if not op.srcs]
+    if problems:
+        return CheckReport(False, problems[:MAX_PROBLEMS])
     notes: list[str] = []
     try:
         order = topological_order(schedule)

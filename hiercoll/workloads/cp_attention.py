@@ -29,9 +29,10 @@ def causal_kv_group_cast(world: int, kv_per_chunk: int, layout: Layout = "contig
         needs[r] = sorted(c for c in owner if c < max(mine) and c not in mine)
     ranks = []
     for r in range(world):
+        # every local chunk stays in the input (a chunk nobody needs goes nowhere: no peers), so
+        # a rank's input is exactly its KV block
         inputs = [Split(size=kv_per_chunk, peers=sorted(d for d in range(world) if c in needs[d]))
                   for c in sorted(_chunks_of(r, world, layout))]
-        inputs = [s if s.peers else Split(size=0, peers=[r]) for s in inputs]
         outputs = [Split(size=kv_per_chunk, peers=[owner[c]]) for c in needs[r]]
         ranks.append(RankSplits(input=inputs, output=outputs))
     return GroupSplits(ranks=ranks)
