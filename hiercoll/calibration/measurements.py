@@ -55,13 +55,17 @@ def load_measurements(paths: Sequence[str | Path], *, allow_wrong: bool = False,
     for p in paths:
         path = Path(p)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise HiercollError(f"{path}: cannot read ({exc.strerror})") from None
+            raise HiercollError(f"{path}: cannot read ({exc.strerror}); check the path and its "
+                                "permissions") from None
+        except UnicodeDecodeError:
+            raise HiercollError(f"{path}: not a text file; give an nccl-tests log or a hiercoll "
+                                "bench JSON") from None
         if not text.strip():
             raise HiercollError(f"{path}: empty file; give an nccl-tests log or a hiercoll "
                                 "bench JSON")
-        if text.lstrip().startswith("{"):
+        if path.suffix.lower() == ".json" or text.lstrip()[:1] in ("{", "["):
             rows += _from_json(text, str(path))
         else:
             rows += parse_nccl_tests(text, str(path), allow_wrong=allow_wrong,
@@ -86,17 +90,25 @@ def _bench_row(r: Any, source: str) -> Measurement:
     if not isinstance(r, dict):
         raise HiercollError(f"{source}: a row must be an object")
     library = r.get("algorithm") == LIBRARY_ALGORITHM or r.get("backend") == LIBRARY_ALGORITHM
+    params = r.get("params") or {}
+    if not isinstance(params, dict):
+        raise HiercollError(f"{source}: params: expected an object of the plan's parameters, "
+                            f"got {type(params).__name__}")
     fields = {"source": source, "tool": "hiercoll-bench",
               "collective": _kind(r.get("collective"), source),
               "algorithm": LIBRARY_ALGORITHM if library else r.get("algorithm"),
-              "params": {} if library else dict(r.get("params") or {}),
+              "params": {} if library else params,
               "world_size": r.get("world_size"), "dtype": r.get("dtype"),
               "reduce_op": r.get("reduce_op", "sum"), "nbytes": r.get("nbytes"),
               "mode": r.get("mode", "eager"), "time_us": r.get("p50_us"), "statistic": "p50",
               "p90_us": r.get("p90_us"), "p99_us": r.get("p99_us"), "iters": r.get("iters"),
-              "one_gpu": bool(r.get("one_gpu", False)), "topology": r.get("topology"),
+              "one_gpu": r.get("one_gpu") or False, "topology": r.get("topology"),
               "topology_fingerprint": r.get("topology_fingerprint") or None}
-    return _validated(fields, source)
+    return _validated(fields, source, {"time_us": "p50_us"})
+
+
+_BASELINE_KEYS = {"world_size": "world", "nbytes": "bytes (1st value)",
+                  "time_us": "p50_us (2nd value)"}
 
 
 def _baseline(data: dict[str, Any], source: str) -> list[Measurement]:
@@ -104,6 +116,8 @@ def _baseline(data: dict[str, Any], source: str) -> list[Measurement]:
     (NCCL, eager, bf16, one node)."""
     rows = []
     for kind, points in data["nccl"].items():
+        if not isinstance(points, list):
+            raise HiercollError(f"{source}#nccl.{kind}: expected a list of [bytes, p50_us, ...]")
         for i, point in enumerate(points):
             where = f"{source}#nccl.{kind}.{i}"
             if not isinstance(point, list) or len(point) < 2:
@@ -113,11 +127,17 @@ def _baseline(data: dict[str, Any], source: str) -> list[Measurement]:
                                     "algorithm": LIBRARY_ALGORITHM, "world_size": data["world"],
                                     "num_nodes": 1, "dtype": "bf16", "nbytes": point[0],
                                     "mode": "eager", "time_us": point[1], "statistic": "p50"},
-                                   where))
+                                   where, _BASELINE_KEYS))
     return rows
 
 
+_ALIASES = {"alltoall": Kind.ALL_TO_ALL, "allreduce": Kind.ALL_REDUCE,
+            "allgather": Kind.ALL_GATHER, "reducescatter": Kind.REDUCE_SCATTER}
+
+
 def _kind(name: Any, source: str) -> Kind:
+    if isinstance(name, str) and name in _ALIASES:
+        return _ALIASES[name]
     try:
         return Kind(name)
     except ValueError:
@@ -125,8 +145,13 @@ def _kind(name: Any, source: str) -> Kind:
                             f"{', '.join(k.value for k in Kind)}") from None
 
 
-def _validated(fields: dict[str, Any], source: str) -> Measurement:
+def _validated(fields: dict[str, Any], source: str,
+               keys: dict[str, str] | None = None) -> Measurement:
+    """Validated row; an error names the file's own key where it differs from the field's."""
     try:
         return Measurement.model_validate(fields)
     except ValidationError as err:
-        raise HiercollError(format_validation_error(err, source)) from None
+        msg = format_validation_error(err, source)
+        for field_name, key in (keys or {}).items():
+            msg = msg.replace(f"{source}: {field_name}:", f"{source}: {key}:", 1)
+        raise HiercollError(msg) from None

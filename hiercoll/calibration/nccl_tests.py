@@ -89,7 +89,8 @@ def parse_nccl_tests(text: str, source: str, *, allow_wrong: bool = False,
             pending, in_table = None, False
         elif (rank := _RANK.match(line)) is not None:
             run.hosts[int(rank.group(1))] = rank.group(2)
-        elif (named := _BINARY.search(line)) is not None:  # a command line, "test starting"
+        elif (named := _BINARY.search(line)) is not None and "concluded" not in line:
+            # a command line or "# Collective test starting: ..." (not "... concluded: ...")
             in_table = False
             if run.tabled:
                 pending = BINARIES[named.group(1)]         # ... of the next run
