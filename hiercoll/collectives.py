@@ -150,6 +150,11 @@ class CollectiveSpec(BaseModel):
             raise ValueError(f"root: {self.root} is outside 0..{w - 1}")
         return self
 
+    def resized(self, nbytes: int) -> CollectiveSpec:
+        """This spec at another S, validated anew. Not `model_copy(update=...)`: that would carry
+        over cached layouts (`count`, shards) computed for the old size."""
+        return CollectiveSpec.model_validate(self.model_dump() | {"nbytes": nbytes})
+
     # ---- layout ------------------------------------------------------------------------------
     @cached_property
     def count(self) -> int:

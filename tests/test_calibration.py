@@ -331,3 +331,20 @@ def test_a_bad_timeline_is_one_line(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
     none = _hc("compare", "-t", "h200x4")
     assert none.returncode == 2 and "MEAS" in none.stderr
+
+
+def test_resized_spec_does_not_carry_the_old_layout() -> None:
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=4, dtype="bf16", nbytes=8192)
+    assert spec.count == 4096                       # cached now
+    assert spec.resized(1 << 20).count == 1 << 19   # model_copy(update=) would say 4096
+
+
+def test_autopick_reports_the_nccl_model_where_nothing_was_measured() -> None:
+    from hiercoll.planner.library_model import library_model
+    from hiercoll.planner.search.autopick import SimCache, pick_one
+    topo = hc.load_topology("dgx-h100", 2)
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=16, dtype="bf16", nbytes=4 << 20)
+    row = pick_one(topo, spec, SimCache(None))
+    want = hc.simulate(library_model(topo, spec), topo, mode="trusted").time_us
+    assert row.library_time_us is None and row.library_model_us == pytest.approx(want)
+    assert row.algorithm != "nccl"                  # a comparison, not a candidate

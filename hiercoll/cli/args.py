@@ -7,7 +7,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from hiercoll.collectives import CollectiveSpec, GroupSplits, Kind
+from hiercoll.cli.common import enum_choices
+from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.topology import Topology, load_topology
 from hiercoll.topology.load import read_structured_file
@@ -15,13 +16,13 @@ from hiercoll.units import parse_size
 
 
 def add_spec_args(p: argparse.ArgumentParser, sizes: bool = False) -> None:
-    p.add_argument("--collective", "-c", required=True, choices=[k.value for k in Kind])
+    p.add_argument("--collective", "-c", required=True, choices=enum_choices(Kind))
     if sizes:
         p.add_argument("--sizes", default="4KiB:1GiB", help="LOW:HIGH[:FACTOR] or a,b,c (bytes)")
     else:
         p.add_argument("--bytes", "-b", default="0", help="S as in nccl-tests, e.g. 64MiB")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32", "fp64"])
-    p.add_argument("--reduce-op", default="sum", choices=["sum", "avg", "max", "min"])
+    p.add_argument("--dtype", default="bf16", choices=enum_choices(DType))
+    p.add_argument("--reduce-op", default="sum", choices=enum_choices(ReduceOp))
     p.add_argument("--root", type=int, default=0, help="broadcast/reduce root")
     p.add_argument("--splits", default=None, help="group_cast/group_reduce splits (YAML/JSON)")
 

@@ -56,13 +56,15 @@ def _run(args: argparse.Namespace) -> int:
         table.append([format_size(r.bytes), f"{r.algorithm} {_short(r.params)}".strip(), f"{r.time_us:.1f}",
                       f"{r.busbw_gbps:.1f}", f"{r.pct_of_bound:.0f}%",
                       f"{ru['algorithm']} {_short(ru['params'])} +{r.margin_pct:.0f}%" if ru else "-", ring]
-                     + ([f"{r.library_time_us:.1f}" if r.library_time_us else "-"] if library else []))
+                     + ([f"{r.library_time_us:.1f}" if r.library_time_us else "-"] if library else
+                        [f"{r.library_model_us:.1f}" if r.library_model_us else "-"]))
     base = rows[0].baseline_algorithm
     print_table(f"{template.kind.value} on {topology.name} ({topology.world_size} ranks, "
                 f"{template.dtype.value}): {sum(r.simulated for r in rows)} simulated, "
                 f"{sum(r.pruned for r in rows)} pruned by bounds, {elapsed:.1f} s",
                 ["size", "choice", "us", "busbw", "bound", "runner-up", f"{base} us (x)"]
-                + ([f"nccl us ({library.mode}, measured)"] if library else []), table)
+                + ([f"nccl us ({library.mode}, measured)"] if library else ["nccl us (model)"]),
+                table)
     console.print(f"simulated costs: {topology.calibration_label()}")
     if library is not None:
         console.print(f"nccl times: {library.source}")

@@ -11,6 +11,7 @@ import dataclasses
 from enum import Enum
 from typing import Any
 
+from hiercoll.cli.common import enum_choices
 from hiercoll.collectives import DType, Kind, ReduceOp
 from hiercoll.executor.cuda.lowering import CudaOptions
 from hiercoll.executor.interface import BackendName
@@ -20,10 +21,6 @@ from hiercoll.units import format_size, parse_size
 
 # What --backend accepts: every backend but the one-process numpy reference (`hiercoll verify`).
 BACKEND_CHOICES = [b.value for b in BackendName if b != BackendName.REFERENCE]
-
-
-def enum_choices(enum: type[Enum]) -> list[str]:
-    return [str(m.value) for m in enum]
 
 
 def add_backend_arg(p: argparse.ArgumentParser, default: BackendName) -> None:

@@ -17,6 +17,7 @@ from hiercoll.cli.common import (
     add_json_flag,
     add_topology_args,
     console,
+    enum_choices,
     err_console,
     print_json,
     print_table,
@@ -45,7 +46,7 @@ def add_measurement_args(p: argparse.ArgumentParser, optional: bool = False) -> 
     p.add_argument("measurements", nargs="*" if optional else "+", metavar="MEAS",
                    help="nccl-tests logs (*_perf output) or hiercoll bench JSON files")
     add_topology_args(p)
-    p.add_argument("--collective", "-c", default=None, choices=[k.value for k in Kind],
+    p.add_argument("--collective", "-c", default=None, choices=enum_choices(Kind),
                    help="for nccl-tests logs whose collective the file name does not tell")
     p.add_argument("--allow-wrong", action="store_true",
                    help="keep nccl-tests rows with a non-zero #wrong (flagged in the report)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from enum import Enum
 from typing import Any
 
 from rich.console import Console
@@ -57,3 +58,8 @@ def parse_kv(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = value
     return out
+
+
+def enum_choices(enum: type[Enum]) -> list[str]:
+    """argparse choices from an enum: the values are declared once, in the enum."""
+    return [str(m.value) for m in enum]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from hiercoll.cli.common import add_json_flag, console, print_json, print_table
+from hiercoll.cli.common import add_json_flag, console, enum_choices, print_json, print_table
+from hiercoll.executor.interface import Mode
 from hiercoll.files import write_atomic
 from hiercoll.plan_file import load_plan
 
@@ -15,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
     p.add_argument("--png", default=None, help="write a timeline PNG here")
     p.add_argument("--exact", action="store_true", help="simulate every rank (no symmetry folding)")
-    p.add_argument("--mode", default="eager", choices=["eager", "graph"],
+    p.add_argument("--mode", default="eager", choices=enum_choices(Mode),
                    help="per-call costs of eager launches or CUDA-graph replays (topology costs)")
     add_json_flag(p)
     p.set_defaults(func=_run)

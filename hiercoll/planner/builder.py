@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hiercoll.planner.labels import Label
 from hiercoll.errors import ScheduleError
+from hiercoll.planner.labels import Label
 from hiercoll.schedule import Op, OpKind, OpRef, Region, Transport
 from hiercoll.topology import Topology
 

@@ -25,7 +25,7 @@ from hiercoll.collectives import GROUPED, CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.planner.registry import plan
 from hiercoll.planner.search.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
-from hiercoll.planner.search.library import LIBRARY, LibraryTable, shipped_table
+from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, LibraryTable, shipped_table
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
 
@@ -57,6 +57,9 @@ class Row:
     pruned: int
     all_times: dict[str, float] = field(default_factory=dict)
     library_time_us: float | None = None     # measured (the table's source says how)
+    # simulated NCCL (planner/library_model.py) where no measured table applies: a comparison
+    # only, it does not compete (its plan is a ring the candidates already cover)
+    library_model_us: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,7 +185,9 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                margin_pct=None if runner is None else 100.0 * (runner.time_us / best.time_us - 1),
                flat_ring_time_us=flat, baseline_algorithm=base, simulated=simulated,
                pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored},
-               library_time_us=lib_us)
+               library_time_us=lib_us,
+               library_model_us=None if lib_us is not None else _library_model_us(topology, spec,
+                                                                                  cache))
 
 
 def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryTable | None,
@@ -192,9 +197,18 @@ def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryT
     return library.predict_us(spec.kind, spec.total_bytes)
 
 
+def _library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache) -> float | None:
+    """NCCL's time as the library model simulates it (cached like any candidate)."""
+    from hiercoll.planner.library_model import library_model
+    if spec.kind not in LIBRARY_KINDS:
+        return None
+    sched = library_model(topology, spec)
+    cand = Candidate(sched.meta.algorithm, dict(sched.meta.params))
+    return _simulate(topology, spec, cand, cache, sched).time_us
+
+
 def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
-    size = valid_nbytes(template.kind, template.world_size, template.dtype, nbytes)
-    return template.model_copy(update={"nbytes": size})
+    return template.resized(valid_nbytes(template.kind, template.world_size, template.dtype, nbytes))
 
 
 Job = tuple[Topology, CollectiveSpec, list[str] | None, dict[str, list[float]],
