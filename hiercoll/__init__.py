@@ -1,6 +1,6 @@
 """hiercoll: a simulator-backed planner for hierarchical collective communication."""
 
-from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp
+from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp, transpose
 from hiercoll.errors import HiercollError, ScheduleError
 from hiercoll.executor import execute, verify
 from hiercoll.planner.search.select import plan_auto as plan
@@ -11,4 +11,4 @@ from hiercoll.topology import Topology, load_topology
 __version__ = "0.1.0"
 __all__ = ["CollectiveSpec", "DType", "GroupSplits", "HiercollError", "Kind", "Op", "ReduceOp",
            "Region", "Schedule", "ScheduleError", "SimResult", "Topology", "check", "execute",
-           "load_topology", "plan", "simulate", "verify"]
+           "load_topology", "plan", "simulate", "transpose", "verify"]

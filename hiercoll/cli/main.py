@@ -21,6 +21,8 @@ COMMAND_MODULES = [
     "hiercoll.cli.bench_cmd",
     "hiercoll.cli.calibrate_cmd",
     "hiercoll.cli.compare_cmd",
+    "hiercoll.cli.workload_cmd",
+    "hiercoll.cli.transpose_cmd",
 ]
 
 
