@@ -8,6 +8,7 @@ On CPU (gloo) wall-clock time per call. Bandwidths follow nccl-tests (Collective
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -121,6 +122,12 @@ def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: M
             backend.run(prepared, inp, out)
     torch.cuda.synchronize()
     dist.barrier(group)
+    return _summarise(event_times_us(call, iters), device, group)
+
+
+def event_times_us(call: Callable[[], None], iters: int) -> list[float]:
+    """Microseconds of each of `iters` back-to-back calls, from CUDA events around each (the
+    caller has warmed up and synchronised)."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
@@ -128,8 +135,7 @@ def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: M
         call()
         ends[i].record()
     torch.cuda.synchronize()
-    times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    return _summarise(times, device, group)
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
 
 
 def _summarise(times_us: list[float], device: torch.device, group: Any) -> Timing:

@@ -12,7 +12,7 @@ import torch
 from hiercoll.executor.cuda.one_gpu import OneGpuCluster
 from hiercoll.executor.interface import Mode
 from hiercoll.executor.torch_dtypes import torch_dtype
-from hiercoll.harness.bench import Timing, summarise_us
+from hiercoll.harness.bench import Timing, event_times_us, summarise_us
 from hiercoll.harness.inputs import device_inputs
 
 
@@ -37,12 +37,6 @@ def time_one_gpu(cluster: OneGpuCluster, mode: Mode, iters: int, warmup: int = 3
     for _ in range(warmup):
         call()
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        call()
-        ends[i].record()
-    torch.cuda.synchronize()
+    times = event_times_us(call, iters)
     cluster.check_timeouts()
-    return summarise_us([s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)])
+    return summarise_us([t / calls for t in times])
