@@ -18,7 +18,7 @@ from hiercoll.topology import Topology, load_topology
 def row_shape(m: Measurement) -> str | None:
     """The shape fingerprint of the machine a row names, if it names one we can load (a preset,
     checked against the row's own fingerprint), else None."""
-    name = getattr(m, "topology", None)
+    name = m.topology
     if not name or m.topology_fingerprint is None:
         return None
     try:
@@ -52,5 +52,5 @@ def check_rows(rows: Sequence[Measurement], topology: Topology) -> None:
         theirs = row_shape(m)
         if theirs is not None and theirs != shape:
             raise HiercollError(f"{m.source}: measured on topology {m.topology_fingerprint} "
-                                f"({getattr(m, 'topology', '?')}), whose shape differs from "
+                                f"({m.topology or '?'}), whose shape differs from "
                                 "--topology's; calibrate a topology of that machine")
