@@ -154,13 +154,27 @@ def _describe(rank: int, lo: int, hi: int, *, got: Content, want: Content,
     g = {(s, d): c for s, d, c in got}
     w = {(s, d): c for s, d, c in want or ()}
     missing = sorted(set(w) - set(g))
-    doubled = sorted(k for k in g if k in w and g[k] > w[k])
+    wrong = sorted(k for k in g if k in w and g[k] != w[k])
+    whole = all(isinstance(g[k], int) and isinstance(w[k], int) for k in wrong)
     extra = sorted(set(g) - set(w))
     parts = []
     if missing:
         parts.append(f"missing contributions of ranks {[_rank(k[0]) for k in missing[:6]]}")
-    if doubled:
-        parts.append(f"contributions of ranks {[_rank(k[0]) for k in doubled[:6]]} counted twice")
+    if wrong and whole:      # copies and sums only: a count of copies
+        doubled = [k for k in wrong if g[k] > w[k]]
+        fewer = [k for k in wrong if g[k] < w[k]]
+        if doubled:
+            times = g[doubled[0]] // w[doubled[0]] if g[doubled[0]] % w[doubled[0]] == 0 else None
+            how = "twice" if times == 2 else f"{g[doubled[0]]} times (want {w[doubled[0]]})"
+            parts.append(f"contributions of ranks {[_rank(k[0]) for k in doubled[:6]]} counted {how}")
+        if fewer:
+            parts.append(f"contributions of ranks {[_rank(k[0]) for k in fewer[:6]]} counted "
+                         f"{g[fewer[0]]} times instead of {w[fewer[0]]}")
+    elif wrong:              # a reduce's scale weighed them
+        k0 = wrong[0]
+        ratio = g[k0] / w[k0]
+        parts.append(f"contributions of ranks {[_rank(k[0]) for k in wrong[:6]]} weigh {g[k0]} "
+                     f"instead of {w[k0]} (x{float(ratio):.6g}; check the reduces' scale)")
     if extra:
         parts.append(f"unexpected contributions {[(_rank(s), d) for s, d in extra[:6]]}")
     return f"postcondition: r{rank}.output[{lo}:{hi}]: {'; '.join(parts) or 'wrong element mapping'}{by}"

@@ -1,21 +1,49 @@
-"""Symbolic execution: which input contributions every element range holds.
+"""Symbolic execution: which input contributions every element range holds, and with which weight.
 
-A content is a sorted tuple of terms (source, delta, count): element e of the region holds
-`count` copies of input element e + delta of rank `source` (source -1-r stands for rank r's
-output as it was before the call, which group_reduce accumulates into). Buffers are kept as
-sorted, non-overlapping segments, so a copy of a million elements is one segment operation.
+A content is a sorted tuple of terms (source, delta, weight): element e of the region holds
+`weight` times input element e + delta of rank `source` (source -1-r stands for rank r's output
+as it was before the call, which group_reduce accumulates into). Weights are exact rationals: an
+`int` while only copies and plain sums touched the element (a count of copies), a
+`fractions.Fraction` once a reduce's `scale` applied. A scale is read back as the rational it
+stands for (`exact_scale`: the float 1/3 is 1/3), so avg's 1/n must come out as exactly 1/n
+per contribution and a scale that is 2% off is a wrong weight, not a rounding. Buffers are kept
+as sorted, non-overlapping segments, so a copy of a million elements is one segment operation.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
-from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.collectives import CollectiveSpec, Kind, ReduceOp
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Region
 
-Term = tuple[int, int, int]
+Weight = int | Fraction
+Term = tuple[int, int, Weight]
 Content = tuple[Term, ...] | None          # None: nothing written yet (garbage)
+
+SCALE_DENOMINATOR = 1 << 24   # scales are read as rationals with denominators up to this
+
+
+def exact_scale(scale: float) -> Weight:
+    """The rational a float scale stands for: the simplest fraction (denominator <= 2^24) whose
+    float is exactly `scale` (1.0/3 -> 1/3, 1.0/16 -> 1/16, 1.02/16 -> 51/800), else the float's
+    exact binary value. Never rounds a wrong scale onto a right one: the fraction found has the
+    same float, so it is `scale`'s own value whenever a simple one exists."""
+    if scale == 1.0:
+        return 1
+    exact = Fraction(scale)
+    simple = exact.limit_denominator(SCALE_DENOMINATOR)
+    return simple if float(simple) == scale else exact
+
+
+def scaled(content: Content, by: Weight) -> Content:
+    """Every weight of `content` times `by` (terms whose weight becomes 0 contribute nothing)."""
+    if content is None or by == 1:
+        return content
+    return tuple((s, d, c * by) for s, d, c in content if c * by != 0)
 
 
 def shift(content: Content, by: int) -> Content:
@@ -29,11 +57,11 @@ def combine(parts: list[Content]) -> Content:
     written = [p for p in parts if p is not None]
     if len(written) < len(parts):
         return None
-    acc: dict[tuple[int, int], int] = {}
+    acc: dict[tuple[int, int], Weight] = {}
     for p in written:
         for s, d, c in p:
             acc[(s, d)] = acc.get((s, d), 0) + c
-    return tuple(sorted((s, d, c) for (s, d), c in acc.items()))
+    return tuple(sorted((s, d, c) for (s, d), c in acc.items() if c != 0))
 
 
 @dataclass
@@ -99,7 +127,10 @@ class SymbolicMemory:
         if op.kind == OpKind.COPY:
             pieces = self._read(op.srcs[0], d.offset)
         else:
-            sources = [self._read(s, d.offset) for s in op.srcs]
+            # dst <- [dst +] scale * (src_0 + src_1 ...): the scale weighs the sources only
+            k = exact_scale(op.scale)
+            sources = [[(a, b, scaled(c, k)) for a, b, c in self._read(s, d.offset)]
+                       for s in op.srcs]
             if op.accumulate:
                 sources.append(self._read(d, d.offset))
             pieces = _merge(sources, d.offset, d.offset + d.count)
@@ -122,16 +153,20 @@ def _merge(sources: list[list[tuple[int, int, Content]]], lo: int, hi: int) -> l
 
 
 def expected_output(spec: CollectiveSpec, rank: int) -> SegmentBuffer:
-    """What rank's output must hold by the collective's definition."""
+    """What rank's output must hold by the collective's definition: each contribution with
+    weight 1, except avg's, which weigh exactly 1/n (n ranks; for group_reduce, n sources of the
+    output split; the output's own earlier value keeps weight 1)."""
     n, w = spec.output_count(rank), spec.world_size
     buf = SegmentBuffer(n)
     k = spec.kind
-    everyone = tuple((s, 0, 1) for s in range(w))
+    avg = spec.reduce_op == ReduceOp.AVG
+    each: Weight = Fraction(1, w) if avg else 1
+    everyone = tuple((s, 0, each) for s in range(w))
     if k == Kind.ALL_REDUCE or (k == Kind.REDUCE and rank == spec.root):
         buf.contents = [everyone]
     elif k == Kind.REDUCE_SCATTER:
         off = spec.shard(rank)[0]
-        buf.contents = [tuple((s, off, 1) for s in range(w))]
+        buf.contents = [tuple((s, off, each) for s in range(w))]
     elif k == Kind.BROADCAST:
         buf.contents = [((spec.root, 0, 1),)]
     elif k == Kind.ALL_GATHER:
@@ -144,12 +179,29 @@ def expected_output(spec: CollectiveSpec, rank: int) -> SegmentBuffer:
     elif k in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
         base: Content = ((-1 - rank, 0, 1),) if k == Kind.GROUP_REDUCE else None
         buf.contents = [base]
+        weight_at = _split_weights(spec, rank) if k == Kind.GROUP_REDUCE and avg else None
         for (s, d), ps in spec.pair_streams.items():
             if d != rank:
                 continue
             for seg in ps.segments:
                 lo, hi = seg.dst_offset, seg.dst_offset + seg.count
                 cur = buf.read(lo, hi)
-                term = ((s, seg.src_offset - seg.dst_offset, 1),)
+                weight = weight_at(lo) if weight_at else 1
+                term = ((s, seg.src_offset - seg.dst_offset, weight),)
                 buf.write(lo, hi, [(a, b2, combine([c if c is not None else (), term])) for a, b2, c in cur])
     return buf
+
+
+def _split_weights(spec: CollectiveSpec, rank: int) -> Callable[[int], Weight]:
+    """group_reduce avg: offset in rank's output -> 1/(sources of the split holding it)."""
+    assert spec.splits is not None
+    starts, weights, pos = [], [], 0
+    for sp in spec.splits.ranks[rank].output:
+        starts.append(pos)
+        weights.append(Fraction(1, max(len(sp.peers), 1)))
+        pos += sp.size
+
+    def weight_at(offset: int) -> Weight:
+        # segments lie inside one split; a zero-size split shares its start with the next
+        return weights[bisect_right(starts, offset) - 1]
+    return weight_at

@@ -1,0 +1,138 @@
+"""Nothing wrong accepted (issue 15, section 1): wrong scales, wrong transports, a recipe for
+another topology or without a size, a library table of another machine, a missing tuning file."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from fractions import Fraction
+
+import pytest
+
+import hiercoll as hc
+from hiercoll.plan_file import save_plan
+from hiercoll.schedule import ExpandedOps, OpKind, Schedule
+from hiercoll.sim import check
+from hiercoll.sim.symbolic import exact_scale
+
+
+def _hc(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hiercoll", *args], capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def _topo16() -> hc.Topology:
+    return hc.load_topology("dgx-h100", nodes=2)
+
+
+def _plan(kind: str = "all_reduce", algo: str = "ring", op: str = "sum", elems: int = 16 * 64,
+          **params: int) -> tuple[Schedule, hc.Topology]:
+    topo = _topo16()
+    spec = hc.CollectiveSpec(kind=kind, world_size=topo.world_size, dtype="bf16",
+                             nbytes=2 * elems, reduce_op=op)
+    return hc.plan(topo, spec, algo, params).expand(), topo
+
+
+def _map_ops(s: Schedule, fn) -> Schedule:
+    """The schedule with every op replaced by fn(op) (see _edit in tests/test_sim_check.py)."""
+    ops = [[fn(o) for o in s.rank_ops(r)] for r in range(s.world_size)]
+    return Schedule(s.meta, ExpandedOps(tuple(map(tuple, ops)),
+                                        tuple(s.buffers(r) for r in range(s.world_size))))
+
+
+def _rescale(s: Schedule, factor: float | None = None, to: float | None = None) -> Schedule:
+    def fix(o):
+        if o.kind != OpKind.REDUCE:
+            return o
+        return dataclasses.replace(o, scale=to if to is not None else o.scale * factor)
+    return _map_ops(s, fix)
+
+
+# ---- 1. scale: symbolic weights, exact numeric pass -------------------------------------------
+def test_exact_scale_reads_the_rational_a_float_stands_for():
+    assert exact_scale(1.0) == 1 and exact_scale(1 / 3) == Fraction(1, 3)
+    assert exact_scale(1 / 16) == Fraction(1, 16) and exact_scale(1 / 4096) == Fraction(1, 4096)
+    assert exact_scale(1.02 / 16) == Fraction(51, 800)
+    assert exact_scale(1 / 3 * (1 + 2**-40)) != Fraction(1, 3)
+
+
+@pytest.mark.parametrize("op", ["sum", "avg"])
+@pytest.mark.parametrize("algo", ["ring", "hier", "two_shot"])
+def test_wrong_scale_fails_both_checks(op, algo):
+    """16-rank bf16 all-reduce, every reduce's scale x1.02: outputs ~2% off. The rounded bound
+    (~6.6% of sum|x|) let it pass 20/20 seeds; the weights and the exact pass do not."""
+    s, _ = _plan(algo=algo, op=op)
+    assert check(s).ok and hc.verify(s, trials=3, seed=0).ok
+    bad = _rescale(s, factor=1.02)
+    report = check(bad)
+    assert not report.ok
+    assert any("postcondition" in p and "check the reduces' scale" in p for p in report.problems), \
+        report.problems
+    for seed in range(5):
+        v = hc.verify(bad, trials=1, seed=seed)
+        assert not v.ok, (seed, v)
+
+
+def test_one_percent_off_in_one_reduce_is_caught():
+    s, _ = _plan(algo="ring", op="avg")
+    target = next(o for r in range(s.world_size) for o in s.rank_ops(r)
+                  if o.kind == OpKind.REDUCE and o.scale != 1.0)
+    bad = _map_ops(s, lambda o: dataclasses.replace(o, scale=o.scale * 1.01) if o is target else o)
+    assert not check(bad).ok
+    v = hc.verify(bad, trials=1, seed=3)
+    assert not v.ok and v.mismatch is not None and v.mismatch.rank == target.dst.rank
+    assert v.mismatch.exact, "the rounded pass's bound hides 1%; the exact pass must find it"
+
+
+def test_avg_that_returns_the_sum_fails_the_symbolic_check():
+    s, _ = _plan(algo="ring", op="avg")
+    as_sum = _rescale(s, to=1.0)
+    problems = check(as_sum).problems
+    assert problems and "weigh 1 instead of 1/16" in problems[0], problems
+
+
+def test_avg_plans_check_clean_with_exact_weights():
+    for kind, algo in [("all_reduce", "hier"), ("all_reduce", "hier_2d"), ("reduce_scatter", "hier"),
+                       ("reduce_scatter", "direct"), ("all_reduce", "two_shot"), ("reduce", "direct")]:
+        s, _ = _plan(kind=kind, algo=algo, op="avg")
+        report = check(s)
+        assert report.ok, (kind, algo, report.problems)
+        assert hc.verify(s, trials=2, seed=1).ok, (kind, algo)
+
+
+def test_group_reduce_avg_weighs_each_source_by_its_split():
+    topo = hc.load_topology("dgx-h100", nodes=1)
+    w = topo.world_size
+    ranks = [{"input": [{"size": 4, "peers": [(r + 1) % w]}],
+              "output": [{"size": 4, "peers": [(r - 1) % w]}]} for r in range(w)]
+    for r in (1, 2, 3):            # rank 0's second output split sums three sources
+        ranks[r]["input"].append({"size": 3, "peers": [0]})
+    ranks[0]["output"].append({"size": 3, "peers": [1, 2, 3]})
+    splits = {"ranks": ranks}
+    spec = hc.CollectiveSpec(kind="group_reduce", world_size=w, dtype="fp32", reduce_op="avg",
+                             splits=splits)
+    s = hc.plan(topo, spec, "direct", {}).expand()
+    assert check(s).ok and hc.verify(s, trials=2, seed=0).ok
+    bad = _rescale(s, factor=1.02)
+    assert not check(bad).ok and not hc.verify(bad, trials=1, seed=0).ok
+
+
+def test_verify_cli_without_reference_fails_an_avg_returning_the_sum(tmp_path):
+    s, topo = _plan(algo="ring", op="avg")
+    path = tmp_path / "as_sum.json"
+    save_plan(path, _rescale(s, to=1.0), topo)
+    proc = _hc("verify", str(path), "--max-memory", "0")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "reference executor skipped" in proc.stdout and "instead of 1/16" in proc.stdout
+    good = tmp_path / "good.json"
+    save_plan(good, s, topo)
+    assert _hc("verify", str(good), "--max-memory", "0").returncode == 0
