@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hiercoll.errors import HiercollError, ScheduleError
-from hiercoll.schedule import Schedule
+from pydantic import ValidationError
+
+from hiercoll.errors import HiercollError, ScheduleError, format_validation_error
+from hiercoll.schedule import Schedule, Transport
 from hiercoll.schedule_io import parse_expanded
 from hiercoll.topology import Topology
 from hiercoll.topology.load import topology_from_dict
@@ -42,20 +44,17 @@ def save_plan(path: str | Path, schedule: Schedule, topology: Topology, form: Fo
 
 
 def plan_from_dict(data: Any, source: str = "plan") -> Plan:
+    """A plan from its JSON. Nothing in the file is trusted that the topology decides: the
+    recorded topology fingerprint must be the embedded topology's (both forms), and every op's
+    transport tier must be the one the topology gives its ranks (expanded form; the tier drives
+    the lowering: an intra-node op marked 'inter' would go through NCCL)."""
     if not isinstance(data, dict) or "topology" not in data or "form" not in data:
         raise HiercollError(f"{source}: not a hiercoll plan (needs 'form', 'meta', 'topology'); "
                             "make one with `hiercoll plan ... -o plan.json`")
     data = dict(data)
     topology = topology_from_dict(data.pop("topology"), f"{source}: topology")
     if data["form"] == "recipe":
-        from hiercoll.collectives import CollectiveSpec
-        from hiercoll.planner import plan  # recipe files need the planner to expand
-        meta = data.get("meta") or {}
-        try:
-            spec = CollectiveSpec.model_validate(meta["spec"])
-            schedule = plan(topology, spec, meta["algorithm"], meta.get("params") or {})
-        except KeyError as exc:
-            raise HiercollError(f"{source}: meta.{exc.args[0]}: required field is missing") from None
+        schedule = _plan_recipe(data.get("meta"), topology, source)
     elif data["form"] == "expanded":
         schedule = parse_expanded(data, source)
     else:
@@ -63,7 +62,57 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
     if schedule.meta.topology_fingerprint != topology.fingerprint():
         raise ScheduleError(f"{source}: meta.topology_fingerprint does not match the embedded "
                             "topology; re-plan instead of editing the topology")
+    if data["form"] == "expanded":
+        _check_transports(schedule, topology, source)
     return Plan(schedule, topology)
+
+
+def _plan_recipe(meta: Any, topology: Topology, source: str) -> Schedule:
+    """Re-plan a recipe, after checking what the planner would otherwise silently fill in: the
+    fingerprint it was planned for, and S (a missing `nbytes` would plan a 0-byte collective;
+    group kinds take their sizes from the splits, so they need none)."""
+    from hiercoll.collectives import GROUPED, CollectiveSpec
+    from hiercoll.planner import plan  # recipe files need the planner to expand
+    if not isinstance(meta, dict):
+        raise HiercollError(f"{source}: meta: required mapping is missing (algorithm, params, "
+                            "spec, topology_fingerprint)")
+    for key in ("spec", "algorithm", "topology_fingerprint"):
+        if key not in meta:
+            raise HiercollError(f"{source}: meta.{key}: required field is missing")
+    if meta["topology_fingerprint"] != topology.fingerprint():
+        raise ScheduleError(f"{source}: meta.topology_fingerprint {meta['topology_fingerprint']!r} "
+                            f"does not match the embedded topology ({topology.fingerprint()}); "
+                            "re-plan instead of editing the topology")
+    raw = meta["spec"]
+    try:
+        spec = CollectiveSpec.model_validate(raw)
+    except ValidationError as err:
+        raise HiercollError(format_validation_error(err, f"{source}: meta.spec")) from None
+    if spec.kind not in GROUPED and "nbytes" not in raw:
+        raise HiercollError(f"{source}: meta.spec.nbytes: required field is missing (a "
+                            f"{spec.kind.value} recipe re-plans at this size; give S in bytes)")
+    return plan(topology, spec, meta["algorithm"], meta.get("params") or {})
+
+
+def _check_transports(schedule: Schedule, topology: Topology, source: str) -> None:
+    """Every op's stored tier must be the one the topology derives (planner/builder.op_transport)."""
+    from hiercoll.planner.builder import op_transport
+    for r in range(schedule.world_size):
+        for op in schedule.rank_ops(r):
+            want = op_transport(topology, op.dst, op.srcs)
+            if op.transport == want:
+                continue
+            d = op.dst.rank
+            if want == Transport.LOCAL:
+                why = f"all its regions are on rank {d}"
+            elif want == Transport.INTER:
+                s = next(x.rank for x in op.srcs if not topology.same_node(x.rank, d))
+                why = f"ranks {d} and {s} are on different nodes in this topology"
+            else:
+                s = next(x.rank for x in op.srcs if x.rank != d)
+                why = f"ranks {d} and {s} share a node in this topology"
+            raise ScheduleError(f"{source}: op {op.id}: transport '{op.transport.value}' but {why}; "
+                                "re-plan or fix the file")
 
 
 def load_plan(path: str | Path) -> Plan:

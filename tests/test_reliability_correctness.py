@@ -4,14 +4,18 @@ another topology or without a size, a library table of another machine, a missin
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import subprocess
 import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
 import hiercoll as hc
-from hiercoll.plan_file import save_plan
+from hiercoll.errors import HiercollError
+from hiercoll.plan_file import load_plan, plan_from_dict, plan_to_json, save_plan
 from hiercoll.schedule import ExpandedOps, OpKind, Schedule
 from hiercoll.sim import check
 from hiercoll.sim.symbolic import exact_scale
@@ -136,3 +140,148 @@ def test_verify_cli_without_reference_fails_an_avg_returning_the_sum(tmp_path):
     good = tmp_path / "good.json"
     save_plan(good, s, topo)
     assert _hc("verify", str(good), "--max-memory", "0").returncode == 0
+
+
+# ---- 2. transport comes from the topology -----------------------------------------------------
+def _expanded_json(tmp_path: Path, nodes: int = 2) -> tuple[dict, Path]:
+    topo = hc.load_topology("dgx-h100", nodes=nodes)
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=topo.world_size, dtype="bf16", nbytes=4096)
+    s = hc.plan(topo, spec, "hier", {}).expand()
+    return json.loads(plan_to_json(s, topo)), tmp_path / "plan.json"
+
+
+def _first_op(data: dict, transport: str) -> tuple[int, int, dict]:
+    return next((r, i, op) for r, rk in enumerate(data["ranks"]) for i, op in enumerate(rk["ops"])
+                if op["transport"] == transport)
+
+
+def test_intra_op_marked_inter_is_refused_naming_the_op(tmp_path):
+    data, path = _expanded_json(tmp_path)
+    r, i, op = _first_op(data, "intra")
+    peer = next(s[0] for s in op["srcs"] if s[0] != op["dst"][0])
+    op["transport"] = "inter"
+    path.write_text(json.dumps(data))
+    want = (f"op {r}.{i}: transport 'inter' but ranks {op['dst'][0]} and {peer} share a node in "
+            "this topology; re-plan or fix the file")
+    with pytest.raises(HiercollError, match=re.escape(want)):
+        load_plan(path)
+    line = _one_error_line(_hc("verify", str(path)))
+    assert line.endswith(want), line
+
+
+@pytest.mark.parametrize("stored,found,why", [("inter", "intra", "are on different nodes"),
+                                              ("inter", "local", "are on different nodes"),
+                                              ("intra", "inter", "share a node"),
+                                              ("local", "inter", "all its regions are on rank"),
+                                              ("intra", "local", "share a node")])
+def test_every_wrong_tier_is_refused(tmp_path, stored, found, why):
+    """`stored` is what the planner wrote (the topology's tier), `found` what the file says."""
+    data, path = _expanded_json(tmp_path)
+    *_, op = _first_op(data, stored)
+    op["transport"] = found
+    with pytest.raises(HiercollError, match=f"transport '{found}' but .*{why}"):
+        plan_from_dict(data, "plan.json")
+
+
+def test_planned_plans_load_with_their_transports(tmp_path):
+    data, path = _expanded_json(tmp_path)
+    path.write_text(json.dumps(data))
+    assert load_plan(path).schedule.num_ops > 0
+
+
+# ---- 3. recipes: fingerprint and size ---------------------------------------------------------
+def _recipe(kind: str = "all_reduce", **spec_kw) -> dict:
+    topo = hc.load_topology("dgx-h100", nodes=1)
+    spec = hc.CollectiveSpec(kind=kind, world_size=topo.world_size, dtype="bf16", **spec_kw)
+    s = hc.plan(topo, spec, "direct", {})
+    return json.loads(plan_to_json(s, topo, "recipe"))
+
+
+def test_recipe_with_another_fingerprint_is_refused(tmp_path):
+    data = _recipe(nbytes=4096)
+    assert plan_from_dict(data, "r.json").schedule.spec.nbytes == 4096
+    data["meta"]["topology_fingerprint"] = "0123456789abcdef"
+    with pytest.raises(HiercollError, match="meta.topology_fingerprint '0123456789abcdef' does not "
+                       "match the embedded topology"):
+        plan_from_dict(data, "r.json")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    assert "does not match the embedded topology" in _one_error_line(_hc("verify", str(path)))
+
+
+def test_recipe_without_a_fingerprint_is_refused():
+    data = _recipe(nbytes=4096)
+    del data["meta"]["topology_fingerprint"]
+    with pytest.raises(HiercollError, match="meta.topology_fingerprint: required field is missing"):
+        plan_from_dict(data, "r.json")
+
+
+def test_recipe_without_nbytes_is_refused(tmp_path):
+    data = _recipe(nbytes=4096)
+    del data["meta"]["spec"]["nbytes"]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(HiercollError, match="meta.spec.nbytes: required field is missing"):
+        load_plan(path)
+    assert "meta.spec.nbytes" in _one_error_line(_hc("verify", str(path)))
+
+
+def test_recipe_with_a_bad_spec_is_one_line(tmp_path):
+    data = _recipe(nbytes=4096)
+    data["meta"]["spec"]["dtype"] = "int3"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    assert "meta.spec: dtype" in _one_error_line(_hc("verify", str(path)))
+
+
+def test_group_recipe_needs_no_nbytes():
+    w = 8
+    splits = {"ranks": [{"input": [{"size": 5, "peers": [(r + 1) % w]}],
+                         "output": [{"size": 5, "peers": [(r - 1) % w]}]} for r in range(w)]}
+    data = _recipe("group_cast", splits=splits)
+    data["meta"]["spec"].pop("nbytes", None)
+    plan = plan_from_dict(data, "r.json")
+    assert plan.schedule.spec.total_bytes == 10
+
+
+# ---- 4. a library table of another machine ----------------------------------------------------
+SHIPPED_TABLE = str(Path(hc.__file__).parent / "data" / "nccl_h200x4.json")
+
+
+def test_library_table_of_another_shape_is_refused():
+    line = _one_error_line(_hc("autopick", "-t", "one-gpu-h200x4", "-c", "all_reduce", "--sizes", "4KiB",
+                               "--no-cache", "--json", "--library-table", SHIPPED_TABLE))
+    assert "--library-table" in line and "measured on h200x4" in line and "machine shape" in line
+
+
+def test_library_table_of_another_topology_file_is_refused(tmp_path):
+    table = json.loads(Path(SHIPPED_TABLE).read_text())
+    table["shape_fingerprint"] = None
+    table["topology_fingerprint"] = "0123456789abcdef"
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    line = _one_error_line(_hc("autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "4KiB",
+                               "--no-cache", "--library-table", str(path)))
+    assert "topology fingerprint 0123456789abcdef" in line
+
+
+def test_library_table_of_this_machine_is_used():
+    proc = _hc("autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "4KiB", "--no-cache",
+               "--json", "--library-table", SHIPPED_TABLE)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["library_table"]["mode"] == "eager"
+
+
+# ---- 5. --tuning must be a file ---------------------------------------------------------------
+@pytest.mark.parametrize("what", ["missing", "directory"])
+def test_plan_with_a_tuning_path_that_is_not_a_file(tmp_path, what):
+    tuning = tmp_path / ("missing.json" if what == "missing" else "")
+    line = _one_error_line(_hc("plan", "-t", "h200x4", "-c", "all_reduce", "-b", "1MiB", "-a", "auto",
+                               "--tuning", str(tuning), "-o", str(tmp_path / "p.json")))
+    assert f"--tuning {tuning}" in line
+    assert ("no such file" if what == "missing" else "is a directory") in line
+    assert not (tmp_path / "p.json").exists()
+    topo = hc.load_topology("h200x4")
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=4, nbytes=1 << 20)
+    with pytest.raises(HiercollError, match="--tuning"):
+        hc.plan(topo, spec, "auto", tuning=str(tuning))

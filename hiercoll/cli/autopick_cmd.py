@@ -80,10 +80,7 @@ def _library(choice: str, topology):
     if choice == "auto":
         return shipped_table(topology)
     table = load_library_table(choice)
-    if table.world_size != topology.world_size:
-        from hiercoll.errors import HiercollError
-        raise HiercollError(f"--library-table: measured on {table.world_size} ranks, topology "
-                            f"{topology.name} has {topology.world_size}")
+    table.refuse_unless_for(topology, "--library-table", choice)
     return table
 
 

@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_spec_args(p)
     p.add_argument("--algorithm", "-a", default="auto", help="ring, direct, two_shot, hier, ... or auto")
     p.add_argument("--param", "-p", action="append", help="algorithm parameter key=value (repeatable)")
-    p.add_argument("--tuning", default=None, help="tuning.json from `hiercoll autopick` (for auto)")
+    p.add_argument("--tuning", default=None,
+                   help="tuning.json from `hiercoll autopick` (for auto; must be an existing file)")
     p.add_argument("--form", choices=["expanded", "recipe"], default="expanded",
                    help="save every op, or only the recipe (re-planned on load)")
     p.add_argument("-o", "--output", required=True, help="plan file to write")

@@ -70,6 +70,23 @@ class LibraryTable(BaseModel):
             return self.shape_fingerprint == topology.shape_fingerprint()
         return self.topology_fingerprint in (None, topology.fingerprint())
 
+    def refuse_unless_for(self, topology: Topology, flag: str = "--library-table",
+                          path: str | None = None) -> None:
+        """A table the user named must describe this topology: one line saying why not
+        (HiercollError), rather than a table that is reported in use and silently never applies."""
+        fix = "; measure this machine (hiercoll bench --algorithms nccl) or pass --library-table none"
+        named = f" ({path})" if path else ""
+        if self.world_size != topology.world_size:
+            raise HiercollError(f"{flag}: measured on {self.world_size} ranks{named}, topology "
+                                f"{topology.name} has {topology.world_size}{fix}")
+        if not self.measured_on(topology):
+            which = (f"machine shape {self.shape_fingerprint}, this topology's is "
+                     f"{topology.shape_fingerprint()}" if self.shape_fingerprint is not None else
+                     f"topology fingerprint {self.topology_fingerprint}, this topology's is "
+                     f"{topology.fingerprint()}")
+            raise HiercollError(f"{flag}: measured on {self.topology}{named} ({which}), not on "
+                                f"{topology.name}{fix}")
+
     def predict_us(self, kind: Kind, nbytes: int) -> float:
         """Log-log interpolation between measured sizes; below the smallest, its time (the
         latency floor); above the largest, time grows with bytes at the last bandwidth."""

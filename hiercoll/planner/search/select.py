@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hiercoll.collectives import CollectiveSpec
+from hiercoll.errors import HiercollError
 from hiercoll.planner.registry import plan
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
@@ -19,11 +21,24 @@ class Chosen:
 
 def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
               params: dict[str, Any] | None = None, tuning: str | None = None) -> Chosen:
+    """`tuning`, when given, must be a file: a mistyped path is an error, not a silent search."""
+    if tuning is not None:
+        check_tuning_path(tuning)
     if algorithm != "auto":
         return Chosen(plan(topology, spec, algorithm, params), "named")
     from hiercoll.planner.search.autopick import choose  # needs the simulator
     pick = choose(topology, spec, tuning_path=tuning)
     return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source)
+
+
+def check_tuning_path(tuning: str | Path) -> None:
+    p = Path(tuning)
+    if p.is_dir():
+        raise HiercollError(f"--tuning {p}: is a directory; give the tuning.json that "
+                            "`hiercoll autopick -o` wrote")
+    if not p.is_file():
+        raise HiercollError(f"--tuning {p}: no such file; make it with `hiercoll autopick ... "
+                            "-o tuning.json` or leave --tuning out to search")
 
 
 def plan_auto(topology: Topology, spec: CollectiveSpec, algorithm: str = "auto",
