@@ -87,7 +87,8 @@ def main() -> int:
     else:
         print(f"skipped h200x4: {args.baseline} not found", flush=True)
     one_gpu = sorted(str(p) for p in (OUT / "one_gpu_h200").glob("*-w4.json"))
-    run("one_gpu_h200", one_gpu, "one-gpu-h200x4", OUT / "one_gpu_h200.calibrated.yaml", meta,
+    run("one_gpu_h200", one_gpu, "one-gpu-h200x4",
+        ROOT / "hiercoll" / "data" / "one-gpu-h200x4.calibrated.yaml", meta,
         "hiercoll's cuda backend on ONE H200, every rank a slab of one allocation "
         "(bench/gpu/one_gpu_calibration.sh, torch 2.11, triton 3.6). Graph rows fit the device; "
         "eager rows are host-bound: one Python thread launches four ranks' work and its time "

@@ -19,7 +19,7 @@ from hiercoll.files import write_atomic  # noqa: E402
 from hiercoll.topology import load_topology  # noqa: E402
 
 DIR = RESULTS / "calibration" / "timelines"
-TOPOLOGY = RESULTS / "calibration" / "one_gpu_h200.calibrated.yaml"
+TOPOLOGY = ROOT / "hiercoll" / "data" / "one-gpu-h200x4.calibrated.yaml"
 
 
 def main() -> int:

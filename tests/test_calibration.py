@@ -126,7 +126,7 @@ def test_eager_calls_take_the_longer_of_host_and_device_and_graph_calls_add() ->
 
 
 def test_shared_gpu_topology_shares_one_hbm_and_never_folds() -> None:
-    topo = hc.load_topology("one-gpu-h200x4")
+    topo = hc.load_topology("one-gpu-h200x4", uncalibrated=True)
     topo = with_values(topo, {"costs.reduce_efficiency": 0.05})     # make HBM the bottleneck
     spec = hc.CollectiveSpec(kind="all_gather", world_size=4, dtype="bf16", nbytes=64 << 20)
     shared = hc.simulate(plan(topo, spec, "direct"), topo)

@@ -74,7 +74,8 @@ def preset_names() -> list[str]:
 # Presets whose costs were fitted to measurements (`python bench/calibration.py`): the
 # calibrated topology file ships with the package and the preset takes its costs, latencies
 # and provenance; `uncalibrated=True` gives the defaults back (what a re-calibration starts from).
-CALIBRATED = {"h200x4": "h200x4.calibrated.yaml"}
+CALIBRATED = {"h200x4": "h200x4.calibrated.yaml",
+              "one-gpu-h200x4": "one-gpu-h200x4.calibrated.yaml"}
 
 
 def _calibrated(name: str) -> dict[str, Any] | None:
