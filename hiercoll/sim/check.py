@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,9 +76,12 @@ class Clocks:
         self.clock: dict[OpRef, np.ndarray] = {}
         for op in order:
             ps = preds[op.ref]
-            vc = (np.max(np.stack([self.clock[p] for p in ps]), axis=0) if ps
-                  else np.zeros(self.num_streams, dtype=np.int32))
-            vc = vc.copy()
+            if not ps:
+                vc = np.zeros(self.num_streams, dtype=np.int32)
+            elif len(ps) == 1:
+                vc = self.clock[ps[0]].copy()
+            else:
+                vc = np.maximum.reduce([self.clock[p] for p in ps])
             vc[self.stream[op.ref]] = self.pos[op.ref]
             self.clock[op.ref] = vc
 
@@ -86,38 +90,105 @@ class Clocks:
 
 
 def find_races(schedule: Schedule, order: list[Op], notes: list[str]) -> list[str]:
+    """Races, near-linear in the accesses: walk the ops in topological order keeping, per
+    (rank, buffer), an interval map from offsets to the last write and the reads since it
+    (FastTrack-style). A new access is compared only with those: if they happen before it, so
+    does everything earlier (or that earlier pair was reported already), so a schedule has a
+    race iff one is reported. Reads one that happens before a newer read supersedes are dropped,
+    so a segment keeps at most one read per stream."""
     num_ops = len(order)
     streams = len({(op.rank, op.channel) for op in order})
     if num_ops * streams > MAX_CLOCK_CELLS:
         notes.append(f"race check skipped: {num_ops} ops x {streams} streams is too large")
         return []
     clocks = Clocks(schedule, order)
-    accesses: dict[tuple[int, str], list[tuple[int, int, Op, bool]]] = {}
-    for op in order:
-        for reg in op.srcs:
-            if reg.count:
-                accesses.setdefault((reg.rank, reg.buffer), []).append(
-                    (reg.offset, reg.offset + reg.count, op, False))
-        if op.dst.count:
-            accesses.setdefault((op.dst.rank, op.dst.buffer), []).append(
-                (op.dst.offset, op.dst.offset + op.dst.count, op, True))
+    maps: dict[tuple[int, str], _AccessMap] = {}
     problems: list[str] = []
-    for (rank, buf), items in sorted(accesses.items()):
-        items.sort(key=lambda t: (t[0], t[1]))
-        active: list[tuple[int, int, Op, bool]] = []
-        for lo, hi, op, write in items:
-            active = [a for a in active if a[1] > lo]
-            for alo, ahi, aop, awrite in active:
-                if (write or awrite) and aop is not op and not clocks.before(aop.ref, op.ref) \
-                        and not clocks.before(op.ref, aop.ref):
-                    olo, ohi = max(lo, alo), min(hi, ahi)
-                    what = "write/write" if write and awrite else "read/write"
-                    problems.append(f"race ({what}) on r{rank}.{buf}[{olo}:{ohi}]: op {aop.id} "
-                                    f"and op {op.id} are not ordered by dependencies or channel order")
-                    if len(problems) >= MAX_PROBLEMS:
-                        return problems
-            active.append((lo, hi, op, write))
+    seen: set[tuple[OpRef, OpRef, int, str]] = set()
+    for op in order:
+        accesses = [(reg, False) for reg in op.srcs if reg.count]
+        if op.dst.count:
+            accesses.append((op.dst, True))
+        for reg, write in accesses:
+            key = (reg.rank, reg.buffer)
+            amap = maps.get(key)
+            if amap is None:
+                amap = maps[key] = _AccessMap()
+            lo, hi = reg.offset, reg.offset + reg.count
+            mine = _Access(op, lo, hi, write)
+            for prev in amap.conflicts(lo, hi, write):
+                if prev.op is op or clocks.before(prev.op.ref, op.ref):
+                    continue
+                pair = (prev.op.ref, op.ref, reg.rank, reg.buffer)
+                if pair in seen:
+                    continue
+                seen.add(pair)
+                olo, ohi = max(lo, prev.lo), min(hi, prev.hi)
+                what = "write/write" if write and prev.write else "read/write"
+                problems.append(f"race ({what}) on r{reg.rank}.{reg.buffer}[{olo}:{ohi}]: op "
+                                f"{prev.op.id} and op {op.id} are not ordered by dependencies "
+                                "or channel order")
+                if len(problems) >= MAX_PROBLEMS:
+                    return problems
+            amap.record(mine, clocks)
     return problems
+
+
+@dataclass(frozen=True, slots=True)
+class _Access:
+    op: Op
+    lo: int
+    hi: int
+    write: bool
+
+
+_NO_READS: tuple[_Access, ...] = ()
+
+
+class _AccessMap:
+    """Offsets of one (rank, buffer) -> (last write, reads since it), as sorted segment starts
+    (segment i covers [starts[i], starts[i + 1]), the last one runs to the end)."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = [0]
+        self.writes: list[_Access | None] = [None]
+        self.reads: list[tuple[_Access, ...]] = [_NO_READS]
+
+    def _split(self, x: int) -> int:
+        """Index of the segment that starts at x (splitting the one holding x)."""
+        i = bisect_right(self.starts, x) - 1
+        if self.starts[i] == x:
+            return i
+        self.starts.insert(i + 1, x)
+        self.writes.insert(i + 1, self.writes[i])
+        self.reads.insert(i + 1, self.reads[i])
+        return i + 1
+
+    def conflicts(self, lo: int, hi: int, write: bool) -> list[_Access]:
+        """Earlier accesses of [lo, hi) that a new access (a write if `write`) conflicts with."""
+        i = bisect_right(self.starts, lo) - 1
+        j = bisect_left(self.starts, hi)
+        out: list[_Access] = []
+        for k in range(i, j):
+            w = self.writes[k]
+            if w is not None:
+                out.append(w)
+            if write:
+                out.extend(self.reads[k])
+        return out
+
+    def record(self, acc: _Access, clocks: Clocks) -> None:
+        i = self._split(acc.lo)
+        j = self._split(acc.hi)
+        if acc.write:      # one segment: this write, no reads since
+            del self.starts[i + 1:j], self.writes[i + 1:j], self.reads[i + 1:j]
+            self.writes[i], self.reads[i] = acc, _NO_READS
+            return
+        ref = acc.op.ref
+        for k in range(i, j):
+            kept = tuple(r for r in self.reads[k]
+                         if r.op is not acc.op and not clocks.before(r.op.ref, ref))
+            self.reads[k] = (*kept, acc)
 
 
 # ---- postcondition ----------------------------------------------------------------------------
