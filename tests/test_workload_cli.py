@@ -75,3 +75,23 @@ def test_bad_workload_input_is_one_line() -> None:
         proc = _hc(*argv)
         assert proc.returncode == 2, (argv, proc.stderr)
         assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_attention_dispatch_from_a_mask_file_and_from_cu_seqlens(tmp_path: Path) -> None:
+    mask = tmp_path / "mask.yaml"
+    mask.write_text("- {q: [0, 8], k: [0, 8], type: causal}\n- {q: [8, 16], k: [0, 16], type: full}\n")
+    proc = _hc("workload", "attention", "--mask", str(mask), "--chunk-size", "2", "-t", TWO_NODES,
+               "--row-bytes", "64", "--dtype", "fp32", "--json", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    body = json.loads(proc.stdout)
+    host, remote = body["layouts"]["host_ranges"], body["layouts"]["remote_ranges"]
+    for r in range(4):      # zero redundancy: never fetch what is hosted
+        hosted = {t for a, b in host[r] for t in range(a, b)}
+        assert not hosted & {t for a, b in remote[r] for t in range(a, b)}
+    for row in body["rows"]:
+        assert hc.verify(load_plan(row["plan_file"]).schedule, trials=1).ok
+    cu = _hc("workload", "attention", "--cu-seqlens", "0,3,9,12,16", "--chunk-size", "2", "-t",
+             TWO_NODES, "--row-bytes", "64", "--dtype", "fp32", "--json")
+    assert cu.returncode == 0 and json.loads(cu.stdout)["layouts"]["imbalance"] >= 1.0
+    both = _hc("workload", "attention", "--chunk-size", "2", "-t", TWO_NODES)
+    assert both.returncode == 2 and "--mask FILE or --cu-seqlens" in both.stderr

@@ -44,6 +44,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     llama.add_argument("--full", action="store_true", help="bidirectional (default causal)")
     _common(llama)
     llama.set_defaults(func=_llama3)
+    attn = kinds.add_parser("attention", help="mask -> dispatch -> zero-redundancy group-cast")
+    attn.add_argument("--mask", default=None, help="mask file (YAML/JSON list of {q, k, type})")
+    attn.add_argument("--cu-seqlens", default=None, help="or a varlen mask from cu_seqlens")
+    attn.add_argument("--full", action="store_true", help="with --cu-seqlens: full, not causal")
+    attn.add_argument("--total-seqlen", type=int, default=None,
+                      help="with --mask: tokens in all (default: the mask's last query/key)")
+    attn.add_argument("--chunk-size", type=int, required=True)
+    attn.add_argument("--solver", default="greedy")
+    _common(attn)
+    attn.set_defaults(func=_attention)
     moe = kinds.add_parser("moe", help="MoE dispatch (group-cast) and combine (group-reduce)")
     moe.add_argument("--tokens", type=int, default=4096, help="tokens per rank")
     moe.add_argument("--topk", type=int, default=8)
@@ -216,4 +226,33 @@ def _moe(args: argparse.Namespace) -> int:
                "tokens_per_expert": lay.tokens_per_expert.tolist()}
     title = (f"MoE dispatch/combine, {args.tokens} tokens/rank, top-{args.topk} of {args.experts} "
              f"experts, {w} ranks on {topology.name} (RDMA minimum {format_size(floor)})")
+    return _report(args, topology, title, rows, layouts)
+
+
+def _attention(args: argparse.Namespace) -> int:
+    from hiercoll.topology import load_topology
+    from hiercoll.workloads import attention
+    topology = load_topology(args.topology, args.nodes)
+    w, row = topology.world_size, _row_elems(args)
+    if (args.mask is None) == (args.cu_seqlens is None):
+        raise HiercollError("attention: give --mask FILE or --cu-seqlens (one of them)")
+    if args.mask is not None:
+        mask = attention.load_mask(args.mask)
+        total = args.total_seqlen or max(max(s.q[1], s.k[1]) for s in mask)
+    else:
+        cu = _cu_seqlens(args.cu_seqlens)
+        mask, total = attention.mask_from_cu_seqlens(cu, causal=not args.full), cu[-1]
+    solved = attention.solve(mask, total, args.chunk_size, w, solver=args.solver)
+    out = _prepare_out(args)
+    dt = DType(args.dtype)
+    cast = CollectiveSpec(kind=Kind.GROUP_CAST, world_size=w, dtype=dt,
+                          splits=solved.group_cast_splits(row))
+    gather = CollectiveSpec(kind=Kind.ALL_GATHER, world_size=w, dtype=dt,
+                            nbytes=total * row * dt.itemsize)
+    rows = (_evaluate(topology, "all_gather", gather, ["ring", "hier"], out)
+            + _evaluate(topology, "group_cast", cast, ["direct", "hier"], out))
+    layouts = {"host_ranges": solved.host_ranges, "remote_ranges": solved.remote_ranges,
+               "imbalance": solved.imbalance}
+    title = (f"attention dispatch, {total} tokens, chunks of {args.chunk_size}, {w} ranks on "
+             f"{topology.name} (area imbalance {solved.imbalance:.3f})")
     return _report(args, topology, title, rows, layouts)
