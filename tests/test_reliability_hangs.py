@@ -4,11 +4,21 @@ refused before anything is built."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import re
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+import pytest
 
 import hiercoll as hc
 from hiercoll.collectives import CollectiveSpec
+from hiercoll.plan_file import save_plan
 from hiercoll.schedule import ExpandedOps, Op, OpKind, Region, Schedule, topological_order
 from tests.helpers import small_topology
 
@@ -56,3 +66,86 @@ def test_large_ring_plan_checks_in_bounded_time():
     assert report.ok, report.problems[:3]
     assert not report.notes                      # the race check ran, it was not skipped
     assert time.perf_counter() - t0 < 20
+
+
+# ---- no silent hang: a stopped gloo rank --------------------------------------------------------
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+def _env_rank(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return next((int(e[5:]) for e in env if e.startswith(b"RANK=")), None)
+
+
+def _sockets(pid: int) -> int:
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_a_stopped_gloo_rank_ends_the_job_with_one_line_naming_op_and_peer(tmp_path):
+    from tests.test_exec_cli import _topo2
+    topo = _topo2()
+    path = tmp_path / "plan.json"
+    save_plan(path, hc.plan(topo, CollectiveSpec(kind="all_reduce", world_size=2, nbytes=2 * 1001),
+                            "ring"), topo)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node=2", "-m", "hiercoll", "run", str(path), "--backend",
+                             "gloo", "--iters", "1000000000", "--timeout", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    workers: dict[int, int] = {}
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:     # both ranks joined the gloo mesh: calls under way
+            workers = {r: k for k in _children(proc.pid) if (r := _env_rank(k)) is not None}
+            if len(workers) == 2 and all(_sockets(k) >= 3 for k in workers.values()):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("the two ranks never connected")
+        time.sleep(1.0)
+        os.kill(workers[0], signal.SIGSTOP)
+        stopped = time.monotonic()
+        while _alive(workers[1]) and time.monotonic() - stopped < 60:
+            time.sleep(0.1)
+        took = time.monotonic() - stopped
+        assert not _alive(workers[1]), "rank 1 still waits a minute after rank 0 stopped"
+        assert took < 30, took
+    finally:
+        for pid in workers.values():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    ours = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(ours) == 1, err[-3000:]
+    assert re.fullmatch(r"error: rank 1: op \d+\.\d+ timed out after 3 s waiting for rank 0",
+                        ours[0]), ours
+    assert "hiercoll" not in "".join(ln for ln in err.splitlines() if "File \"" in ln)

@@ -73,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "compare --timeline`")
     p.add_argument("--one-gpu", action="store_true",
                    help="cuda: every rank in this one process on its one GPU (no torchrun)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="bound every wait on a peer (gloo: a stopped or dead rank ends the job "
+                   "with one line naming the op and the peer; default 300)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from hiercoll.harness.launch import init_from_env, shutdown
     from hiercoll.harness.prepare import prepare_for_mode
     from hiercoll.harness.stress import stress
-    launch = init_from_env(device_type(args.backend))
+    launch = init_from_env(device_type(args.backend), args.timeout)
     try:
         check_launch(target.schedule, launch.world_size, fingerprint)
         backend, prepared = prepare_for_mode(target.schedule, choice, args.mode, {})

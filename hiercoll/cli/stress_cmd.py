@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--one-gpu: stop a case after this long (the report says how many "
                    "iterations ran)")
     p.add_argument("--out", default=None, help="write all reports to this JSON file (rank 0)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="bound every wait on a peer (gloo: a stopped or dead rank ends the job "
+                   "with one line naming the op and the peer; default 300)")
     add_cuda_args(p)
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 _write_reports(args, reports)
         return _summarise(args, reports)
     from hiercoll.harness.launch import init_from_env, shutdown
-    launch = init_from_env(device_type(args.backend))
+    launch = init_from_env(device_type(args.backend), args.timeout)
     reports = []
     try:
         for case in cases:

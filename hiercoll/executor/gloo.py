@@ -6,17 +6,23 @@ owner of every source region that lives away from its op's destination sends it 
 reduce accumulated in fp32/fp64 and rounded once). Ops of one level are independent, so one batch
 per level is enough and no order of sends can deadlock. Who *issues* an op does not matter here:
 data moves from the owner of the source to the owner of the destination.
+
+Every wait is bounded by the process group's timeout (`hiercoll run/stress --timeout`): a rank
+whose peer stopped or died raises one line naming itself, the op and the peer it waits for.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from hiercoll.collectives import ReduceOp
+from hiercoll.errors import HiercollError
 from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
 from hiercoll.executor.order import levels
 from hiercoll.executor.torch_dtypes import torch_dtype
@@ -38,6 +44,7 @@ class _Send:
     region: Region
     peer: int
     tag: int
+    op_id: str = ""              # the op this source feeds (for error messages)
 
 
 @dataclass(frozen=True)
@@ -49,10 +56,14 @@ class _Step:
     local_ops: tuple[Op, ...]     # ops whose destination lives on this rank
 
 
+DEFAULT_TIMEOUT_S = 300.0     # when the process group does not say (hiercoll run's default)
+
+
 @dataclass
 class GlooPrepared(Prepared):
     group: Any = None
     steps: tuple[_Step, ...] = ()
+    timeout_s: float = DEFAULT_TIMEOUT_S
     scratch: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
@@ -80,7 +91,7 @@ def lower_for_rank(schedule: Schedule, rank: int) -> tuple[_Step, ...]:
                     continue
                 tag = _tag(ordinal, i, max_srcs)
                 if src.rank == rank:
-                    sends.append(_Send(src, owner, tag))
+                    sends.append(_Send(src, owner, tag, op.id))
                 if owner == rank:
                     recvs.append(_Recv(op, i, src.rank, tag))
             if owner == rank:
@@ -101,9 +112,15 @@ class GlooBackend:
         scratch = {name: torch.full((n,), float("nan"), dtype=dtype)
                    for name, n in schedule.buffers(rank).items() if name not in (INPUT, OUTPUT)}
         steps = lower_for_rank(schedule, rank)
-        dist.barrier(group)
+        timeout_s = group_timeout_s(group)
+        try:
+            dist.barrier(group)
+        except RuntimeError as exc:
+            raise HiercollError(f"rank {rank}: the barrier before the first call failed or timed "
+                                f"out (after at most {timeout_s:g} s) waiting for the other ranks: "
+                                f"{_first_line(exc)}") from None
         return GlooPrepared(schedule, rank, world, self.name, group=group, steps=steps,
-                            scratch=scratch)
+                            scratch=scratch, timeout_s=timeout_s)
 
     def run(self, prepared: Prepared, input: torch.Tensor, output: torch.Tensor) -> RunResult:
         assert isinstance(prepared, GlooPrepared)
@@ -115,7 +132,7 @@ class GlooBackend:
         bufs[INPUT], bufs[OUTPUT] = input, output
         group = prepared.group
         for step in prepared.steps:
-            temps = self._exchange(step, bufs, dtype, group)
+            temps = self._exchange(step, bufs, dtype, group, rank, prepared.timeout_s)
             for op in step.local_ops:
                 srcs = [temps.get((op.ref, i)) if s.rank != rank else _view(bufs, s)
                         for i, s in enumerate(op.srcs)]
@@ -124,20 +141,56 @@ class GlooBackend:
 
     @staticmethod
     def _exchange(step: _Step, bufs: dict[str, torch.Tensor], dtype: torch.dtype,
-                  group: Any) -> dict[tuple[tuple[int, int], int], torch.Tensor]:
+                  group: Any, rank: int, timeout_s: float,
+                  ) -> dict[tuple[tuple[int, int], int], torch.Tensor]:
         p2p: list[dist.P2POp] = []
+        waits: list[tuple[str, int, str]] = []        # (op id, peer, "waiting for"/"sending to")
         temps: dict[tuple[tuple[int, int], int], torch.Tensor] = {}
-        for s in step.sends:
-            p2p.append(dist.P2POp(dist.isend, _view(bufs, s.region), _global(group, s.peer),
-                                  group, s.tag))
         for r in step.recvs:
             t = torch.empty(r.op.dst.count, dtype=dtype)
             temps[(r.op.ref, r.index)] = t
             p2p.append(dist.P2POp(dist.irecv, t, _global(group, r.peer), group, r.tag))
-        if p2p:
-            for work in dist.batch_isend_irecv(p2p):
-                work.wait()
+            waits.append((r.op.id, r.peer, "waiting for"))
+        for s in step.sends:
+            p2p.append(dist.P2POp(dist.isend, _view(bufs, s.region), _global(group, s.peer),
+                                  group, s.tag))
+            waits.append((s.op_id, s.peer, "sending to"))
+        if not p2p:
+            return temps
+        deadline = time.monotonic() + timeout_s
+        try:
+            works = dist.batch_isend_irecv(p2p)
+        except RuntimeError as exc:
+            op_id, peer, what = waits[0]
+            raise HiercollError(f"rank {rank}: op {op_id} failed {what} rank {peer}: "
+                                f"{_first_line(exc)}") from None
+        for (op_id, peer, what), work in zip(waits, works):   # receives first: the usual culprit
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                done = work.wait(timedelta(seconds=left))
+            except RuntimeError as exc:
+                done = False
+                if "timed out" not in str(exc).lower() and "timeout" not in str(exc).lower():
+                    raise HiercollError(f"rank {rank}: op {op_id} failed {what} rank {peer} "
+                                        f"(it stopped or died?): {_first_line(exc)}") from None
+            if done is False:
+                raise HiercollError(f"rank {rank}: op {op_id} timed out after {timeout_s:g} s "
+                                    f"{what} rank {peer}") from None
         return temps
+
+
+def group_timeout_s(group: Any = None) -> float:
+    """The process group's collective timeout, in seconds (set by init_process_group)."""
+    try:
+        pg: Any = group if group is not None else dist.group.WORLD
+        return float(pg._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+    except (AttributeError, RuntimeError, ValueError):
+        return DEFAULT_TIMEOUT_S
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def _global(group: Any, group_rank: int) -> int:

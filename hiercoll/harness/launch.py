@@ -39,13 +39,23 @@ def set_safe_cuda_env() -> None:
         os.environ.setdefault(k, v)
 
 
-def init_from_env(device_type: str) -> Launch:
+DEFAULT_TIMEOUT_S = 300.0      # `--timeout`: torch's own default is 30 minutes
+
+
+def init_from_env(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Launch:
     """Join (or create) the default process group from torchrun's variables.
+
+    `timeout_s` bounds every collective and point-to-point wait (the gloo backend names the op
+    and the peer when one expires) and the joining itself.
 
     Without torchrun (no RANK/WORLD_SIZE) it starts a one-rank group, which only fits one-rank
     plans; check_launch then says how to launch.
     """
+    if not timeout_s > 0:
+        raise HiercollError(f"--timeout: {timeout_s} must be a positive number of seconds")
     set_safe_cuda_env()
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
 
@@ -64,10 +74,17 @@ def init_from_env(device_type: str) -> Launch:
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")
-        kwargs: dict[str, Any] = {"backend": pg_backend, "rank": rank, "world_size": world}
+        kwargs: dict[str, Any] = {"backend": pg_backend, "rank": rank, "world_size": world,
+                                  "timeout": timedelta(seconds=timeout_s)}
         if device_type == "cuda":
             kwargs["device_id"] = device
-        dist.init_process_group(**kwargs)
+        try:
+            dist.init_process_group(**kwargs)
+        except (RuntimeError, ValueError) as exc:      # DistNetworkError/DistStoreError included
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                         type(exc).__name__)
+            raise HiercollError(f"rank {rank}: joining the process group of {world} ranks failed "
+                                f"or timed out (--timeout {timeout_s:g} s): {first}") from None
     return Launch(rank, world, local_rank, device, pg_backend)
 
 
