@@ -7,7 +7,7 @@ HC := $(VENV)/bin/hiercoll
 TORCH_SPEC ?= torch==2.13.0
 OUT ?= out/demo
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean fuzz
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: $(VENV)/.installed
 	$(VENV)/bin/ruff check hiercoll tests bench
 	$(VENV)/bin/mypy hiercoll
 	$(PY) -m pytest
+
+# The long fuzz profile (tests/fuzz); figures go to bench/results/fuzz.md.
+fuzz: $(VENV)/.installed
+	$(PY) -m tests.fuzz --cases 5000 --seed 1
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -149,3 +149,23 @@ def test_a_stopped_gloo_rank_ends_the_job_with_one_line_naming_op_and_peer(tmp_p
     assert re.fullmatch(r"error: rank 1: op \d+\.\d+ timed out after 3 s waiting for rank 0",
                         ours[0]), ours
     assert "hiercoll" not in "".join(ln for ln in err.splitlines() if "File \"" in ln)
+
+
+# ---- sizes without bounds -----------------------------------------------------------------------
+def test_plans_that_cannot_fit_are_refused_in_one_line_before_building(monkeypatch):
+    from hiercoll.errors import HiercollError
+    topo = hc.load_topology("dgx-h100", nodes=1_000_000)
+    spec = CollectiveSpec(kind="all_reduce", world_size=topo.world_size, dtype="bf16",
+                          nbytes=64 << 20)
+    for algo in ("ring", "hier", "direct"):
+        t0 = time.perf_counter()
+        with pytest.raises(HiercollError, match="HIERCOLL_MAX_OPS") as err:
+            hc.plan(topo, spec, algo)
+        assert "\n" not in str(err.value) and time.perf_counter() - t0 < 1
+    small = small_topology(1, 4)
+    spec4 = CollectiveSpec(kind="all_reduce", world_size=4, dtype="fp32", nbytes=4096)
+    monkeypatch.setenv("HIERCOLL_MAX_OPS", "10")
+    with pytest.raises(HiercollError, match="above the limit of 10"):
+        hc.plan(small, spec4, "ring")
+    monkeypatch.setenv("HIERCOLL_MAX_OPS", "1000")
+    assert hc.plan(small, spec4, "ring").expand()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pydantic import ValidationError
@@ -71,12 +72,59 @@ def plan(topology: Topology, spec: CollectiveSpec, algorithm: str,
     return _plan(topology, spec, get_algorithm(algorithm), params)
 
 
+MAX_OPS_ENV = "HIERCOLL_MAX_OPS"
+DEFAULT_MAX_OPS = 200_000_000     # ~60 GB expanded; a 4096-GPU ring all-reduce is ~33 M ops
+BYTES_PER_OP = 300                # an expanded Op with its regions and deps, roughly
+
+
+def estimate_ops(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
+                 params: BaseParams) -> int:
+    """An upper-ish estimate of the plan's op count, from sizes alone (nothing is built): per
+    rank ~2 steps per peer it exchanges with (flat: every other rank; hierarchical: the ranks of
+    its node plus one per node), times chunks and channels."""
+    world = max(spec.world_size, 1)
+    chunks = max(int(getattr(params, "chunks", 1) or 1), 1)
+    channels = max(int(getattr(params, "channels", 1) or 1), 1)
+    if algo.name.startswith("hier"):
+        peers = topology.gpus_per_node + topology.num_nodes
+    else:
+        peers = world
+    return world * 2 * max(peers - 1, 1) * chunks * channels
+
+
+def max_ops() -> int:
+    raw = os.environ.get(MAX_OPS_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_OPS
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise HiercollError(f"{MAX_OPS_ENV}: {raw!r} should be a number of ops, e.g. "
+                            f"{DEFAULT_MAX_OPS}") from None
+    if value < 1:
+        raise HiercollError(f"{MAX_OPS_ENV}: {raw!r} should be >= 1")
+    return value
+
+
+def refuse_too_large(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
+                     params: BaseParams) -> None:
+    """One line, before anything is built, when the plan cannot fit (HIERCOLL_MAX_OPS)."""
+    ops, limit = estimate_ops(topology, spec, algo, params), max_ops()
+    if ops > limit:
+        gib = ops * BYTES_PER_OP / 2**30
+        raise HiercollError(f"size: {algo.name} {spec.kind.value} on {spec.world_size} ranks "
+                            f"would be about {ops:.3g} ops (~{gib:.3g} GiB expanded), above the "
+                            f"limit of {limit:.3g}; use fewer ranks/chunks/channels or a "
+                            f"hierarchical algorithm, or raise it with {MAX_OPS_ENV}=N")
+
+
 def _plan(topology: Topology, spec: CollectiveSpec, algo: Algorithm[ParamsT],
           params: dict[str, Any] | BaseParams | None) -> Schedule:
     p = parse_params(algo, params)
     if spec.world_size != topology.world_size:
         raise HiercollError(f"world size: the spec has {spec.world_size} ranks, topology "
                             f"{topology.name} has {topology.world_size}")
+    refuse_too_large(topology, spec, algo, p)
     why = algo.unsupported(topology, spec, p)
     if why:
         raise HiercollError(f"--algorithm {algo.name}: {why}")
