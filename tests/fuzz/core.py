@@ -19,7 +19,11 @@ from typing import Any
 import yaml
 
 # (exception class, message pattern): tracebacks in code that is being fixed elsewhere.
-KNOWN: list[tuple[str, str]] = []
+KNOWN: list[tuple[str, str]] = [
+    # verify/simulate on a plan file whose fields hold a dict/list where a scalar belongs
+    # (plan_file / schedule_io loading; found by `make fuzz` 2026-11-24)
+    ("TypeError", r"unhashable type: '(dict|list)'"),
+]
 # argv patterns of known hangs (counted as known, not failed): `plan -a nccl` on 10^6 nodes
 # builds/saves a library schedule of 8M ranks (the HIERCOLL_MAX_OPS bound covers op plans only).
 KNOWN_HANGS: list[str] = [r"-n 1000000 .*-a nccl"]
@@ -122,6 +126,8 @@ def run_cli(argv: list[str], case_timeout: float) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - the point: nothing may escape
         o.exc = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         o.traceback = traceback.format_exc()
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        o.exc += f" (at {Path(last.filename).name}:{last.lineno})"
         o.known = _known(type(exc).__name__, str(exc))
     o.stderr = err.getvalue()
     o.seconds = time.perf_counter() - t0
@@ -311,7 +317,12 @@ def check_accepted(argv: list[str], o: Outcome) -> None:
             return
         if sum(len(plan.schedule.rank_ops(r)) for r in range(plan.schedule.world_size)) > 20000:
             return
-        report = hc.verify(plan.schedule, trials=1)
+        try:
+            report = hc.verify(plan.schedule, trials=1)
+        except HiercollError as exc:       # too large for the reference executor: check only
+            if "reference executor would need" not in str(exc):
+                raise
+            report = hc.sim.check(plan.schedule)
     except HiercollError as exc:
         o.wrong_accepted = f"accepted plan does not load: {exc}"
         return
