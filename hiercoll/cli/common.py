@@ -57,6 +57,8 @@ def parse_kv(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+        except RecursionError:
+            raise HiercollError(f"{what}: {key}: value nested too deeply") from None
     return out
 
 

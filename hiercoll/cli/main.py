@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import sys
+from pathlib import PurePath
+from types import TracebackType
 from typing import NoReturn
 
 from hiercoll.errors import HiercollError
@@ -41,13 +45,85 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Integer flags (by argparse dest, in every command) and the least value each takes.
+INT_FLAG_MIN = {"seed": 0, "trials": 1, "iters": 1, "nodes": 1, "jobs": 1, "root": 0,
+                "tokens": 1, "topk": 1, "experts": 1, "chunk_size": 1, "total_seqlen": 1}
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Numeric flags in range: integers at least their INT_FLAG_MIN, every float finite."""
+    for dest, value in sorted(vars(args).items()):
+        flag = "--" + dest.replace("_", "-")
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and dest in INT_FLAG_MIN and value < INT_FLAG_MIN[dest]:
+            raise HiercollError(f"{flag}: {value} must be >= {INT_FLAG_MIN[dest]}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise HiercollError(f"{flag}: {value} must be a finite number")
+
+
+def _file_in_traceback(tb: TracebackType | None) -> str | None:
+    """The file a failed read was reading: the innermost frame of `Path.read_text`/`read_bytes`/
+    `open` (its `self`), else the innermost hiercoll frame with a `path`/`p` local."""
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        name, local = frame.f_code.co_name, frame.f_locals
+        if name in ("read_text", "read_bytes", "open") and isinstance(local.get("self"), PurePath):
+            return str(local["self"])
+        if frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            for var in ("path", "p", "source"):
+                if isinstance(local.get(var), (str, PurePath)):
+                    return str(local[var])
+    return None
+
+
+def _parsing(tb: TracebackType | None) -> bool:
+    """Whether the traceback went through a JSON or YAML parser (or pydantic's JSON reader)."""
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module.split(".")[0] in ("json", "yaml") or tb.tb_frame.f_code.co_name.startswith(
+                "model_validate_json"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def input_problem(exc: BaseException) -> str | None:
+    """One line for a failure reading a user's file (unreadable, not UTF-8, nested too deeply),
+    naming the file; None for anything else (a real bug keeps its traceback)."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        names = " -> ".join(os.fsdecode(f) for f in (exc.filename, exc.filename2) if f is not None)
+        why = exc.strerror or type(exc).__name__
+        return f"{names}: {why}" if names else why
+    if isinstance(exc, UnicodeDecodeError):
+        name = _file_in_traceback(exc.__traceback__)
+        return None if name is None else f"{name}: not UTF-8 text; save it as UTF-8"
+    if isinstance(exc, RecursionError) and _parsing(exc.__traceback__):
+        name = _file_in_traceback(exc.__traceback__) or "input"
+        return f"{name}: nested too deeply to read"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_numbers(args)
         return int(args.func(args) or 0)
     except HiercollError as exc:
         sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except (OSError, UnicodeDecodeError, RecursionError) as exc:
+        line = input_problem(exc)
+        if line is None:
+            raise
+        sys.stderr.write(f"error: {line}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -6,7 +6,7 @@ import argparse
 
 from hiercoll.cli.common import add_json_flag, console, enum_choices, print_json, print_table
 from hiercoll.executor.interface import Mode
-from hiercoll.files import write_atomic
+from hiercoll.files import output_target, write_atomic
 from hiercoll.plan_file import load_plan
 
 
@@ -25,12 +25,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from hiercoll.sim import simulate
     from hiercoll.sim.trace import timeline_png, trace_json
+    for path in (args.trace, args.png):
+        if path is not None:
+            output_target(path)     # a bad output path fails before the simulation, not after
     plan = load_plan(args.plan)
     res = simulate(plan.schedule, plan.topology, mode="exact" if args.exact else "auto",
                    record=args.trace is not None, call_mode=args.mode)
-    if args.trace:
+    if args.trace is not None:
         write_atomic(args.trace, trace_json(plan.schedule, res))
-    if args.png:
+    if args.png is not None:
         timeline_png(plan.schedule, res, args.png)
     if args.json:
         print_json(res.to_json() | {"costs": plan.topology.calibration_label()})
@@ -50,6 +53,6 @@ def _run(args: argparse.Namespace) -> int:
                 [[l.name + (f" (x{l.copies})" if l.copies > 1 else ""), f"{100 * l.utilization:.0f}%",
                   f"{l.bytes / 2**20:.1f}", f"{l.busy_us:.1f}"] for l in res.busiest_links(6)])
     for path in (args.trace, args.png):
-        if path:
+        if path is not None:
             console.print(f"wrote {path}")
     return 0

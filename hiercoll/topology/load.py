@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -13,20 +14,71 @@ from hiercoll.topology.model import Topology
 from hiercoll.topology.presets import _NODE_TYPES, preset
 
 
-def read_structured_file(path: Path) -> object:
-    """Parse a YAML or JSON file, turning parse errors into one line."""
+def read_text(path: Path) -> str:
+    """A user's file as UTF-8 text; unreadable or not UTF-8: one line naming the file."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
-        raise HiercollError(f"{path}: cannot read ({exc.strerror})") from None
+        raise HiercollError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HiercollError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                            f"{exc.start}); save it as UTF-8") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """yaml.SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:   # the mapping's own keys; `<<: *anchor` may be overridden
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    dup = key in seen
+                    seen.add(key)
+                except TypeError:      # an unhashable key: construct_mapping says so below
+                    continue
+                if dup:
+                    raise _DuplicateKey(f"key {key!r} appears twice", key_node.start_mark.line)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, what: str, line: int | None = None):
+        super().__init__(what)
+        self.what, self.line = what, line
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def read_structured_file(path: Path) -> object:
+    """Parse a YAML or JSON file (UTF-8, no key twice in a mapping), turning every problem into one
+    line naming the file."""
+    text = read_text(path)
+    fmt = "JSON" if path.suffix == ".json" else "YAML"
     try:
         if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return json.loads(text, object_pairs_hook=_unique_pairs)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as exc:
+        where = f" (line {exc.line + 1})" if exc.line is not None else ""
+        raise HiercollError(f"{path}: {exc.what}{where}; keep one") from None
+    except RecursionError:
+        raise HiercollError(f"{path}: not valid {fmt}: nested too deeply") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         line = getattr(exc, "lineno", None) or getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" near line {line + (0 if path.suffix == '.json' else 1)}" if line is not None else ""
-        fmt = "JSON" if path.suffix == ".json" else "YAML"
         raise HiercollError(f"{path}: not valid {fmt}{where}") from None
 
 
@@ -51,7 +103,11 @@ def load_topology(name_or_path: str | Path | Topology, nodes: int | None = None,
     if text in _NODE_TYPES:
         return preset(text, nodes, uncalibrated)
     path = Path(text)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:      # e.g. a name longer than the file system allows
+        raise HiercollError(f"--topology: {text!r}: cannot read ({exc.strerror})") from None
+    if not exists:
         raise HiercollError(f"--topology: {text!r} is neither a preset ({', '.join(sorted(_NODE_TYPES))}) "
                             "nor an existing file")
     return topology_from_dict(read_structured_file(path), str(path), nodes)

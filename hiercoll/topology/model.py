@@ -9,13 +9,17 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Hardware models: no unknown fields; strict types (an int field takes no bool, no "2", no
+    2.0; a float field takes a number, ints included, but no bool or string); floats finite (an
+    infinite latency or NaN bandwidth would make every time and bound meaningless)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Gpu(_Strict):
@@ -32,7 +36,7 @@ class IntraKind(StrEnum):
 
 
 class IntraFabric(_Strict):
-    kind: IntraKind
+    kind: Annotated[IntraKind, Strict(False)]   # the value as text ("nvswitch"), as files give it
     gbps: float = Field(gt=0, description="nvswitch/pcie: per-GPU port bandwidth per direction; "
                         "mesh: bandwidth of one link per direction")
     latency_us: float = Field(ge=0, description="one-hop latency of a transfer inside the node")
@@ -137,6 +141,13 @@ class Topology(_Strict):
     calibration: Calibration | None = Field(default=None, description="provenance of fitted "
                                             "costs (hiercoll calibrate); absent: uncalibrated")
     schema_version: Literal[1] = 1
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _version_not_bool(cls, v: object) -> object:
+        if isinstance(v, bool):      # True == 1 would pass the Literal
+            raise ValueError("should be the integer 1")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> Topology:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hiercoll.collectives import GROUPED, CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError, format_validation_error
+from hiercoll.files import write_atomic
 from hiercoll.planner.registry import plan
 from hiercoll.planner.search.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
 from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, LibraryTable, shipped_table
@@ -66,22 +67,46 @@ class Row:
 
 
 class SimCache:
-    """Simulated times on disk, one JSON file keyed by a hash of (topology, spec, candidate)."""
+    """Simulated times on disk, one JSON file keyed by a hash of (hiercoll version, simulator model
+    version, topology, spec, candidate). What it reads is checked: a file or entry of the wrong
+    shape counts as absent (a broken cache is only a slower run). `save` merges with what is on
+    disk now and replaces the file atomically, so two writers never leave it corrupt (one may lose
+    the other's new entries)."""
+
+    # Bump when the simulator's timing changes (engine, bounds, cost terms): old entries then
+    # miss instead of returning times the current model would not give.
+    MODEL_VERSION = 1
+    ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]
 
     def __init__(self, path: Path | None):
         self.path = path
-        self.data: dict[str, list[float]] = {}
-        if path is not None and path.exists():
-            try:
-                self.data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                self.data = {}   # a broken cache is only a slower run
+        self.data: dict[str, list[float]] = self._read(path) if path is not None else {}
+        self.new: dict[str, list[float]] = {}
         self.dirty = False
+
+    @classmethod
+    def _valid(cls, value: object) -> bool:
+        return (isinstance(value, list) and len(value) == cls.ENTRY_LEN
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                        for x in value))
+
+    @classmethod
+    def _read(cls, path: Path) -> dict[str, list[float]]:
+        try:
+            raw = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):   # ValueError: bad JSON or not UTF-8
+            return {}
+        if not isinstance(raw, dict):
+            return {}
+        return {k: [float(x) for x in v] for k, v in raw.items()
+                if isinstance(k, str) and cls._valid(v)}
 
     @staticmethod
     def key(topology: Topology, spec: CollectiveSpec, cand: Candidate) -> str:
-        text = json.dumps([topology.fingerprint(), spec.model_dump(mode="json"), cand.algorithm,
-                           cand.params], sort_keys=True)
+        import hiercoll  # at call time: hiercoll/__init__ imports the planner before its version
+        text = json.dumps([hiercoll.__version__, SimCache.MODEL_VERSION, topology.fingerprint(),
+                           spec.model_dump(mode="json"), cand.algorithm, cand.params],
+                          sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def get(self, key: str) -> list[float] | None:
@@ -89,13 +114,21 @@ class SimCache:
 
     def put(self, key: str, value: list[float]) -> None:
         self.data[key] = value
+        self.new[key] = value
         self.dirty = True
 
     def save(self) -> None:
+        """Merge this run's new entries into the file as it is now; a cache that cannot be
+        written is skipped (it only makes the next run slower)."""
         if self.path is None or not self.dirty:
             return
-        from hiercoll.files import write_atomic
-        write_atomic(self.path, json.dumps(self.data, sort_keys=True))
+        merged = self._read(self.path) | self.new
+        try:
+            write_atomic(self.path, json.dumps(merged, sort_keys=True))
+        except OSError:
+            return
+        self.data |= merged
+        self.dirty = False
 
 
 def default_cache_path() -> Path | None:
