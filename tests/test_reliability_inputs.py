@@ -234,6 +234,11 @@ def test_output_paths_that_are_not_files(tmp_path: Path, plan_file: Path) -> Non
     _one_line(_hc("simulate", str(plan_file), "--png", str(d)), str(d), "directory")
     _one_line(_hc("simulate", str(plan_file), "--trace", str(d)), str(d), "directory")
     _one_line(_hc("simulate", str(plan_file), "--trace", str(fifo)), str(fifo), "regular file")
+    # every command's output-file flags are checked before any work
+    _one_line(_hc("autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "4KiB:1GiB", "-o", f"{d}/"),
+              "directory")
+    _one_line(_hc("compare", str(plan_file), "-t", "h200x4", "--md", str(d)), "directory")
+    _one_line(_hc("run", str(plan_file), "--profile", str(fifo)), "regular file")
     # a path under a regular file: unwritable
     _one_line(_plan_to(str(plan_file / "x.json")), "cannot write")
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and d.is_dir() and list(d.iterdir()) == []

@@ -62,6 +62,21 @@ def check_numbers(args: argparse.Namespace) -> None:
             raise HiercollError(f"{flag}: {value} must be a finite number")
 
 
+# Flags (by argparse dest, in every command) that name one output file; checked before any work
+# (`--out` is a directory for some commands, a file for others: each command checks its own).
+OUTPUT_FILE_DESTS = ("output", "png", "trace", "md", "profile")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every output file flag names something writable as a file: not empty, not a directory,
+    not a device or FIFO (files.output_target raises an OSError naming it)."""
+    from hiercoll.files import output_target
+    for dest in OUTPUT_FILE_DESTS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str):
+            output_target(value)
+
+
 def _file_in_traceback(tb: TracebackType | None) -> str | None:
     """The file a failed read was reading: the innermost frame of `Path.read_text`/`read_bytes`/
     `open` (its `self`), else the innermost hiercoll frame with a `path`/`p` local."""
@@ -115,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_numbers(args)
+        check_outputs(args)
         return int(args.func(args) or 0)
     except HiercollError as exc:
         sys.stderr.write(f"error: {exc}\n")
