@@ -41,7 +41,8 @@ NOTE = ("Bytes are exact (from the schedules); times are simulated on uncalibrat
         "large ops: a real dispatch kernel moves every token of a (source, destination) pair in "
         "one launch, which the IR does not express yet. Read the bytes as the result and the "
         "times as a lower bound on what per-op overhead costs. The MoE layer ran with 1024 "
-        "tokens per rank: 4096 (1M ops per plan) did not finish in 20 min on 2 cores.")
+        "tokens per rank: at 4096 (about 1M ops per plan) the simulation was killed for memory "
+        "(24 GiB) after 27 min on this 2-core machine.")
 
 
 def varlen_cu_seqlens(total: int, seed: int, lo: int = 1024, hi: int = 32768) -> list[int]:
