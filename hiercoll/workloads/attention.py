@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from hiercoll.collectives import GroupSplits, RankSplits, Split, transpose
 from hiercoll.errors import HiercollError
 from hiercoll.topology.load import read_structured_file
+from hiercoll.workloads.common import divide_evenly
 
 Interval = tuple[int, int]                       # [start, stop) in global token positions
 Ranges = tuple[Interval, ...]                    # sorted, disjoint, non-adjacent
@@ -362,11 +363,9 @@ def _check_chunking(total_seqlen: int, chunk_size: int) -> int:
     """Number of chunks; refuses a sequence the chunks do not tile."""
     _positive("total_seqlen", total_seqlen)
     _positive("chunk_size", chunk_size)
-    if total_seqlen % chunk_size:
-        pad = -total_seqlen % chunk_size
-        raise HiercollError(f"total_seqlen: {total_seqlen} is not a multiple of chunk_size {chunk_size}; "
-                            f"pad the sequence by {pad} tokens to {total_seqlen + pad} or pick a divisor")
-    return total_seqlen // chunk_size
+    return divide_evenly(total_seqlen, chunk_size, lambda pad: (
+        f"total_seqlen: {total_seqlen} is not a multiple of chunk_size {chunk_size}; "
+        f"pad the sequence by {pad} tokens to {total_seqlen + pad} or pick a divisor"))
 
 
 def _chunks_of(s: MaskSlice, chunk_size: int) -> range:

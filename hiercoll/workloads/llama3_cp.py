@@ -23,6 +23,7 @@ from hiercoll.planner import applicable, plan
 from hiercoll.schedule import Schedule
 from hiercoll.sim import simulate
 from hiercoll.topology import Topology
+from hiercoll.workloads.common import divide_evenly
 
 Interval = tuple[int, int]   # [start, stop) in global token index
 
@@ -59,11 +60,9 @@ def _check_world(total: int, world_size: int) -> int:
     """Tokens per rank; refuses a length the contiguous split cannot cut evenly."""
     if world_size < 1:
         raise HiercollError(f"world_size: {world_size}; give at least 1 rank")
-    if total % world_size:
-        pad = -total % world_size
-        raise HiercollError(f"cu_seqlens: {total} tokens do not split over {world_size} ranks; pad the "
-                            f"packed batch by {pad} tokens to {total + pad}")
-    return total // world_size
+    return divide_evenly(total, world_size, lambda pad: (
+        f"cu_seqlens: {total} tokens do not split over {world_size} ranks; pad the "
+        f"packed batch by {pad} tokens to {total + pad}"))
 
 
 def _check_rank(rank: int, world_size: int) -> None:
