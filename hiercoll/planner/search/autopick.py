@@ -165,9 +165,10 @@ def _bound(topology: Topology, schedule: Schedule) -> float:
 
 def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
              only: list[str] | None = None, prune: bool = True,
-             library: LibraryTable | None = None) -> Row:
+             library: LibraryTable | None = None, library_model: bool = False) -> Row:
     """The fastest candidate for `spec`; `library`: measured library times that compete too
-    (they prune simulations like any known time)."""
+    (they prune simulations like any known time). `library_model`: also simulate NCCL's model
+    for the report where no table applies (a column only: `plan -a auto` does not pay it)."""
     planned_only = [a for a in only if a != LIBRARY] if only else None
     cands = [] if planned_only == [] else candidates(topology, spec, planned_only)
     lib_us = _library_time_us(topology, spec, library, only)
@@ -219,8 +220,8 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                flat_ring_time_us=flat, baseline_algorithm=base, simulated=simulated,
                pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored},
                library_time_us=lib_us,
-               library_model_us=None if lib_us is not None else _library_model_us(topology, spec,
-                                                                                  cache))
+               library_model_us=(_library_model_us(topology, spec, cache)
+                                 if library_model and lib_us is None else None))
 
 
 def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryTable | None,
@@ -253,7 +254,7 @@ def _pick_in_worker(job: Job) -> tuple[Row, dict[str, list[float]]]:
     topology, spec, only, known, library = job
     cache = SimCache(None)
     cache.data = dict(known)
-    row = pick_one(topology, spec, cache, only, library=library)
+    row = pick_one(topology, spec, cache, only, library=library, library_model=True)
     return row, {k: v for k, v in cache.data.items() if k not in known}
 
 
@@ -270,7 +271,7 @@ def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
     with _progress(progress, f"auto-picking {template.kind.value}", len(specs)) as advance:
         if jobs == 1:
             for i, s in enumerate(specs):
-                rows[i] = pick_one(topology, s, cache, only, library=library)
+                rows[i] = pick_one(topology, s, cache, only, library=library, library_model=True)
                 advance()
         else:
             from concurrent.futures import ProcessPoolExecutor, as_completed
