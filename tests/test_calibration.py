@@ -349,3 +349,18 @@ def test_autopick_reports_the_nccl_model_where_nothing_was_measured() -> None:
     want = hc.simulate(library_model(topo, spec), topo, mode="trusted").time_us
     assert row.library_time_us is None and row.library_model_us == pytest.approx(want)
     assert row.algorithm != "nccl"                  # a comparison, not a candidate
+
+
+def test_rows_measured_before_a_preset_was_calibrated_still_get_the_shape_check(tmp_path: Path) -> None:
+    """Bench rows carry the fingerprint of the topology they ran with; for h200x4 that was the
+    default-cost one. They must still be refused on a machine of another shape."""
+    raw = hc.load_topology("h200x4", uncalibrated=True)
+    row = {"collective": "all_reduce", "algorithm": "ring", "backend": "cuda", "mode": "eager",
+           "world_size": 4, "topology": "h200x4", "dtype": "bf16", "nbytes": 8192,
+           "p50_us": 50.0, "p90_us": 55.0, "p99_us": 60.0, "iters": 10,
+           "topology_fingerprint": raw.fingerprint()}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"rows": [row]}))
+    two_nodes = str(Path(__file__).parents[1] / "bench/gpu/topologies/h200-2node-x2.yaml")
+    proc = _hc("calibrate", str(path), "-t", two_nodes)
+    assert proc.returncode == 2 and "shape differs" in proc.stderr

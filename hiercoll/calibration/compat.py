@@ -8,6 +8,7 @@ calibrate `h200x4` and any calibrated copy of it. One-GPU rows (every rank on on
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from hiercoll.calibration.measurements import Measurement
@@ -18,18 +19,26 @@ from hiercoll.topology import Topology, load_topology
 def row_shape(m: Measurement) -> str | None:
     """The shape fingerprint of the machine a row names, if it names one we can load (a preset,
     checked against the row's own fingerprint), else None."""
-    name = m.topology
-    if not name or m.topology_fingerprint is None:
+    if not m.topology or m.topology_fingerprint is None:
         return None
-    try:
-        topo = load_topology(name)
-        if topo.world_size != m.world_size and m.world_size % topo.gpus_per_node == 0:
-            topo = load_topology(name, m.world_size // topo.gpus_per_node)   # a preset's nodes
-    except HiercollError:
-        return None
-    if topo.fingerprint() != m.topology_fingerprint:
-        return None
-    return topo.model_copy(update={"shared_gpu": m.one_gpu}).shape_fingerprint()
+    return _shape_of(m.topology, m.world_size, m.topology_fingerprint, m.one_gpu)
+
+
+@functools.cache
+def _shape_of(name: str, world_size: int, fingerprint: str, one_gpu: bool) -> str | None:
+    """Loaded once per distinct machine (a bench file's rows all name the same one). A preset
+    that ships calibrated is tried with its defaults too: rows measured before its calibration
+    carry the default-cost fingerprint."""
+    for uncalibrated in (False, True):
+        try:
+            topo = load_topology(name, uncalibrated=uncalibrated)
+            if topo.world_size != world_size and world_size % topo.gpus_per_node == 0:
+                topo = load_topology(name, world_size // topo.gpus_per_node, uncalibrated)
+        except HiercollError:
+            return None
+        if topo.fingerprint() == fingerprint:
+            return topo.model_copy(update={"shared_gpu": one_gpu}).shape_fingerprint()
+    return None
 
 
 def check_rows(rows: Sequence[Measurement], topology: Topology) -> None:

@@ -8,6 +8,7 @@ shared/measurements (380.5 GB/s of the 478 GB/s NVLink port); the NVSwitch prese
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from hiercoll.errors import HiercollError
@@ -78,7 +79,10 @@ CALIBRATED = {"h200x4": "h200x4.calibrated.yaml",
               "one-gpu-h200x4": "one-gpu-h200x4.calibrated.yaml"}
 
 
+@functools.cache
 def _calibrated(name: str) -> dict[str, Any] | None:
+    """The shipped calibration of a preset, read once per process (every load of the preset
+    asks; callers only read the result)."""
     import importlib.resources
 
     import yaml
