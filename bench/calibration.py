@@ -23,9 +23,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
 from bench.common import RESULTS, command_line, stamp  # noqa: E402
-from hiercoll.calibration.report import by_plan, markdown, plot, row_json, summary  # noqa: E402
-from hiercoll.calibration.workflow import calibrate, load_rows, result_json, write_topology  # noqa: E402
+from hiercoll.calibration.fit import geomean_error  # noqa: E402
+from hiercoll.calibration.report import by_plan, headline, markdown, plot, row_json, summary  # noqa: E402
+from hiercoll.calibration.workflow import (  # noqa: E402
+    calibrate,
+    compare,
+    load_rows,
+    result_json,
+    write_topology,
+)
 from hiercoll.files import write_atomic  # noqa: E402
 from hiercoll.topology import load_topology  # noqa: E402
 
@@ -45,16 +54,14 @@ def run(name: str, sources: list[str], topology: str, out_topology: Path, meta: 
     seconds = time.perf_counter() - t0
     write_topology(result.topology, out_topology)
     s = summary(result.rows)
+    before = _before(cases, base)
     title = f"Calibration of {topology} ({len(cases)} rows)"
     lines = [f"`{meta['command']}`  ", f"{meta['date']}, {meta['machine']}, git {meta['git_sha']}",
              "", note, "",
-             f"**held-out geomean error {s['held_out']['geomean_error']:.1%}** "
-             f"({s['held_out']['rows']} rows; >= 1 MiB {s['held_out_large']['geomean_error']:.1%}, "
-             f"< 1 MiB {s['held_out_small']['geomean_error']:.1%}"
-             + "".join(f"; {k.removeprefix('held_out_')} mode {s[k]['geomean_error']:.1%}"
-                       for k in ("held_out_graph", "held_out_eager") if k in s)
-             + f"); fit {s['fit']['geomean_error']:.1%}; worst row {s['all']['worst_error']:.1%}; "
-             f"{result.evaluations} simulations, {seconds:.0f} s",
+             f"**{headline(s)}**; {result.evaluations} simulations, {seconds:.0f} s", "",
+             f"before calibration (default costs): geomean error {before['geomean_error']:.1%}, "
+             f"predicted/measured {before['ratio_min']:.2f}-{before['ratio_max']:.2f} "
+             f"(geomean {before['ratio_geomean']:.2f})",
              "", "fitted: " + ", ".join(f"`{k}` = {v:.4g}" for k, v in result.fitted.items()),
              "", "not constrained by these rows (kept): "
              + (", ".join(f"`{k}`" for k in sorted(result.unconstrained)) or "none"),
@@ -62,13 +69,21 @@ def run(name: str, sources: list[str], topology: str, out_topology: Path, meta: 
     write_atomic(OUT / f"{name}.md", markdown(title, lines, result.rows))
     plot(result.rows, OUT / f"{name}.png", title)
     payload = {"meta": meta | {"seconds": round(seconds, 1)}, "topology": topology,
-               "sources": sources, **result_json(result),
+               "sources": sources, **result_json(result), "before_calibration": before,
                "plans": [vars(p) for p in by_plan(result.rows)],
                "rows_detail": [row_json(r) for r in result.rows]}
     write_atomic(OUT / f"{name}.json", json.dumps(payload, indent=1, sort_keys=True) + "\n")
     print(f"{name}: held out {s['held_out']['geomean_error']:.1%} "
           f"(>= 1 MiB {s['held_out_large']['geomean_error']:.1%}), {seconds:.0f} s", flush=True)
     return payload
+
+
+def _before(cases: list, base) -> dict:  # type: ignore[no-untyped-def]
+    """The same rows predicted with the uncalibrated topology: what calibration fixed."""
+    ratios = [r.ratio for r in compare(cases, base)]
+    return {"geomean_error": geomean_error(ratios), "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+            "ratio_geomean": float(np.exp(np.mean(np.log(ratios))))}
 
 
 def main() -> int:

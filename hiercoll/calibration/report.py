@@ -69,6 +69,16 @@ def summary(rows: Sequence[RowError], min_bytes: int = 1 << 20) -> dict[str, Any
             "min_bytes_large": min_bytes}
 
 
+def headline(s: dict[str, Any]) -> str:
+    """One line of a `summary`: held-out error (split by size and mode), fit, worst row."""
+    modes = "".join(f"; {k.removeprefix('held_out_')} mode {s[k]['geomean_error']:.1%}"
+                    for k in ("held_out_graph", "held_out_eager") if k in s)
+    return (f"held-out geomean error {s['held_out']['geomean_error']:.1%} "
+            f"({s['held_out']['rows']} rows; >= 1 MiB {s['held_out_large']['geomean_error']:.1%}, "
+            f"< 1 MiB {s['held_out_small']['geomean_error']:.1%}{modes}); "
+            f"fit {s['fit']['geomean_error']:.1%}; worst row {s['all']['worst_error']:.1%}")
+
+
 def markdown(title: str, lines: Sequence[str], rows: Sequence[RowError]) -> str:
     """A report a person reads: per-plan errors first, then every row."""
     out = [f"# {title}", "", *lines, "",

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ def calibrate(cases: Sequence[Case], base: Topology, holdout: float,
         worst_error=worst_error(result.ratios()))
     topo = result.topology.model_copy(update={"calibration": cal,
                                               "name": f"{base.name}-calibrated"})
-    return FitResult(topo, result.fitted, result.unconstrained, result.rows, result.evaluations)
+    return dataclasses.replace(result, topology=topo)
 
 
 def compare(cases: Sequence[Case], topology: Topology) -> list[RowError]:

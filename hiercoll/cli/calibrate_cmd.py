@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from hiercoll.calibration.params import BY_PATH
-    from hiercoll.calibration.report import markdown, plot, summary
+    from hiercoll.calibration.report import headline, markdown, plot, summary
     from hiercoll.calibration.workflow import calibrate, result_json, write_topology
     from hiercoll.errors import HiercollError
     from hiercoll.files import write_atomic
@@ -83,13 +83,7 @@ def run(args: argparse.Namespace) -> int:
     s = summary(result.rows)
     title = f"calibration of {topology.name} on {len(cases)} rows"
     lines = [f"`hiercoll calibrate {' '.join(args.measurements)} -t {args.topology}`",
-             f"fit geomean error {s['fit']['geomean_error']:.1%}, held out "
-             f"{s['held_out']['geomean_error']:.1%} ({s['held_out']['rows']} rows; >= 1 MiB "
-             f"{s['held_out_large']['geomean_error']:.1%}, smaller "
-             f"{s['held_out_small']['geomean_error']:.1%}"
-             + "".join(f"; {k.removeprefix('held_out_')} mode {s[k]['geomean_error']:.1%}"
-                       for k in ("held_out_graph", "held_out_eager") if k in s)
-             + f"), worst {s['all']['worst_error']:.1%}",
+             headline(s),
              "fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.fitted.items()),
              "not constrained by these rows (kept): " + (", ".join(sorted(result.unconstrained))
                                                          or "none")]

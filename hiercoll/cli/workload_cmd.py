@@ -190,7 +190,7 @@ def _llama3(args: argparse.Namespace) -> int:
                           splits=llama3_cp.needed_kv_group_cast(cu, w, row, causal))
     rows = (_evaluate(topology, "all_gather", gather, ["ring", "hier"], out)
             + _evaluate(topology, "group_cast", cast, ["direct", "hier"], out))
-    layouts = {"shards": [vars(s) if hasattr(s, "__dict__") else _shard(s) for s in shards]}
+    layouts = {"shards": [_shard(s) for s in shards]}
     title = (f"llama3 CP, {cu[-1]} tokens, {len(cu) - 1} documents, "
              f"{'causal' if causal else 'full'}, {w} ranks on {topology.name}")
     return _report(args, topology, title, rows, layouts)
