@@ -61,3 +61,23 @@ def test_no_candidate_is_one_line():
     with pytest.raises(HiercollError, match="no algorithm can plan all_to_all") as exc:
         pick_one(topo, spec, SimCache(None), only=["ring"])
     _one_line(exc)
+
+
+def test_cuda_only_flags_are_one_line_on_other_backends(tmp_path):
+    """--profile / --one-gpu need the cuda backend; bench --one-gpu times whole calls."""
+    import subprocess
+    import sys
+    plan = tmp_path / "p.json"
+    assert subprocess.run([sys.executable, "-m", "hiercoll", "plan", "-t", "h200x4", "-c",
+                           "all_reduce", "-b", "4KiB", "-a", "ring", "-o", str(plan)],
+                          capture_output=True, check=False).returncode == 0
+    cases = [(["run", str(plan), "--backend", "gloo", "--profile", str(tmp_path / "t.json")],
+              "need --backend cuda"),
+             (["run", str(plan), "--backend", "gloo", "--one-gpu"], "need --backend cuda"),
+             (["bench", str(plan), "--backend", "gloo", "--one-gpu"], "needs --backend cuda"),
+             (["bench", str(plan), "--one-gpu", "--zero-copy"], "drop --zero-copy")]
+    for argv, want in cases:
+        proc = subprocess.run([sys.executable, "-m", "hiercoll", *argv], capture_output=True,
+                              text=True, check=False, timeout=120)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert want in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
