@@ -34,6 +34,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim", "planner",
                    "plan_file", "executor", "kernels", "harness", "calibration", "workloads"},
     "data": set(),
+    "torch": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim", "planner",
+                     "plan_file", "executor", "kernels", "harness"},   # the communicator
 }
 FACADES = {"__init__", "__main__"}     # hiercoll/__init__.py re-exports the API; -m runs the CLI
 
