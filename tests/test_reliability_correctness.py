@@ -136,10 +136,11 @@ def test_verify_cli_without_reference_fails_an_avg_returning_the_sum(tmp_path):
     save_plan(path, _rescale(s, to=1.0), topo)
     proc = _hc("verify", str(path), "--max-memory", "0")
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
-    assert "reference executor skipped" in proc.stdout and "instead of 1/16" in proc.stdout
+    assert "reference executor SKIPPED" in proc.stderr and "instead of 1/16" in proc.stdout
     good = tmp_path / "good.json"
     save_plan(good, s, topo)
-    assert _hc("verify", str(good), "--max-memory", "0").returncode == 0
+    assert _hc("verify", str(good), "--max-memory", "0").returncode == 3   # skipped is not a pass
+    assert _hc("verify", str(good), "--max-memory", "0", "--allow-skip").returncode == 0
 
 
 # ---- 2. transport comes from the topology -----------------------------------------------------

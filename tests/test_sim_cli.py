@@ -32,5 +32,6 @@ def test_verify_large_plan_uses_static_check(tmp_path, capsys):
     main(["plan", "-t", "h200x4", "-c", "all_reduce", "-b", "64MiB", "-a", "ring", "-o", str(plan)])
     capsys.readouterr()
     assert main(["verify", str(plan), "--max-memory", "1MiB", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["ok"] and out["check"]["ok"] and out["reference"] is None and "skipped" in out["skipped"]
+    out = json.loads(capsys.readouterr().out)   # too large for 1 MiB: ran as a size-reduced copy
+    assert out["ok"] and out["check"]["ok"] and out["reference"]["reduced_by"] > 1
+    assert out["skipped"] is None

@@ -33,6 +33,7 @@ from hiercoll.collectives import (
     tolerance,
 )
 from hiercoll.errors import HiercollError, ScheduleError
+from hiercoll.executor.shrink import common_factor, shrink
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Schedule, topological_order
 
 
@@ -59,11 +60,22 @@ class VerifyReport:
     max_abs_error: float
     mismatch: Mismatch | None
     trial: int | None          # the trial (0-based) that failed
+    # > 1: the plan did not fit in memory and ran as its size-reduced copy (executor/shrink.py:
+    # every count and offset divided by this; the same check, see there)
+    reduced_by: int = 1
+
+    @property
+    def how(self) -> str:
+        """Which plan ran, in words (what every report of a verification should say)."""
+        if self.reduced_by == 1:
+            return "on the plan itself"
+        return (f"on a size-reduced copy (every count and offset / {self.reduced_by}: same ops, "
+                "same dependencies)")
 
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "trials": self.trials, "max_abs_error": self.max_abs_error,
                 "first_mismatch": str(self.mismatch) if self.mismatch else None,
-                "failed_trial": self.trial}
+                "failed_trial": self.trial, "reduced_by": self.reduced_by}
 
 
 def _execution_order(schedule: Schedule, rng: np.random.Generator) -> list[Op]:
@@ -185,14 +197,11 @@ def verify(schedule: Schedule, trials: int = 3, seed: int | None = None,
     float64 ulps (see the module doc: the rounded pass's bound is too loose to see a scale that is
     a few percent off; the exact pass is not). `max_abs_error` is the rounded pass's.
 
-    Refuses (HiercollError) a plan whose buffers would not fit in `max_memory`: the static
-    check (hiercoll.sim.check) proves large plans symbolically instead."""
+    A plan whose buffers would not fit in `max_memory` runs as its size-reduced copy
+    (`executor/shrink.py`, the report's `reduced_by`); one that has none that fits is refused
+    (HiercollError): the static check (hiercoll.sim.check) still proves it symbolically."""
     schedule.refuse_library_call("verify")
-    need = memory_needed(schedule)
-    if need > max_memory:
-        raise HiercollError(f"the reference executor would need {need / 2**30:.1f} GiB for this plan "
-                            f"(limit {max_memory / 2**30:.1f} GiB); plan the same algorithm at a smaller "
-                            "--bytes to run it on data (the static check still covers this size)")
+    schedule, reduced_by = fitting(schedule, max_memory)
     spec = schedule.spec
     rng = np.random.default_rng(seed)
     worst = 0.0
@@ -208,5 +217,23 @@ def verify(schedule: Schedule, trials: int = 3, seed: int | None = None,
             del mem
             _, bad = compare(spec, run_order(schedule, inputs, before, order, exact=True), expected)
         if bad is not None:
-            return VerifyReport(False, t + 1, worst, bad, t)
-    return VerifyReport(True, trials, worst, None, None)
+            return VerifyReport(False, t + 1, worst, bad, t, reduced_by)
+    return VerifyReport(True, trials, worst, None, None, reduced_by)
+
+
+def fitting(schedule: Schedule, max_memory: int) -> tuple[Schedule, int]:
+    """The plan, or its size-reduced copy and the factor, whichever fits in `max_memory`; no
+    copy that fits: HiercollError (one line, no CLI flag in it: the API says it too)."""
+    need = memory_needed(schedule)
+    if need <= max_memory:
+        return schedule, 1
+    factor = common_factor(schedule)
+    small = shrink(schedule, factor) if factor > 1 else None
+    if small is not None and memory_needed(small) <= max_memory:
+        return small, factor
+    why = ("no size-reduced copy fits either" if small is not None
+           else "and it has no size-reduced copy (its sizes share no factor)")
+    raise HiercollError(f"the reference executor would need {need / 2**30:.1f} GiB for this plan "
+                        f"(limit {max_memory / 2**30:.1f} GiB), {why}; plan it at a smaller size "
+                        "or raise the limit (max_memory) to run it on data (the static check "
+                        "still covers this size)")
