@@ -24,7 +24,7 @@ demo: $(VENV)/.installed
 	$(HC) plan -t dgx-h100 -n 2 -c reduce_scatter -b 64MiB -a hier -o $(OUT)/rs_hier.json
 	$(HC) verify $(OUT)/rs_hier.json
 	$(HC) simulate $(OUT)/rs_hier.json --trace $(OUT)/rs_hier.trace.json --png $(OUT)/rs_hier.png
-	$(HC) plan -t dgx-h100 -n 2 -c reduce_scatter -b 64MiB -a ring -o $(OUT)/rs_ring.json
+	$(HC) plan -t dgx-h100 -n 2 -c reduce_scatter -b 64MiB -a ring -p channels=8 -o $(OUT)/rs_ring.json
 	$(HC) simulate $(OUT)/rs_ring.json
 	$(HC) autopick -t dgx-h100 -n 2 -c all_reduce --sizes 64KiB:256MiB:4
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from enum import Enum
 from typing import Any
@@ -17,6 +18,17 @@ from hiercoll.errors import HiercollError
 
 console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
+# Output that goes to a file, a pipe or a CI log is not wrapped at rich's 80-column default (a
+# wrapped table or path cannot be grepped); tables are not stretched, only never folded.
+PIPED_WIDTH = 1000
+
+
+def wide_when_piped() -> None:
+    """Each console that does not print to a terminal gets PIPED_WIDTH columns (COLUMNS, when
+    set, still wins: the user asked for that width)."""
+    for c in (console, err_console):
+        if not c.is_terminal and not os.environ.get("COLUMNS"):
+            c.width = PIPED_WIDTH
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
@@ -34,6 +46,7 @@ def print_json(obj: Any) -> None:
 
 
 TEXT_COLUMNS = {"algorithm", "op", "link", "field", "value", "params", "runner-up", "choice", "kind",
+                "collectives", "about",
                 "size"}
 
 
@@ -60,6 +73,13 @@ def parse_kv(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
         except RecursionError:
             raise HiercollError(f"{what}: {key}: value nested too deeply") from None
     return out
+
+
+def format_params(params: dict[str, Any]) -> str:
+    """`chunks=4 node_swizzle=true`: what `-p` would take back (JSON values, as parse_kv reads
+    them), never a Python repr; unset (None) parameters are left out."""
+    return " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                    for k, v in sorted(params.items()) if v is not None)
 
 
 def enum_choices(enum: type[Enum]) -> list[str]:

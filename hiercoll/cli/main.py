@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import math
 import os
 import sys
 from pathlib import PurePath
 from types import TracebackType
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from hiercoll.cli.common import wide_when_piped
 from hiercoll.errors import HiercollError
 
 # Each module has `register(subparsers)`, which adds a parser with `func(args) -> int`.
@@ -27,10 +29,36 @@ COMMAND_MODULES = [
     "hiercoll.cli.compare_cmd",
     "hiercoll.cli.workload_cmd",
     "hiercoll.cli.transpose_cmd",
+    "hiercoll.cli.algorithms_cmd",
 ]
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help names each flag's default, except where there is none to name (None, off) or
+    the help already says it."""
+
+    @staticmethod
+    def _has_default(action: argparse.Action) -> bool:
+        return not (action.default is None or action.default is False
+                    or action.default is argparse.SUPPRESS or not action.option_strings)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if not self._has_default(action) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.help is None and self._has_default(action):   # argparse shows no help at all
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's own convention)
         sys.stderr.write(f"error: {message} (see `{self.prog} --help`)\n")
         raise SystemExit(2)
@@ -39,6 +67,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hiercoll", description="Plan, simulate, verify and run hierarchical "
                      "collectives on GPU clusters.")
+    from hiercoll import __version__
+    parser.add_argument("--version", action="version", version=f"hiercoll {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -128,6 +158,7 @@ def input_problem(exc: BaseException) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    wide_when_piped()
     try:
         check_numbers(args)
         check_outputs(args)

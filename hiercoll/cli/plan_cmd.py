@@ -7,9 +7,17 @@ import argparse
 from rich.markup import escape
 
 from hiercoll.cli.args import add_spec_args, make_spec, topology_from_args
-from hiercoll.cli.common import add_json_flag, add_topology_args, console, parse_kv, print_json
+from hiercoll.cli.common import (
+    add_json_flag,
+    add_topology_args,
+    console,
+    format_params,
+    parse_kv,
+    print_json,
+)
 from hiercoll.plan_file import save_plan
 from hiercoll.planner.search.select import plan_with
+from hiercoll.units import format_size
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +48,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(info)
     else:
-        console.print(escape(f"wrote {args.output}: {schedule.meta.algorithm} {schedule.meta.params} "
-                      f"({schedule.num_ops} ops) for {spec.kind.value} of {spec.total_bytes} B on "
-                      f"{topology.name} [{chosen.how}]"))
+        params = format_params(schedule.meta.params)
+        console.print(escape(f"wrote {args.output}: {schedule.meta.algorithm}"
+                             f"{' ' + params if params else ''} ({schedule.num_ops} ops) for "
+                             f"{spec.kind.value} of {format_size(spec.total_bytes)} on "
+                             f"{topology.name} [{chosen.how}]"))
     return 0

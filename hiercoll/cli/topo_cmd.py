@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(show)
     show.set_defaults(func=_show)
     schema = tsub.add_parser("schema", help="JSON schema of the topology file format")
+    add_json_flag(schema)
     schema.set_defaults(func=_schema)
     lst = tsub.add_parser("list", help="built-in presets")
     add_json_flag(lst)
@@ -50,7 +51,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    console.print_json(json.dumps(Topology.model_json_schema()))
+    if args.json:               # one object on one line, like every other --json
+        print_json(Topology.model_json_schema())
+    else:
+        console.print_json(json.dumps(Topology.model_json_schema()))
     return 0
 
 

@@ -53,7 +53,22 @@ def parse_params(algo: Algorithm[ParamsT], params: dict[str, Any] | BaseParams |
     try:
         return algo.Params.model_validate(params or {})
     except ValidationError as err:
+        first = err.errors()[0]
+        if first["type"] == "extra_forbidden":
+            raise HiercollError(f"--param ({algo.name}): {first['loc'][0]}: unknown field; "
+                                f"{algo.name} takes {describe_params(algo)} (see `hiercoll "
+                                "algorithms`)") from None
         raise HiercollError(format_validation_error(err, f"--param ({algo.name})")) from None
+
+
+def param_defaults(algo: Algorithm[Any]) -> dict[str, Any]:
+    """Every parameter `algo` takes, with its default (what `-p` may set)."""
+    return {name: f.default for name, f in algo.Params.model_fields.items()}
+
+
+def describe_params(algo: Algorithm[Any]) -> str:
+    """`chunks=1, channels=1, ...`: the parameters with their defaults, for one-line messages."""
+    return ", ".join(f"{k}={'(topology)' if v is None else v}" for k, v in param_defaults(algo).items())
 
 
 def applicable(topology: Topology, spec: CollectiveSpec) -> list[str]:
