@@ -1,11 +1,17 @@
-"""`hiercoll topo show|schema|list`: look at a topology before planning on it."""
+"""`hiercoll topo show|schema|list|detect`: look at a topology before planning on it, or make one
+from the machine you are on."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
 
 from hiercoll.cli.common import add_json_flag, console, print_json, print_table
+from hiercoll.errors import HiercollError
 from hiercoll.topology import Topology, load_topology, preset_names
 
 
@@ -23,6 +29,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst = tsub.add_parser("list", help="built-in presets")
     add_json_flag(lst)
     lst.set_defaults(func=_list)
+    _register_detect(tsub)
+
+
+def _register_detect(tsub: argparse._SubParsersAction) -> None:
+    d = tsub.add_parser("detect", help="topology file of this machine (NVML/nvidia-smi, sysfs NICs, "
+                        "rocm-smi); one node seen, the node count from --nodes or WORLD_SIZE")
+    d.add_argument("-o", "--output", default=None, help="topology YAML to write (default: print it)")
+    d.add_argument("--nodes", "-n", type=int, default=None,
+                   help="node count (default: WORLD_SIZE / LOCAL_WORLD_SIZE, else 1)")
+    d.add_argument("--from", dest="from_dir", default=None,
+                   help="read recorded tool outputs from this directory instead of running the tools")
+    d.add_argument("--record", default=None, help="save the raw tool outputs into this directory")
+    d.add_argument("--no-nvml", action="store_true", help="parse nvidia-smi even if pynvml is installed")
+    d.add_argument("--name", default=None, help="the topology's name")
+    for flag, typ, what in (("--hbm-gbps", float, "HBM GB/s (read+write)"), ("--num-sms", int, "SMs"),
+                            ("--intra-latency-us", float, "one-hop latency inside the node"),
+                            ("--inter-latency-us", float, "one-way latency between nodes"),
+                            ("--nic-gbps", float, "per-NIC GB/s per direction"),
+                            ("--num-nics", int, "NICs per node used by collectives"),
+                            ("--oversubscription", float, "fabric oversubscription (1 = non-blocking)")):
+        d.add_argument(flag, type=typ, default=None, help=f"{what} (no tool reports it)")
+    add_json_flag(d)
+    d.set_defaults(func=_detect)
 
 
 def summary_rows(t: Topology) -> list[list[str]]:
@@ -64,4 +93,62 @@ def _list(args: argparse.Namespace) -> int:
     else:
         for name in preset_names():
             console.print(name)
+    return 0
+
+
+def _node_count(args: argparse.Namespace) -> tuple[int, str]:
+    if args.nodes is not None:
+        return args.nodes, "--nodes"
+    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
+    if world is None or local is None:
+        return 1, "default (no --nodes, no WORLD_SIZE/LOCAL_WORLD_SIZE)"
+    try:
+        w, lw = int(world), int(local)
+    except ValueError:
+        raise HiercollError(f"WORLD_SIZE/LOCAL_WORLD_SIZE: {world!r}/{local!r} are not integers; "
+                            "give --nodes") from None
+    if lw < 1 or w < lw or w % lw:
+        raise HiercollError(f"WORLD_SIZE {w} is not a multiple of LOCAL_WORLD_SIZE {lw}; give --nodes")
+    return w // lw, f"WORLD_SIZE {w} / LOCAL_WORLD_SIZE {lw}"
+
+
+def _detect(args: argparse.Namespace) -> int:
+    from hiercoll.files import write_atomic
+    from hiercoll.topology.detect import Overrides, build, detect_live, facts_from_texts, read_recorded
+    from hiercoll.topology.detect.build import to_yaml
+    from hiercoll.topology.load import topology_from_dict
+    for flag in ("num_sms", "num_nics"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise HiercollError(f"--{flag.replace('_', '-')}: must be >= 1")
+    nodes, how = _node_count(args)
+    if args.from_dir is not None:
+        texts = read_recorded(Path(args.from_dir))
+        facts = facts_from_texts(texts, args.from_dir)
+        origin = f"recorded outputs in {args.from_dir}"
+    else:
+        facts, texts = detect_live(use_nvml=not args.no_nvml)
+        origin = f"{socket.gethostname()}, {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
+    if args.record is not None:
+        for name, text in texts.items():
+            write_atomic(Path(args.record) / name, text)
+    o = Overrides(nodes=nodes, hbm_gbps=args.hbm_gbps, num_sms=args.num_sms,
+                  intra_latency_us=args.intra_latency_us, inter_latency_us=args.inter_latency_us,
+                  nic_gbps=args.nic_gbps, num_nics=args.num_nics, oversubscription=args.oversubscription,
+                  name=args.name)
+    detected = build(facts, o)
+    topology = topology_from_dict(detected.topology, "detected topology")   # what we write loads back
+    text = to_yaml(detected, [f"made by `hiercoll topo detect` from {origin}",
+                              f"one node seen; num_nodes {nodes} from {how}",
+                              f"fingerprint {topology.fingerprint()}"])
+    if args.output:
+        write_atomic(args.output, text)
+    if args.json:
+        print_json({"topology": detected.topology, "seen": detected.seen, "assumed": detected.assumed,
+                    "fingerprint": topology.fingerprint(), "output": args.output})
+    elif args.output:
+        console.print(f"wrote {args.output} ({topology.num_nodes} x {topology.gpus_per_node} "
+                      f"{topology.gpu.name}, {topology.intra.kind.value}); assumed: "
+                      f"{len(detected.assumed)} values, listed in the file")
+    else:
+        console.print(text, end="", markup=False, highlight=False)
     return 0

@@ -82,9 +82,23 @@ def read_structured_file(path: Path) -> object:
         raise HiercollError(f"{path}: not valid {fmt}{where}") from None
 
 
+# Keys `topo show --json` adds that are derived from the rest: accepted on load so its output
+# is a topology file again; `world_size` must agree with the file, `fingerprint` is recomputed.
+DERIVED_KEYS = ("fingerprint", "world_size")
+
+
 def topology_from_dict(data: object, source: str, num_nodes: int | None = None) -> Topology:
     if not isinstance(data, dict):
         raise HiercollError(f"{source}: expected a mapping with num_nodes, gpus_per_node, gpu, intra")
+    derived = {k: data[k] for k in DERIVED_KEYS if k in data}
+    if derived:
+        data = {k: v for k, v in data.items() if k not in DERIVED_KEYS}
+    if "world_size" in derived:
+        want = data.get("num_nodes", 0), data.get("gpus_per_node", 0)
+        ws = derived["world_size"]
+        if not (type(ws) is int and all(type(x) is int for x in want) and ws == want[0] * want[1]):
+            raise HiercollError(f"{source}: world_size: {ws!r} is not num_nodes x gpus_per_node "
+                                f"({want[0]!r} x {want[1]!r}); remove it (it is derived)")
     if num_nodes is not None:
         data = dict(data) | {"num_nodes": num_nodes}
     try:
