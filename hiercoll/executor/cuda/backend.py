@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,7 +38,7 @@ from hiercoll.kernels.abi import ERR_WORDS, F_NWAIT, ROW_WORDS
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
 
 if TYPE_CHECKING:
-    from hiercoll.kernels.program import KernelState
+    from hiercoll.kernels.program import BoundLaunch, KernelState
 
 SPINS_PER_MS = 1000      # rough: one acquire poll of a local slot takes about a microsecond
 
@@ -64,13 +64,16 @@ class CudaPrepared(Prepared):
     net_views: dict[int, torch.Tensor]        # id(Send/Recv) -> view
     spin_limit: int
     reduce_op: str
+    bound: dict[int, BoundLaunch] = field(default_factory=dict)   # id(KernelLaunch) -> launch
+    copy_channels: frozenset[int] = frozenset()   # channels with copy-engine copies
+    group: Any = None                         # the process group (None: WORLD)
 
-    @property
+    @functools.cached_property
     def input_view(self) -> torch.Tensor:
         """The symmetric input: write here directly to skip the copy-in."""
         return self._view(INPUT)
 
-    @property
+    @functools.cached_property
     def output_view(self) -> torch.Tensor:
         return self._view(OUTPUT)
 
@@ -87,21 +90,29 @@ class CudaBackend:
     def __init__(self, **options: Any) -> None:
         self.options = CudaOptions(**options)
 
-    def prepare(self, schedule: Schedule, group: Any = None) -> CudaPrepared:
-        if group is not None and group != dist.group.WORLD:
-            raise HiercollError("cuda backend: runs on the default (WORLD) process group; a "
-                                "subgroup rendezvous hangs later ones in torch 2.11")
-        world = dist.get_world_size()
+    def prepare(self, schedule: Schedule, group: Any = None,
+                buffers: BufferSource | None = None) -> CudaPrepared:
+        """Collective over `group` (WORLD or a subgroup; ranks are the group's). `buffers`:
+        where the data and signal arrays come from (hiercoll.torch's pool); default: two new
+        symmetric allocations, kept for the life of the process. Signals handed in must be
+        zero (slots count up from 0 with the plan's epoch)."""
+        if group is not None and group == dist.group.WORLD:
+            group = None
+        world = dist.get_world_size(group)
         check_launch(schedule, world)
-        rank = dist.get_rank()
+        rank = dist.get_rank(group)
         device = torch.device("cuda", torch.cuda.current_device())
         program = lower(schedule, rank, self.options)
         dtype = torch_dtype(schedule.spec.dtype)
-        data = allocate(program.layout.total, dtype, device, group)
-        signals = allocate(program.num_slots, torch.int32, device, group)
+        if buffers is None:
+            data: SymmetricBuffer = allocate(program.layout.total, dtype, device, group)
+            signals: SymmetricBuffer = allocate(program.num_slots, torch.int32, device, group)
+        else:
+            data, signals = buffers(program.layout.total, dtype, program.num_slots)
         prepared = build_prepared(schedule, program, data, signals, world, self.options, device)
+        prepared.group = group
         torch.cuda.synchronize()
-        dist.barrier()
+        dist.barrier(group)
         return prepared
 
     def run(self, prepared: Prepared, input: torch.Tensor, output: torch.Tensor) -> RunResult:
@@ -120,11 +131,13 @@ class CudaBackend:
         with torch.cuda.stream(net):
             for item in prepared.program.net:
                 if isinstance(item, KernelLaunch):
-                    _kernel(prepared, item)
+                    _kernel(prepared, item, net)
                 elif isinstance(item, SendLaunch):
-                    _wait(dist.isend(prepared.net_views[id(item)], item.peer))
+                    _wait(dist.isend(prepared.net_views[id(item)],
+                                     _global_rank(prepared.group, item.peer), prepared.group))
                 elif isinstance(item, RecvLaunch):
-                    _wait(dist.irecv(prepared.net_views[id(item)], item.peer))
+                    _wait(dist.irecv(prepared.net_views[id(item)],
+                                     _global_rank(prepared.group, item.peer), prepared.group))
         main.wait_stream(net)
 
 
@@ -154,6 +167,11 @@ class LaunchTimer:
                 for label, ch, b, e in self.spans]
 
 
+def _global_rank(group: Any, group_rank: int) -> int:
+    """send/recv name peers by global rank; plans name them by rank in the group."""
+    return group_rank if group is None else dist.get_global_rank(group, group_rank)
+
+
 def _wait(work: Any) -> None:
     """A point-to-point request: torch returns None where there was nothing to wait for."""
     if work is not None:
@@ -161,6 +179,8 @@ def _wait(work: Any) -> None:
 
 
 NetHook = Callable[[CudaPrepared, torch.cuda.Stream], None]
+# (data elements, data dtype, signal slots) -> (data, signals): a caller-owned allocation
+BufferSource = Callable[[int, torch.dtype, int], tuple[SymmetricBuffer, SymmetricBuffer]]
 
 
 def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuffer,
@@ -168,7 +188,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
                    device: torch.device) -> CudaPrepared:
     """Everything after the allocations: the row table on the device, streams, copy-engine views,
     net views, and the kernels compiled (so no rank sits in the JIT while its peers spin)."""
-    from hiercoll.kernels.program import KernelState, warm_up
+    from hiercoll.kernels.program import KernelState, bind_launch, warm_up
     rank = program.rank
     dtype = torch_dtype(schedule.spec.dtype)
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -202,9 +222,28 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         net_stream=torch.cuda.Stream(device=device) if program.net else None,
         net_views=net_views,
         spin_limit=int(math.ceil(options.debug_timeout_ms * SPINS_PER_MS)),
-        reduce_op=schedule.spec.reduce_op.value)
-    warm_up(kernel, prepared.reduce_op)
+        reduce_op=schedule.spec.reduce_op.value,
+        copy_channels=frozenset(ch for ch, items in program.streams.items()
+                                if any(isinstance(x, CopyLaunch) for x in items)))
+    compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit)
+    for launch, bump, fused in _kernel_launches(program):
+        bound = bind_launch(kernel, table.launches[id(launch)], compiled,
+                            reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
+                            bump_epoch=bump, fused=fused)
+        if bound is not None:
+            prepared.bound[id(launch)] = bound
     return prepared
+
+
+def _kernel_launches(program: RankProgram) -> list[tuple[KernelLaunch, bool, bool]]:
+    """Every kernel launch of a call, with how `enqueue` launches it (bump_epoch, fused)."""
+    if program.fused:
+        return [(fused_launch(program), False, True)]
+    out = [(x, False, False) for items in (*program.streams.values(), program.net)
+           for x in items if isinstance(x, KernelLaunch)]
+    if program.start_barrier is not None:
+        out.append((program.start_barrier, True, False))
+    return [*out, (program.end_barrier, False, False)]
 
 
 def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
@@ -230,16 +269,16 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
             prepared.kernel.epoch.add_(1)
         elif step == CallStep.START_BARRIER:
             assert p.start_barrier is not None
-            _kernel(prepared, p.start_barrier, bump_epoch=True, timer=timer)
+            _kernel(prepared, p.start_barrier, main, bump_epoch=True, timer=timer)
         elif step == CallStep.FUSED:
-            _kernel(prepared, fused_launch(p), fused=True, timer=timer)
+            _kernel(prepared, fused_launch(p), main, fused=True, timer=timer)
         elif step == CallStep.FORK:
             _fork(prepared, main, net, timer)
         elif step == CallStep.JOIN:
             for stream in prepared.streams.values():
                 main.wait_stream(stream)
         elif step == CallStep.END_BARRIER:
-            _kernel(prepared, p.end_barrier, timer=timer)
+            _kernel(prepared, p.end_barrier, main, timer=timer)
         elif step == CallStep.COPY_OUT:
             if output.data_ptr() != sym_out.data_ptr() and output.numel():
                 output.copy_(sym_out)
@@ -252,10 +291,15 @@ def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
     for ch, items in prepared.program.streams.items():
         stream = prepared.streams[ch]
         stream.wait_stream(main)
-        with torch.cuda.stream(stream):
+        if timer is None and ch not in prepared.copy_channels:
+            for item in items:        # launches name their stream: no stream switch
+                assert isinstance(item, KernelLaunch)
+                _kernel(prepared, item, stream, channel=ch)
+            continue
+        with torch.cuda.stream(stream):   # copies and timer events go to the current stream
             for item in items:
                 if isinstance(item, KernelLaunch):
-                    _kernel(prepared, item, timer=timer, channel=ch)
+                    _kernel(prepared, item, stream, timer=timer, channel=ch)
                 elif isinstance(item, CopyLaunch):
                     copy = functools.partial(_copy, prepared.copies[id(item)])
                     if timer is None:
@@ -273,14 +317,24 @@ def _copy(c: _Copy) -> None:
     c.dst.copy_(c.src, non_blocking=True)
 
 
-def _kernel(prepared: CudaPrepared, launch: KernelLaunch, bump_epoch: bool = False,
-            fused: bool = False, timer: LaunchTimer | None = None, channel: int = -1) -> None:
+def _kernel(prepared: CudaPrepared, launch: KernelLaunch, stream: torch.cuda.Stream,
+            bump_epoch: bool = False, fused: bool = False, timer: LaunchTimer | None = None,
+            channel: int = -1) -> None:
+    """Launch on `stream`: bound (one call of Triton's launcher, `kernels.program.BoundLaunch`)
+    where `build_prepared` bound it, else through the JIT, which launches on the current stream
+    (callers without a bound launch run under `torch.cuda.stream(stream)`)."""
     from hiercoll.kernels.program import launch_rows
 
+    bound = prepared.bound.get(id(launch))
+
     def go() -> None:
-        launch_rows(prepared.kernel, prepared.table.launches[id(launch)],
-                    reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
-                    bump_epoch=bump_epoch, fused=fused)
+        if bound is not None:
+            bound(stream.cuda_stream)
+        else:
+            with torch.cuda.stream(stream):
+                launch_rows(prepared.kernel, prepared.table.launches[id(launch)],
+                            reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
+                            bump_epoch=bump_epoch, fused=fused)
     if timer is None:
         go()
     else:

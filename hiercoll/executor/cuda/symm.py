@@ -49,8 +49,15 @@ class SymmetricTensor:
         return self.handle.get_buffer(rank, (count,), self.tensor.dtype, offset)
 
 
-def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any) -> SymmetricTensor:
-    """Collective over `group`: call in the same order on every rank, and never free mid-run."""
+def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any,
+             keep_alive: bool = True) -> SymmetricTensor:
+    """Collective over `group` (WORLD or a subgroup): call in the same order on every rank, and
+    never free mid-run. `keep_alive=False`: the caller owns the memory (hiercoll.torch's pool
+    holds it until its collective close()).
+
+    Subgroups: torch (2.11; pytorch #196082) numbers rendezvous per process, not per group, so
+    every rank of the world must make the same number of rendezvous over its life (one
+    communicator per TP group on every rank, used alike), or a later rendezvous hangs."""
     import torch.distributed._symmetric_memory as symm_mem
     tensor = symm_mem.empty(numel, dtype=dtype, device=device)
     tensor.zero_()
@@ -58,11 +65,46 @@ def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any) -
     assert pg is not None, "allocate: needs an initialised process group"
     name = pg.group_name
     handle = symm_mem.rendezvous(tensor, group=name)
-    _KEEP_ALIVE.append((tensor, handle))
+    if keep_alive:
+        _KEEP_ALIVE.append((tensor, handle))
     if int(getattr(handle, "multicast_ptr", 0) or 0) != 0:
         raise HiercollError("symmetric memory: a multicast object was created; set "
                             "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 (NVLS must stay off here)")
     return SymmetricTensor(tensor, handle, [int(p) for p in handle.buffer_ptrs])
+
+
+@dataclass
+class SymmetricView:
+    """`numel` elements of `dtype` at `byte_offset` of a byte (uint8) symmetric allocation: what
+    a pool hands each prepared plan, so plans of every size and dtype share one allocation.
+    `byte_offset` must be a multiple of the dtype's size (pools align to 256 bytes)."""
+
+    parent: SymmetricTensor
+    byte_offset: int
+    numel: int
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        isz = torch.empty((), dtype=self.dtype).element_size()
+        if self.byte_offset % isz:
+            raise HiercollError(f"symmetric view: byte offset {self.byte_offset} is not a "
+                                f"multiple of {self.dtype}'s {isz} bytes")
+        self._itemsize = isz
+        raw = self.parent.tensor.view(torch.uint8)
+        self._tensor = raw[self.byte_offset:self.byte_offset + self.numel * isz].view(self.dtype)
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        return self._tensor
+
+    @property
+    def base_ptrs(self) -> list[int]:
+        return [p + self.byte_offset for p in self.parent.base_ptrs]
+
+    def peer_view(self, rank: int, offset: int, count: int) -> torch.Tensor:
+        # get_buffer's storage offset counts elements of the dtype asked for
+        return self.parent.handle.get_buffer(rank, (count,), self.dtype,
+                                             self.byte_offset // self._itemsize + offset)
 
 
 def deltas(alloc: SymmetricBuffer, rank: int, itemsize: int) -> list[int]:
