@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
 
 from hiercoll.errors import HiercollError, ScheduleError, format_validation_error
 from hiercoll.schedule import Schedule, Transport
@@ -67,6 +67,23 @@ def plan_from_dict(data: Any, source: str = "plan") -> Plan:
     return Plan(schedule, topology)
 
 
+class _RecipeMeta(BaseModel):
+    """A recipe's meta, typed before anything is looked up with it (an `algorithm` that is a
+    list once reached the registry's dict as a TypeError). `spec` stays a mapping here: it is
+    validated on its own below, so a missing `nbytes` is told apart from a defaulted one."""
+    model_config = ConfigDict(extra="forbid")
+    algorithm: StrictStr
+    params: dict[StrictStr, Any] | None = None
+    spec: dict[StrictStr, Any]
+    topology_fingerprint: StrictStr
+    schema_version: Literal[1] = 1
+    symmetry_period: StrictInt | None = None
+
+
+class _Recipe(BaseModel):
+    meta: _RecipeMeta
+
+
 def _plan_recipe(meta: Any, topology: Topology, source: str) -> Schedule:
     """Re-plan a recipe, after checking what the planner would otherwise silently fill in: the
     fingerprint it was planned for, and S (a missing `nbytes` would plan a 0-byte collective;
@@ -76,22 +93,22 @@ def _plan_recipe(meta: Any, topology: Topology, source: str) -> Schedule:
     if not isinstance(meta, dict):
         raise HiercollError(f"{source}: meta: required mapping is missing (algorithm, params, "
                             "spec, topology_fingerprint)")
-    for key in ("spec", "algorithm", "topology_fingerprint"):
-        if key not in meta:
-            raise HiercollError(f"{source}: meta.{key}: required field is missing")
-    if meta["topology_fingerprint"] != topology.fingerprint():
-        raise ScheduleError(f"{source}: meta.topology_fingerprint {meta['topology_fingerprint']!r} "
+    try:
+        recipe = _Recipe.model_validate({"meta": meta}).meta
+    except ValidationError as err:
+        raise HiercollError(format_validation_error(err, source)) from None
+    if recipe.topology_fingerprint != topology.fingerprint():
+        raise ScheduleError(f"{source}: meta.topology_fingerprint {recipe.topology_fingerprint!r} "
                             f"does not match the embedded topology ({topology.fingerprint()}); "
                             "re-plan instead of editing the topology")
-    raw = meta["spec"]
     try:
-        spec = CollectiveSpec.model_validate(raw)
+        spec = CollectiveSpec.model_validate(recipe.spec)
     except ValidationError as err:
         raise HiercollError(format_validation_error(err, f"{source}: meta.spec")) from None
-    if spec.kind not in GROUPED and "nbytes" not in raw:
+    if spec.kind not in GROUPED and "nbytes" not in recipe.spec:
         raise HiercollError(f"{source}: meta.spec.nbytes: required field is missing (a "
                             f"{spec.kind.value} recipe re-plans at this size; give S in bytes)")
-    return plan(topology, spec, meta["algorithm"], meta.get("params") or {})
+    return plan(topology, spec, recipe.algorithm, recipe.params or {})
 
 
 def _check_transports(schedule: Schedule, topology: Topology, source: str) -> None:

@@ -75,9 +75,13 @@ class ModeCosts(_Strict):
 
     call_us: float = Field(default=0.0, ge=0, description="per call (us): eager, the host's "
                            "launch work for the call; graph, the replay's cost before its work")
-    issue_us: float = Field(default=0.0, ge=0, description="eager: host time per op launched "
-                            "(us); ranks that share a host thread (shared_gpu) add up. 0 in "
-                            "graph mode")
+    issue_us: float = Field(default=0.0, ge=0, description="eager: host time per kernel launch "
+                            "(us): consecutive SM ops of one channel share a launch, as the cuda "
+                            "backend lowers them; ranks that share a host thread (shared_gpu) add "
+                            "up. 0 in graph mode")
+    ce_issue_us: float = Field(default=0.0, ge=0, description="eager: host time per copy-engine "
+                               "op (us): its fence launch, the copy, its signal launch. 0 in "
+                               "graph mode")
 
 
 class Costs(_Strict):
@@ -87,6 +91,9 @@ class Costs(_Strict):
 
     launch_us: float = Field(default=2.0, ge=0, description="per op on the device: kernel or row "
                              "start, signal wait round trip (us)")
+    ce_launch_us: float | None = Field(default=None, ge=0, description="per copy-engine op on "
+                                       "the device (us): its fence kernel, the copy's start, its "
+                                       "signal kernel; None: launch_us")
     reduce_efficiency: float = Field(default=0.8, gt=0, le=1.0,
                                      description="fraction of HBM bandwidth copies and reduces "
                                      "reach (their HBM reads and writes share it)")
@@ -109,8 +116,18 @@ class Costs(_Strict):
     def for_mode(self, mode: str) -> ModeCosts:
         """The per-call costs of `mode` (eager or graph; graph ops are never host-issued)."""
         if mode == "graph":
-            return ModeCosts(call_us=self.graph.call_us, issue_us=0.0)
+            return ModeCosts(call_us=self.graph.call_us)
         return self.eager
+
+    def op_launch_us(self, on_copy_engine: bool) -> float:
+        """Device time before an op's bytes move: a row start, or a copy-engine op's fences."""
+        if on_copy_engine and self.ce_launch_us is not None:
+            return self.ce_launch_us
+        return self.launch_us
+
+    def min_launch_us(self) -> float:
+        """The least any op pays before its bytes move (for lower bounds)."""
+        return min(self.launch_us, self.op_launch_us(True))
 
 
 class Calibration(BaseModel):
@@ -126,6 +143,13 @@ class Calibration(BaseModel):
     fit_geomean_error: float | None = None
     holdout_geomean_error: float | None = None
     worst_error: float | None = None
+
+
+# The most ranks a topology may have: 2^20, several times the largest GPU clusters (~10^5 GPUs).
+# Plans, plan files and simulations grow at least linearly with the ranks (a library call's plan
+# holds each rank's buffers), so 10^6 nodes of 8 GPUs would run for minutes and take GBs before
+# failing; refused when the topology is made instead.
+MAX_WORLD_SIZE = 1 << 20
 
 
 class Topology(_Strict):
@@ -151,6 +175,10 @@ class Topology(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Topology:
+        if self.world_size > MAX_WORLD_SIZE:
+            raise ValueError(f"num_nodes x gpus_per_node: {self.num_nodes} x {self.gpus_per_node}"
+                             f" = {self.world_size} ranks, above the {MAX_WORLD_SIZE} hiercoll "
+                             "plans for; use fewer nodes or GPUs per node")
         if self.num_nodes > 1 and self.inter is None:
             raise ValueError("inter: a topology with num_nodes > 1 needs an 'inter' section "
                              "(num_nics, nic_gbps, latency_us)")
@@ -237,6 +265,9 @@ class Topology(_Strict):
         if not self.shared_gpu:
             data.pop("shared_gpu")      # files from before the field hash as they always did
         costs = data["costs"]
+        for mode in ("eager", "graph"):
+            if costs[mode].get("ce_issue_us") == 0.0:
+                costs[mode].pop("ce_issue_us")   # added later: files hash as they did
         for key, default in _COST_DEFAULTS.items():
             if costs.get(key) == default:
                 costs.pop(key)          # likewise for cost terms left at their defaults
@@ -264,7 +295,7 @@ class Topology(_Strict):
 
 
 _COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0, "sm_op_gbps": None,
-                  "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20,
+                  "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20, "ce_launch_us": None,
                   "eager": {"call_us": 0.0, "issue_us": 0.0},
                   "graph": {"call_us": 0.0, "issue_us": 0.0}}
 

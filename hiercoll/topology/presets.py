@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from hiercoll.errors import HiercollError
+from pydantic import ValidationError
+
+from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.topology.model import Topology
 
 NVLINK_EFFICIENCY = 380.5 / 478.0   # measured ring_put / nominal port on H200 (shared/measurements)
@@ -114,4 +116,7 @@ def preset(name: str, num_nodes: int | None = None, uncalibrated: bool = False) 
     if fitted is not None:
         spec |= {"costs": fitted["costs"], "calibration": fitted["calibration"],
                  "intra": spec["intra"] | {"latency_us": fitted["intra_latency_us"]}}
-    return Topology.model_validate(spec | {"name": label, "num_nodes": nodes})
+    try:
+        return Topology.model_validate(spec | {"name": label, "num_nodes": nodes})
+    except ValidationError as err:       # e.g. more ranks than MAX_WORLD_SIZE
+        raise HiercollError(format_validation_error(err, "--nodes")) from None

@@ -18,15 +18,12 @@ from typing import Any
 
 import yaml
 
-# (exception class, message pattern): tracebacks in code that is being fixed elsewhere.
-KNOWN: list[tuple[str, str]] = [
-    # verify/simulate on a plan file whose fields hold a dict/list where a scalar belongs
-    # (plan_file / schedule_io loading; found by `make fuzz` 2026-11-24)
-    ("TypeError", r"unhashable type: '(dict|list)'"),
-]
-# argv patterns of known hangs (counted as known, not failed): `plan -a nccl` on 10^6 nodes
-# builds/saves a library schedule of 8M ranks (the HIERCOLL_MAX_OPS bound covers op plans only).
-KNOWN_HANGS: list[str] = [r"-n 1000000 .*-a nccl"]
+# (exception class, message pattern): tracebacks found in code being fixed elsewhere, counted and
+# reported, not failed. Empty: the plan-file TypeErrors (2026-11-24) are fixed at the loader
+# (plan_file._RecipeMeta), the `-a nccl -n 1000000` hang by the topology's rank limit.
+KNOWN: list[tuple[str, str]] = []
+# argv patterns of known hangs (counted as known, not failed). Empty, as KNOWN.
+KNOWN_HANGS: list[str] = []
 
 KINDS = ["reduce_scatter", "all_gather", "all_reduce", "all_to_all", "broadcast", "reduce",
          "group_cast", "group_reduce"]

@@ -290,14 +290,16 @@ def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
 
 @contextmanager
 def _progress(show: bool, title: str, total: int) -> Iterator[Callable[[], None]]:
-    """A rich progress bar on stderr (sizes done), or a no-op."""
-    if not show:
+    """A rich progress bar on stderr (sizes done), or a no-op. Only on a terminal: elsewhere
+    the transient bar leaves a blank line in stderr, and an error after it is no longer one line."""
+    from rich.console import Console
+    # its own stderr console, configured as the CLI's (the planner does not import the CLI)
+    console = Console(stderr=True, highlight=False)
+    if not show or not console.is_terminal:
         yield lambda: None
         return
-    from rich.console import Console
     from rich.progress import Progress
-    # its own stderr console, configured as the CLI's (the planner does not import the CLI)
-    with Progress(console=Console(stderr=True, highlight=False), transient=True) as bar:
+    with Progress(console=console, transient=True) as bar:
         task = bar.add_task(title, total=total)
         yield lambda: bar.advance(task)
 
