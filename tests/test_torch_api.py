@@ -40,11 +40,11 @@ def _same_on_every_rank(t: Any, group: Any) -> bool:
 def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str) -> None:
     """Every collective of `comm` vs torch's own on `group`, bf16 (and fp32 max)."""
     import torch.distributed as dist
-    w = comm.world_size
+    w, dev = comm.world_size, comm.device
     g = torch.Generator().manual_seed(int(torch.randint(0, 1 << 30, ()).item()) + rank)
 
     def rnd(*shape: int, dtype: Any = torch.bfloat16) -> Any:
-        return torch.randn(*shape, generator=g).to(dtype)
+        return torch.randn(*shape, generator=g).to(dtype).to(dev)
 
     def check(name: str, fn: Callable[[], bool]) -> None:
         try:
@@ -75,7 +75,7 @@ def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str
 
     def reduce_scatter() -> bool:
         x = rnd(w * 129)
-        mine, ref = torch.empty(129, dtype=torch.bfloat16), torch.empty(129, dtype=torch.bfloat16)
+        mine, ref = torch.empty(129, dtype=torch.bfloat16, device=dev), torch.empty_like(x[:129])
         comm.reduce_scatter_tensor(mine, x)
         full = x.float().clone()
         dist.all_reduce(full, group=group)
@@ -84,7 +84,7 @@ def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str
 
     def all_gather() -> bool:
         x = rnd(2, 50)
-        mine = torch.empty(w * 2, 50, dtype=torch.bfloat16)
+        mine = torch.empty(w * 2, 50, dtype=torch.bfloat16, device=dev)
         ref = torch.empty_like(mine)
         comm.all_gather_into_tensor(mine, x)
         dist.all_gather_into_tensor(ref, x, group=group)
@@ -100,12 +100,12 @@ def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str
     def all_to_all_uneven() -> bool:
         me = dist.get_rank(group)
         sends = [(me + d) % 3 + 1 for d in range(w)]          # rows to each destination
-        counts = torch.tensor(sends)
+        counts = torch.tensor(sends, device=dev)
         every = [torch.empty_like(counts) for _ in range(w)]
         dist.all_gather(every, counts, group=group)
         recvs = [int(every[s][me]) for s in range(w)]
         x = rnd(sum(sends), 5)
-        mine = torch.empty(sum(recvs), 5, dtype=torch.bfloat16)
+        mine = torch.empty(sum(recvs), 5, dtype=torch.bfloat16, device=dev)
         ref = torch.empty_like(mine)
         comm.all_to_all_single(mine, x, recvs, sends)
         dist.all_to_all_single(ref, x, recvs, sends, group=group)
@@ -129,7 +129,7 @@ def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str
         splits = {"ranks": ranks}
         x = rnd(w * size)
         out_n = size * w * (w if me == 0 else 1)
-        got = torch.zeros(out_n, dtype=torch.bfloat16)
+        got = torch.zeros(out_n, dtype=torch.bfloat16, device=dev)
         comm.group_cast(got, x, splits)
         every = [torch.empty_like(x) for _ in range(w)]
         dist.all_gather(every, x, group=group)
@@ -142,9 +142,9 @@ def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str
         base = rnd(w * size, dtype=torch.float32)
         acc = base.clone()
         comm.group_reduce(acc, got.float(), back)
-        padded = torch.zeros(size * w * w)
+        padded = torch.zeros(size * w * w, device=dev)
         padded[:out_n] = got.float()
-        held = [torch.zeros(size * w * w) for _ in range(w)]
+        held = [torch.zeros(size * w * w, device=dev) for _ in range(w)]
         dist.all_gather(held, padded, group=group)
         want_acc = base.clone()
         for d in range(w):
@@ -156,11 +156,11 @@ def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str
     def fused_norm() -> bool:
         from hiercoll.torch.reference import unfused_add_rms_norm
         x = rnd(4, 64)
-        shared = torch.randint(0, 1 << 30, (1,))          # residual and weight are replicated
+        shared = torch.randint(0, 1 << 30, (1,), device=dev)          # residual and weight are replicated
         dist.broadcast(shared, dist.get_global_rank(group, 0) if group else 0, group=group)
         gs = torch.Generator().manual_seed(int(shared))
-        residual = torch.randn(4, 64, generator=gs).bfloat16()
-        weight = torch.randn(64, generator=gs).bfloat16()
+        residual = torch.randn(4, 64, generator=gs).bfloat16().to(dev)
+        weight = torch.randn(64, generator=gs).bfloat16().to(dev)
         normed, new_res = comm.fused_add_rms_norm(x, residual, weight, 1e-6)
         every = [torch.empty_like(x) for _ in range(w)]
         dist.all_gather(every, x, group=group)
@@ -348,9 +348,75 @@ def test_a_topology_of_another_size_is_refused_in_one_line(w2: list[dict[str, An
         assert "\n" not in file_msg + preset_msg
 
 
+# ---- GPUs (the lead runs these; skipped on CPU) ----------------------------------------------
+def _gpu_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    from hiercoll.harness.launch import set_safe_cuda_env
+    set_safe_cuda_env()
+    import torch.distributed as dist
+
+    from hiercoll.torch import Communicator
+    os.environ["HIERCOLL_NO_CACHE"] = "1"
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world, device_id=dev)
+    out: dict[str, Any] = {}
+    try:
+        with Communicator() as comm:
+            _collectives(comm, None, rank, out, "world")
+            out["algorithms"] = sorted({v["algorithm"] for v in comm.stats()["plans"].values()})
+        with Communicator(algorithm="direct") as comm:     # the cuda backend, not the library
+            x = torch.randn(3000, device=dev).bfloat16()
+            comm.all_reduce(x.clone())                     # prepares the plan (warm-up)
+            static = x.clone()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                comm.all_reduce(static)
+            fresh = torch.randn(3000, device=dev).bfloat16()
+            static.copy_(fresh)
+            graph.replay()
+            ref = fresh.float().clone()
+            dist.all_reduce(ref)
+            torch.cuda.synchronize()
+            out["graph"] = _close(static, ref.bfloat16(), torch.bfloat16)
+            comm.all_reduce(torch.randn(1 << 20, device=dev).bfloat16())
+            big = comm.stats()
+            comm.all_reduce(torch.randn(5000, device=dev).bfloat16())
+            small = comm.stats()
+            out["pool"] = [big["pool_allocations"], small["pool_allocations"],
+                           big["pool_bytes"], small["pool_bytes"]]
+            work = comm.all_reduce(fresh.clone(), async_op=True)
+            assert work is not None
+            work.wait()
+            torch.cuda.synchronize()
+            out["async"] = work.is_completed()
+        if world == 4:
+            tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+            with Communicator(group=tps[rank // 2]) as sub:
+                _collectives(sub, tps[rank // 2], rank, out, "tp")
+    except Exception:       # noqa: BLE001
+        out["crash"] = traceback.format_exc()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 @pytest.mark.gpu
-def test_gpu_collectives_match_nccl() -> None:
-    """On one GPU machine: see tests/gpu_torch_api.py (run under torchrun by the lead)."""
+def test_gpu_communicator_on_every_visible_gpu() -> None:
+    """World = min(4, GPUs): every collective against NCCL, a captured and replayed all-reduce,
+    the pool reused for a smaller size, an async handle; with 4 GPUs also two TP subgroups.
+    With one GPU it is a world of one (the cuda backend's path, symmetric memory, graphs)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA GPUs")
-    pytest.skip("multi-process GPU checks run under torchrun: tests/gpu_torch_api.py")
+    import torch.multiprocessing as mp
+    world = min(4, torch.cuda.device_count())
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_gpu_worker, args=(world, os.path.join(tmp, "init"), tmp), nprocs=world,
+                 join=True)
+        ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+    assert _failures(ranks, "world") == []
+    if world == 4:
+        assert _failures(ranks, "tp") == []
+    for r in ranks:
+        assert r["graph"] is True and r["async"] is True
+        assert r["pool"][0] == r["pool"][1] and r["pool"][2] == r["pool"][3]
