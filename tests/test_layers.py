@@ -31,8 +31,9 @@ ALLOWED: dict[str, set[str]] = {
     "workloads": BASE | {"collectives", "schedule", "topology", "sim", "planner"},
     "harness": BASE | {"collectives", "schedule", "topology", "planner", "plan_file", "executor",
                        "kernels"},
+    "export": BASE | {"collectives", "schedule", "topology", "sim", "planner", "plan_file"},
     "cli": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim", "planner",
-                   "plan_file", "executor", "kernels", "harness", "calibration", "workloads"},
+                   "plan_file", "executor", "kernels", "harness", "calibration", "workloads", "export"},
     "data": set(),
     "torch": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim", "planner",
                      "plan_file", "executor", "kernels", "harness"},   # the communicator

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "hiercoll.cli.compare_cmd",
     "hiercoll.cli.workload_cmd",
     "hiercoll.cli.transpose_cmd",
+    "hiercoll.cli.export_cmd",
     "hiercoll.cli.algorithms_cmd",
 ]
 

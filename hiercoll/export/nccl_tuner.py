@@ -1,0 +1,134 @@
+"""tuning.json -> the CSV config NCCL's example tuner plugin reads (nccl/ext-tuner/example).
+
+One line per size range where hiercoll's pick is something NCCL itself can run:
+
+    collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks
+
+(`numPipeOps` and `regBuff`, the optional 9th and 10th columns, are left out: any value matches).
+hiercoll's `ring` is NCCL's ring with one ring per channel, so a `ring` pick becomes
+`ring,simple,<channels>`; the protocol is `simple` because hiercoll's simulator models bulk
+copies, not LL/LL128. Every other pick (hier, two_shot, direct, ..., or `nccl`: the library's
+own choice measured fastest) gets a comment line instead, saying what hiercoll would run there:
+NCCL keeps its own choice for those sizes.
+
+Sizes: tuning.json's ranges are nccl-tests' S, which is what NCCL passes the tuner as nBytes
+(count x type size, times the ranks for all-gather and reduce-scatter). The plugin reads lines
+with fgets into a 256-byte buffer, so every line written here is kept shorter than that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hiercoll.collectives import Kind
+from hiercoll.errors import HiercollError
+from hiercoll.planner.search.autopick import TuningFile, TuningTable
+from hiercoll.schedule import LIBRARY_ALGORITHM
+
+# hiercoll collective -> the plugin's collective_type names (parseCollType in plugin.c)
+COLLECTIVES = {Kind.ALL_REDUCE: "allreduce", Kind.ALL_GATHER: "allgather",
+               Kind.REDUCE_SCATTER: "reducescatter", Kind.BROADCAST: "broadcast", Kind.REDUCE: "reduce"}
+ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PROTOCOLS = ("ll", "ll128", "simple")
+MAX_LINE = 255          # the plugin's fgets buffer is 256 bytes, its NUL included
+NCCL_RUNNABLE = {"ring"}
+
+
+@dataclass(frozen=True)
+class TunerLine:
+    collective: str
+    min_bytes: int
+    max_bytes: int
+    algorithm: str
+    protocol: str
+    channels: int
+    nodes: int
+    ranks: int
+
+    def csv(self) -> str:
+        return (f"{self.collective},{self.min_bytes},{self.max_bytes},{self.algorithm},"
+                f"{self.protocol},{self.channels},{self.nodes},{self.ranks}")
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if not isinstance(v, bool) and v is not None)
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE - 3] + "..."
+
+
+def table_lines(table: TuningTable, nodes: int, ranks: int) -> list[str]:
+    """The config lines (and comments) for one tuning table."""
+    coll = COLLECTIVES.get(table.collective)
+    head = f"# {table.collective.value} {table.dtype} on {table.topology} (fingerprint {table.topology_fingerprint})"
+    if coll is None:
+        return [_clip(head), f"# {table.collective.value}: the tuner plugin has no such collective; nothing written"]
+    out = [_clip(head)]
+    for e in table.entries:
+        if e.algorithm in NCCL_RUNNABLE:
+            channels = int(e.params.get("channels", 1))
+            out.append(TunerLine(coll, e.min_bytes, e.max_bytes, "ring", "simple", channels, nodes, ranks).csv())
+        elif e.algorithm == LIBRARY_ALGORITHM:
+            out.append(f"# {e.min_bytes}-{e.max_bytes}: NCCL's own choice (measured fastest); no override")
+        else:
+            out.append(_clip(f"# {e.min_bytes}-{e.max_bytes}: hiercoll would run {e.algorithm}"
+                             f"({_params_text(e.params)}); NCCL keeps its own choice"))
+    return out
+
+
+def select_tables(tuning: TuningFile, fingerprint: str | None, dtype: str | None, source: str) -> list[TuningTable]:
+    """The tables to export: of one topology (`fingerprint`, or the file's only one) and one dtype
+    per collective (the plugin cannot tell dtypes apart)."""
+    tables = [t for t in tuning.tables if fingerprint is None or t.topology_fingerprint == fingerprint]
+    if not tables:
+        have = sorted({f"{t.topology} ({t.topology_fingerprint})" for t in tuning.tables})
+        raise HiercollError(f"{source}: no tuning table for this topology"
+                            + (f" (fingerprint {fingerprint}); the file has {', '.join(have)}" if have else
+                               "; it has no tables: make one with `hiercoll autopick -o`"))
+    prints = sorted({t.topology_fingerprint for t in tables})
+    if len(prints) > 1:
+        raise HiercollError(f"{source}: tables for {len(prints)} topologies; give -t/--nodes to pick one "
+                            "(the tuner config matches node and rank counts)")
+    if dtype is not None:
+        tables = [t for t in tables if t.dtype == dtype]
+        if not tables:
+            raise HiercollError(f"--dtype: {source} has no {dtype} table for this topology")
+    kinds = [t.collective for t in tables]
+    dup = sorted({k.value for k in kinds if kinds.count(k) > 1})
+    if dup:
+        raise HiercollError(f"--dtype: {source} has tables of several dtypes for {', '.join(dup)}; "
+                            "NCCL's tuner cannot tell dtypes apart: pick one with --dtype")
+    return tables
+
+
+def render(tables: list[TuningTable], nodes: int, ranks: int, source: str) -> str:
+    any_size = nodes < 0
+    lines = ["# NCCL tuner config written by `hiercoll export nccl-tuner` from " + source,
+             "# format: collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
+             "# load: NCCL_TUNER_PLUGIN=<path to libnccl-tuner-example.so> "
+             "NCCL_TUNER_CONFIG_FILE=<this file> (see docs/export.md)",
+             ("# nNodes/nRanks -1: matches a communicator of any size (no -t given)" if any_size else
+              f"# for communicators of {nodes} node(s) and {ranks} ranks")]
+    for t in tables:
+        lines += table_lines(t, nodes, ranks)
+    return "\n".join(_clip(x) for x in lines) + "\n"
+
+
+def parse_tuner_config(text: str) -> list[TunerLine]:
+    """Read a config back as the plugin does (comments and empty lines skipped, 8-10 fields),
+    refusing names the plugin does not know (it would silently fall back to its defaults)."""
+    out = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if len(raw) > MAX_LINE:
+            raise HiercollError(f"line {n}: {len(raw)} characters; the plugin reads at most {MAX_LINE}")
+        if not raw or raw.startswith("#"):
+            continue
+        f = [x.strip() for x in raw.split(",")]
+        if not 8 <= len(f) <= 10:
+            raise HiercollError(f"line {n}: {len(f)} fields; the plugin wants 8 to 10")
+        if f[0] not in COLLECTIVES.values() or f[3] not in ALGORITHMS or f[4] not in PROTOCOLS:
+            raise HiercollError(f"line {n}: unknown collective/algorithm/protocol {f[0]}/{f[3]}/{f[4]}")
+        out.append(TunerLine(f[0], int(f[1]), int(f[2]), f[3], f[4], int(f[5]), int(f[6]), int(f[7])))
+    return out
