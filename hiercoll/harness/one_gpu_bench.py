@@ -15,13 +15,19 @@ from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.harness.bench import Timing, event_times_us, summarise_us
 from hiercoll.harness.inputs import device_inputs
 
+GRAPH_BYTES = 64 << 20   # a graph holds calls up to about this many bytes in all
+
 
 def time_one_gpu(cluster: OneGpuCluster, mode: Mode, iters: int, warmup: int = 3,
-                 calls_per_graph: int = 20) -> Timing:
+                 calls_per_graph: int | None = None) -> Timing:
     """Per-call percentiles: eager, CUDA events around each host-launched call of every rank;
     graph, each rank's graph holds `calls_per_graph` calls and a replay's time is divided by it
-    (so the host's launch cost stays out, as in a captured training step)."""
+    (so the host's launch cost stays out, as in a captured training step). Default: 20 calls,
+    fewer from 4 MiB up (one at 64 MiB and more: a replay's launch is then well under 1 % of
+    it, and 20 calls of 256 MiB would only spend device time)."""
     spec, dev = cluster.schedule.spec, cluster.device
+    if calls_per_graph is None:
+        calls_per_graph = max(1, min(20, GRAPH_BYTES // max(spec.total_bytes, 1)))
     gen = torch.Generator(device=dev)
     gen.manual_seed(1234)
     ins = [device_inputs(spec, r, dev, gen) for r in range(spec.world_size)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
@@ -153,15 +154,10 @@ class KernelState:
     err: torch.Tensor
 
 
-def launch_rows(state: KernelState, span: RowSpan, *, reduce_op: str, spin_limit: int = 0,
-                bump_epoch: bool = False, fused: bool = False) -> None:
-    """Run `span`'s rows of the table on its grid (current stream).
-
-    bump_epoch: increment the call counter first (only for a one-CTA launch that every later
-    launch of the call is stream-ordered after: the start barrier).
-    fused: the call's only launch (its rows start and end with the barriers): every CTA uses the
-    counter + 1, CTA 0 stores it at the end.
-    """
+def _kernel_args(state: KernelState, span: RowSpan, reduce_op: str, spin_limit: int,
+                 bump_epoch: bool, fused: bool) -> tuple[Any, ...]:
+    """`_program_kernel`'s arguments in its signature order, constexprs included (what the JIT
+    binds and hands Triton's launcher): the one list both launch paths use."""
     assert not bump_epoch or span.grid == 1, "only a one-CTA launch may start the epoch"
     assert not (bump_epoch and fused)
     data = state.data
@@ -171,20 +167,78 @@ def launch_rows(state: KernelState, span: RowSpan, *, reduce_op: str, spin_limit
     assert (data.is_cuda or interpret) and data.is_contiguous() and data.dim() == 1
     assert data.data_ptr() % 16 == 0, "the symmetric allocation must be 16-byte aligned"
     vec = max(1, 16 // data.element_size())
-    _program_kernel[(span.grid,)](state.table, data, state.sig, state.epoch, state.err,
-                                  span.first_row, span.num_rows, spin_limit,
-                                  REDUCE=REDUCE_CODES[reduce_op],
-                                  ACC=tl.float64 if data.dtype == torch.float64 else tl.float32,
-                                  ALIGNED=span.aligned, VEC=vec,
-                                  BLOCK=BLOCK, LANES=32 * NUM_WARPS, BUMP_EPOCH=bump_epoch,
-                                  FUSED=fused, num_warps=NUM_WARPS)
+    return (state.table, data, state.sig, state.epoch, state.err, span.first_row, span.num_rows,
+            spin_limit, REDUCE_CODES[reduce_op],
+            tl.float64 if data.dtype == torch.float64 else tl.float32, span.aligned, vec, BLOCK,
+            32 * NUM_WARPS, bump_epoch, fused)
 
 
-def warm_up(state: KernelState, reduce_op: str) -> None:
+def launch_rows(state: KernelState, span: RowSpan, *, reduce_op: str, spin_limit: int = 0,
+                bump_epoch: bool = False, fused: bool = False) -> Any:
+    """Run `span`'s rows of the table on its grid (current stream), through Triton's JIT
+    dispatch; returns the compiled kernel (None in the interpreter).
+
+    bump_epoch: increment the call counter first (only for a one-CTA launch that every later
+    launch of the call is stream-ordered after: the start barrier).
+    fused: the call's only launch (its rows start and end with the barriers): every CTA uses the
+    counter + 1, CTA 0 stores it at the end.
+    """
+    args = _kernel_args(state, span, reduce_op, spin_limit, bump_epoch, fused)
+    return _program_kernel[(span.grid,)](*args, num_warps=NUM_WARPS)
+
+
+Variant = tuple[bool, bool, bool]      # (aligned, bump_epoch, fused): one compiled binary each
+
+
+@dataclass(frozen=True)
+class BoundLaunch:
+    """One launch with everything bound at prepare time: calling it is one call of Triton's C
+    launcher on a given stream.
+
+    Why: the JIT's dispatch (bind and specialise 16 arguments, build the cache key, read its
+    knobs, look up the current device and stream) runs on every `kernel[grid](...)` call, and
+    with every rank's launches issued from one host thread it was most of an eager call's time
+    (bench/host_launch.py measures both paths). The arguments are fixed per launch (the table,
+    the allocations, the row span), so they are bound once; the binary is the one the JIT
+    compiled for the same arguments (`warm_up`)."""
+
+    launcher: Any          # the compiled kernel's `run` (a CudaLauncher)
+    function: Any
+    packed_metadata: Any
+    grid: int
+    args: tuple[Any, ...]
+
+    def __call__(self, stream: int) -> None:
+        self.launcher(self.grid, 1, 1, stream, self.function, self.packed_metadata, None, None,
+                      None, *self.args)
+
+
+def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any], *,
+                reduce_op: str, spin_limit: int = 0, bump_epoch: bool = False,
+                fused: bool = False) -> BoundLaunch | None:
+    """`span` bound for direct launches, or None where the JIT must dispatch: no compiled
+    variant (the interpreter), or a launch hook is set (a profiler such as proton needs the
+    JIT's launch metadata)."""
+    kernel = compiled.get((span.aligned, bump_epoch, fused))
+    if kernel is None or not hasattr(kernel, "packed_metadata"):
+        return None
+    hooks = triton.knobs.runtime.launch_enter_hook   # a HookChain (empty) in triton 3.6
+    if hooks is not None and getattr(hooks, "calls", True):
+        return None
+    args = _kernel_args(state, span, reduce_op, spin_limit, bump_epoch, fused)
+    return BoundLaunch(kernel.run, kernel.function, kernel.packed_metadata, span.grid, args)
+
+
+def warm_up(state: KernelState, reduce_op: str, spin_limit: int = 0) -> dict[Variant, Any]:
     """Compile every variant a call can launch, with no rows (no waits, nothing moves), so the
     first real call does not spend seconds in the JIT while its peers spin (and trip debug
-    timeouts)."""
+    timeouts). Returns the compiled kernel of each variant, for `bind_launch` (empty in the
+    interpreter). `spin_limit` as the calls pass it (its integer type is part of the binary)."""
+    compiled: dict[Variant, Any] = {}
     for aligned in (False, True):
         for bump, fused in ((False, False), (True, False), (False, True)):
-            launch_rows(state, RowSpan(0, 0, 1, aligned), reduce_op=reduce_op, bump_epoch=bump,
-                        fused=fused)
+            kernel = launch_rows(state, RowSpan(0, 0, 1, aligned), reduce_op=reduce_op,
+                                 spin_limit=spin_limit, bump_epoch=bump, fused=fused)
+            if kernel is not None:
+                compiled[(aligned, bump, fused)] = kernel
+    return compiled

@@ -1,0 +1,71 @@
+"""Bound launches (kernels.program.BoundLaunch) hand Triton's launcher exactly what the JIT's
+dispatch hands it: same binary, grid, stream, function and arguments. Run on CPU through a fake
+driver and compiler (tests/fake_triton.py): the launcher records instead of launching."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import triton
+
+from hiercoll.kernels.abi import ERR_WORDS, RowSpan
+from hiercoll.kernels.program import KernelState, _program_kernel, bind_launch, launch_rows, warm_up
+from tests.fake_triton import STREAM, fake_triton
+
+
+def _state(dtype: torch.dtype) -> KernelState:
+    n = random.randint(64, 4096)
+    return KernelState(table=torch.randint(0, 9, (n,), dtype=torch.int64),
+                       data=torch.randn(n * 8).to(dtype), sig=torch.zeros(n, dtype=torch.int32),
+                       epoch=torch.zeros(1, dtype=torch.int32),
+                       err=torch.zeros(ERR_WORDS, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("dtype,reduce_op", [(torch.bfloat16, "sum"), (torch.float32, "max"),
+                                             (torch.float64, "avg")])
+def test_bound_launch_matches_the_jit_dispatch(monkeypatch, dtype, reduce_op):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")   # kernel args' CUDA check: CPU tensors here
+    state = _state(dtype)
+    spin = random.choice([0, random.randint(1, 10**6)])
+    with fake_triton(_program_kernel) as kernels:
+        compiled = warm_up(state, reduce_op, spin)
+        assert len(compiled) == 6 and len({id(k) for k in compiled.values()}) == 6
+        for aligned, bump, fused in compiled:
+            grid = 1 if bump else random.randint(1, 32)
+            span = RowSpan(random.randint(0, 50), random.randint(1, 50), grid, aligned)
+            jit_kernel = launch_rows(state, span, reduce_op=reduce_op, spin_limit=spin,
+                                     bump_epoch=bump, fused=fused)
+            assert jit_kernel is compiled[(aligned, bump, fused)]   # no new compile
+            bound = bind_launch(state, span, compiled, reduce_op=reduce_op, spin_limit=spin,
+                                bump_epoch=bump, fused=fused)
+            assert bound is not None
+            bound(STREAM)
+            jit_call, bound_call = jit_kernel.run.calls[-2:]
+            # grid x3, stream, function, packed metadata | metadata, hooks | the kernel's args
+            assert bound_call[:6] == jit_call[:6] == (grid, 1, 1, STREAM, jit_kernel.function,
+                                                      jit_kernel.packed_metadata)
+            assert bound_call[6:9] == (None, None, None)
+            assert len(bound_call[9:]) == len(jit_call[9:]) == 16
+            for a, b in zip(bound_call[9:], jit_call[9:], strict=True):
+                assert a is b or a == b
+        assert len(kernels) == 6
+
+
+def test_no_bound_launch_without_a_binary_or_with_a_profiler_hook(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    state = _state(torch.float32)
+    span = RowSpan(0, 3, 4, True)
+    assert bind_launch(state, span, {}, reduce_op="sum") is None          # the interpreter
+    with fake_triton(_program_kernel):
+        compiled = warm_up(state, "sum")
+        assert bind_launch(state, span, compiled, reduce_op="sum") is not None
+
+        def hook(metadata):
+            return None
+        triton.knobs.runtime.launch_enter_hook.add(hook)
+        try:
+            assert bind_launch(state, span, compiled, reduce_op="sum") is None
+        finally:
+            triton.knobs.runtime.launch_enter_hook.remove(hook)
