@@ -220,3 +220,12 @@ def test_examples_load():
     log = EXAMPLES / "all_reduce_perf.2node.log"
     rows = parse_nccl_tests(log.read_text(), str(log))
     assert len(rows) == 16 and {r.world_size for r in rows} == {16} and {r.num_nodes for r in rows} == {2}
+
+
+def test_cli_detect_record_saves_the_raw_outputs(tmp_path, capsys):
+    rec = tmp_path / "raw"
+    assert main(["topo", "detect", "--from", str(FIX / "h200x4"), "--record", str(rec), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["fingerprint"]
+    assert sorted(p.name for p in rec.iterdir()) == sorted(p.name for p in (FIX / "h200x4").iterdir())
+    assert main(["topo", "detect", "--from", str(rec), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fingerprint"] == first
