@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "sim": BASE | {"collectives", "schedule", "topology"},
     "planner": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim"},
     "plan_file": BASE | {"collectives", "schedule", "schedule_io", "topology", "planner"},
-    "executor": BASE | {"collectives", "schedule", "kernels"},
+    "executor": BASE | {"collectives", "schedule", "kernels", "sim"},
     "calibration": BASE | {"collectives", "schedule", "topology", "sim", "planner"},
     "workloads": BASE | {"collectives", "schedule", "topology", "sim", "planner"},
     "harness": BASE | {"collectives", "schedule", "topology", "planner", "plan_file", "executor",

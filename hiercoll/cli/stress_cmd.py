@@ -14,6 +14,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from hiercoll.cli import fused_norm_cmd
 from hiercoll.cli.backend_args import (
     add_backend_arg,
     add_cuda_args,
@@ -60,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "with one line naming the op and the peer; default 300)")
     add_cuda_args(p)
     add_json_flag(p)
+    fused_norm_cmd.add_args(p)
     p.set_defaults(func=run)
 
 
@@ -71,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     for m in modes:
         if m not in ("eager", "graph"):
             raise HiercollError(f"--modes: {m!r} should be eager or graph")
+    if args.fused_rmsnorm:
+        fused = fused_norm_cmd.run_fused(args, modes)
+        return 0 if fused is None else _summarise(args, fused)
     sizes = _sizes(args)
     cases: list[Case] = cases_for(sweep_request(args, sizes))
     choice = backend_choice(args)

@@ -1,0 +1,184 @@
+"""Fused all-reduce + residual add + RMSNorm against the unfused path (our all-reduce + torch add +
+torch RMSNorm), per shape, in the same run; p50/p90/p99 of the per-call time from CUDA events.
+
+One GPU, every rank in this process (`OneGpuFusedNorm`; the unfused all-reduce is the cuda
+backend's planned all-reduce, `OneGpuCluster`): each rank's graph of CALLS back-to-back calls is
+replayed side by side, all ranks released together (a sleep kernel on the caller stream they all
+wait on), a start/end event pair on every rank's stream; one sample = the rank-averaged time of a
+replay / CALLS. Also times both stages forced, and with --fit refits the stage-choice constants
+(`sim/fused_norm_cost.py`) from those rows. Ranks share one GPU's SMs and HBM: the times say what
+the kernels cost there, nothing about NVLink.
+
+    CUDA_DEVICE_MAX_CONNECTIONS=32 python3 bench/fused_norm.py --world 4 --out DIR [--fit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from bench.common import stamp  # noqa: E402
+from hiercoll.files import write_atomic  # noqa: E402
+from hiercoll.harness.fused_norm_stress import EPS, HIDDEN, SHAPES  # noqa: E402
+
+CALLS = 10
+
+
+def _pcts(xs: list[float]) -> dict[str, float]:
+    s = sorted(xs)
+    return {f"p{p}": round(s[min(len(s) - 1, int(len(s) * p / 100))], 2) for p in (50, 90, 99)}
+
+
+def _time(replay, world: int, reps: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """replay(events) replays every rank's graph once; per-call microseconds, rank-averaged."""
+    samples = []
+    for i in range(reps + 3):
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(world)]
+        torch.cuda._sleep(20_000)       # every rank's stream waits on this: they start together
+        replay(ev)
+        torch.cuda.synchronize()
+        if i >= 3:
+            samples.append(sum(a.elapsed_time(b) for a, b in ev) * 1000 / world / CALLS)
+    return _pcts(samples)
+
+
+def fused_times(world: int, rows: int, hidden: int, stage: int, reps: int) -> dict[str, float]:
+    from hiercoll.executor.cuda.fused_norm import OneGpuFusedNorm
+    dev = torch.device("cuda")
+    cl = OneGpuFusedNorm(world, rows, hidden, torch.bfloat16, dev)
+    xs = [torch.randn(rows, hidden, device=dev).to(torch.bfloat16) for _ in range(world)]
+    res = [torch.randn(rows, hidden, device=dev).to(torch.bfloat16) for _ in range(world)]
+    w = torch.ones(hidden, device=dev, dtype=torch.bfloat16)
+    outs = [torch.empty_like(x) for x in xs]
+    routs = [torch.empty_like(x) for x in xs]
+    graphs = cl.capture(xs, res, w, EPS, outs, routs, stage, calls=CALLS)
+    return _time(lambda ev: cl.replay(graphs, ev), world, reps)
+
+
+def unfused_times(world: int, rows: int, hidden: int, algorithm: str, reps: int) -> dict[str, float]:
+    """Our planned all-reduce (cuda backend, single stream) + torch add + torch RMSNorm."""
+    from hiercoll.collectives import CollectiveSpec, Kind
+    from hiercoll.executor.cuda.backend import enqueue
+    from hiercoll.executor.cuda.lowering import CudaOptions
+    from hiercoll.executor.cuda.one_gpu import OneGpuCluster
+    from hiercoll.planner import plan
+    from hiercoll.topology import load_topology
+    topo = load_topology("h200x4" if world == 4 else "bench/gpu/topologies/h200x2.yaml")
+    spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=world, dtype="bf16",
+                          nbytes=rows * hidden * 2)
+    cluster = OneGpuCluster(plan(topo, spec, algorithm).expand(), CudaOptions(single_stream=True))
+    dev = cluster.device
+    ins = [torch.randn(rows * hidden, device=dev).to(torch.bfloat16) for _ in range(world)]
+    outs = [torch.empty_like(i) for i in ins]
+    res = [torch.randn(rows, hidden, device=dev).to(torch.bfloat16) for _ in range(world)]
+    w = torch.ones(hidden, device=dev, dtype=torch.bfloat16)
+
+    def one(r: int) -> None:
+        enqueue(cluster.prepared[r], ins[r], outs[r])
+        new_res = outs[r].view(rows, hidden) + res[r]
+        torch.nn.functional.rms_norm(new_res, (hidden,), w, EPS)
+
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):     # warm-up (compiles), all ranks side by side
+        cluster.run(ins, outs)
+    torch.cuda.synchronize()
+    graphs = []
+    for r in range(world):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=cluster.mains[r]):
+            for _ in range(CALLS):
+                one(r)
+        graphs.append(g)
+    torch.cuda.synchronize()
+
+    def replay(ev: list[Any]) -> None:
+        caller = torch.cuda.current_stream()
+        for r, (g, s) in enumerate(zip(graphs, cluster.mains, strict=True)):
+            s.wait_stream(caller)
+            with torch.cuda.stream(s):
+                ev[r][0].record(s)
+                g.replay()
+                ev[r][1].record(s)
+        for s in cluster.mains:
+            caller.wait_stream(s)
+    return _time(replay, world, reps)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--shapes", default=",".join(map(str, SHAPES)))
+    ap.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--fit", action="store_true", help="refit the stage-choice constants")
+    args = ap.parse_args()
+    from hiercoll.sim.fused_norm_cost import choose_stage, fit
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = stamp("CUDA_DEVICE_MAX_CONNECTIONS=32 python3 " + " ".join(sys.argv))
+    meta["device"] = torch.cuda.get_device_name()
+    meta["torch"] = torch.__version__
+    rows_out: list[dict[str, Any]] = []
+    for h in [int(v) for v in args.hidden.split(",")]:
+        for m in [int(v) for v in args.shapes.split(",")]:
+            auto = choose_stage(m, h, args.world, 2)
+            row: dict[str, Any] = {"rows": m, "hidden": h, "bytes": m * h * 2,
+                                   "world": args.world, "auto_stage": auto}
+            for st in (1, 2):
+                row[f"stage{st}"] = fused_times(args.world, m, h, st, args.reps)
+            row["fused"] = row[f"stage{auto}"]
+            un = {a: unfused_times(args.world, m, h, a, args.reps) for a in ("direct", "two_shot")}
+            best = min(un, key=lambda a: un[a]["p50"])
+            row["unfused"] = un[best] | {"all_reduce": best}
+            row["speedup_p50"] = round(row["unfused"]["p50"] / row["fused"]["p50"], 2)
+            print(json.dumps(row), flush=True)
+            rows_out.append(row)
+            write_atomic(out / "fused_norm.json",
+                         json.dumps({"meta": meta, "rows": rows_out}, indent=1) + "\n")
+    if args.fit:
+        pts = [(st, r["bytes"], r["world"], r[f"stage{st}"]["p50"]) for r in rows_out
+               for st in (1, 2)]
+        costs = fit(pts, f"fit on {meta['device']} one GPU, world {args.world}, {meta['date']}")
+        meta["fit"] = costs.__dict__
+        print(json.dumps({"fit": costs.__dict__}), flush=True)
+    write_atomic(out / "fused_norm.json", json.dumps({"meta": meta, "rows": rows_out}, indent=1)
+                 + "\n")
+    write_atomic(out / "fused_norm.md", markdown(meta, rows_out))
+    return 0
+
+
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    lines = [f"# Fused all-reduce + residual add + RMSNorm vs unfused (one GPU, world "
+             f"{rows[0]['world'] if rows else '?'})", "",
+             f"- command: `{meta['command']}`", f"- machine: {meta.get('device')}, "
+             f"torch {meta.get('torch')}; {meta['machine']}", f"- date: {meta['date']}, git "
+             f"{meta['git_sha']}", "- every rank in one process on one GPU: the ranks share its "
+             "SMs and HBM; nothing here measures NVLink", "- per-call microseconds, "
+             f"rank-averaged CUDA events around graph replays of {CALLS} calls", "",
+             "| M | hidden | bytes | stage | fused p50 | p90 | p99 | unfused p50 | p90 | p99 | "
+             "unfused AR | speedup p50 | 1-stage p50 | 2-stage p50 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        f, u = r["fused"], r["unfused"]
+        lines.append(f"| {r['rows']} | {r['hidden']} | {r['bytes']} | {r['auto_stage']} | "
+                     f"{f['p50']} | {f['p90']} | {f['p99']} | {u['p50']} | {u['p90']} | "
+                     f"{u['p99']} | {u['all_reduce']} | {r['speedup_p50']} | "
+                     f"{r['stage1']['p50']} | {r['stage2']['p50']} |")
+    if "fit" in meta:
+        lines += ["", f"Fitted stage-choice constants: `{meta['fit']}`"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,296 @@
+"""Host side of the fused all-reduce + residual add + RMSNorm: buffers, signals, stage choice,
+launch; for one rank per process over a process group (symmetric memory), and for every rank of
+one GPU in one process (`OneGpuFusedNorm`: the ranks' buffers are slabs of one allocation, each
+rank launches on its own stream so the ranks really run side by side and wait on each other).
+
+`fused_add_rms_norm(ctx, x, residual, weight, eps)` is what `hiercoll.torch.Communicator` calls.
+`ctx` gives `.rank`, `.world_size`, `.group`, `.device` and `.symmetric(nbytes)`: a collective
+allocation (same order on every rank, never freed) returning an object with `.tensor` (this
+rank's bytes) and `.base_ptrs` (every rank's address), as `symm.SymmetricTensor` does.
+`GroupContext` is such a ctx over a torch process group.
+
+Why the state is per ctx and fixed: the signal slots and per-CTA call counters must stay the same
+for the life of the group (the counters are the epoch every rank's CTA agrees on); the data buffer
+grows (a new collective allocation) when a call needs more rows than fit, which must therefore
+not happen inside a CUDA-graph capture: call `reserve` first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from hiercoll.errors import HiercollError
+from hiercoll.executor.cuda.one_gpu import Slab, slabs
+from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
+from hiercoll.kernels.fused_norm import SAFE, FusedNormState, Ordering, launch
+from hiercoll.kernels.fused_norm_abi import ERR_WORDS, REGIONS, num_slots
+from hiercoll.sim.fused_norm_cost import choose_stage
+
+GRID = 16            # CTAs per call, every call (the per-CTA counters need a fixed grid)
+ONE_GPU_GRID = 16    # one GPU: every rank's CTAs must be resident at once (W x 16 <= 132 SMs)
+MAX_HIDDEN = 16384   # one row is one CTA's block
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class FusedNormContext(Protocol):
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def group(self) -> Any: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def symmetric(self, nbytes: int) -> SymmetricBuffer: ...
+
+
+@dataclass
+class GroupContext:
+    """A ctx over a torch process group (one rank per process), allocating with symm.allocate."""
+
+    rank: int
+    world_size: int
+    group: Any
+    device: torch.device
+
+    def symmetric(self, nbytes: int) -> SymmetricBuffer:
+        return allocate(max(nbytes, 16), torch.uint8, self.device, self.group)
+
+
+def check_args(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """One line naming the argument and the fix (a HiercollError), before anything is launched."""
+    if x.dim() != 2:
+        raise HiercollError(f"fused_add_rms_norm: x must be [rows, hidden], got shape "
+                            f"{tuple(x.shape)}; reshape it")
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise HiercollError("fused_add_rms_norm: residual must have x's shape and dtype, got "
+                            f"{tuple(residual.shape)} {residual.dtype}")
+    if weight.shape != (x.shape[1],):
+        raise HiercollError(f"fused_add_rms_norm: weight must be [{x.shape[1]}], got "
+                            f"{tuple(weight.shape)}")
+    if x.dtype not in DTYPES:
+        raise HiercollError(f"fused_add_rms_norm: dtype {x.dtype} is not supported; use "
+                            "bfloat16, float16 or float32")
+    if not 0 < x.shape[1] <= MAX_HIDDEN:
+        raise HiercollError(f"fused_add_rms_norm: hidden {x.shape[1]} must be in 1..{MAX_HIDDEN}")
+    if not eps > 0:
+        raise HiercollError(f"fused_add_rms_norm: eps {eps} must be > 0")
+
+
+def _rank_state(buf: SymmetricBuffer, sig: SymmetricBuffer, epoch: torch.Tensor, err: torch.Tensor,
+                rank: int, world: int, grid: int, dtype: torch.dtype) -> FusedNormState:
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    mine = buf.tensor.view(torch.uint8) if buf.tensor.dtype != torch.uint8 else buf.tensor
+    usable = mine.numel() // (REGIONS * 16) * (REGIONS * 16)
+    data = mine[:usable].view(dtype)
+    dev = mine.device
+    return FusedNormState(
+        buf=data, buf_deltas=torch.tensor(deltas(buf, rank, itemsize), dtype=torch.int64, device=dev),
+        sig=sig.tensor, sig_deltas=torch.tensor(deltas(sig, rank, 4), dtype=torch.int64, device=dev),
+        epoch=epoch, err=err, rank=rank, world=world, grid=grid, stride=data.numel() // REGIONS)
+
+
+@dataclass
+class _Fused:
+    """One rank's fused-norm state for a ctx (kept for the life of the process)."""
+
+    ctx: Any
+    grid: int
+    sig: SymmetricBuffer
+    epoch: torch.Tensor
+    err: torch.Tensor
+    buf: SymmetricBuffer | None = None
+    states: dict[torch.dtype, FusedNormState] = field(default_factory=dict)
+
+
+_STATES: dict[int, _Fused] = {}
+
+
+def _fused_for(ctx: FusedNormContext) -> _Fused:
+    f = _STATES.get(id(ctx))
+    if f is None or f.ctx is not ctx:
+        grid = GRID
+        sig = ctx.symmetric(4 * num_slots(grid, ctx.world_size))
+        sig = _as_int32(sig)
+        epoch = torch.zeros(grid, dtype=torch.int32, device=ctx.device)
+        err = torch.zeros(ERR_WORDS, dtype=torch.int64, device=ctx.device)
+        f = _STATES[id(ctx)] = _Fused(ctx, grid, sig, epoch, err)
+    return f
+
+
+@dataclass
+class _Int32View:
+    inner: SymmetricBuffer
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        t = self.inner.tensor
+        return t.view(torch.uint8)[: t.numel() * t.element_size() // 4 * 4].view(torch.int32)
+
+    @property
+    def base_ptrs(self) -> list[int]:
+        return self.inner.base_ptrs
+
+    def peer_view(self, rank: int, offset: int, count: int) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _as_int32(buf: SymmetricBuffer) -> SymmetricBuffer:
+    return buf if buf.tensor.dtype == torch.int32 else _Int32View(buf)
+
+
+def reserve(ctx: FusedNormContext, rows: int, hidden: int, dtype: torch.dtype) -> FusedNormState:
+    """Make sure a call of [rows, hidden] fits (collective when it allocates: every rank calls it
+    with the same shape, outside graph capture) and return this rank's state for `dtype`."""
+    f = _fused_for(ctx)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    need = REGIONS * max(rows * hidden, 1) * itemsize
+    have = f.buf.tensor.numel() * f.buf.tensor.element_size() if f.buf is not None else 0
+    if have < need + REGIONS * 16:
+        f.buf = ctx.symmetric(need + REGIONS * 16)
+        f.states.clear()
+    state = f.states.get(dtype)
+    if state is None:
+        assert f.buf is not None
+        state = f.states[dtype] = _rank_state(f.buf, f.sig, f.epoch, f.err, ctx.rank,
+                                              ctx.world_size, f.grid, dtype)
+    return state
+
+
+def fused_add_rms_norm(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor,
+                       weight: torch.Tensor, eps: float = 1e-6, *, stage: int | None = None,
+                       out: torch.Tensor | None = None, res_out: torch.Tensor | None = None,
+                       ordering: Ordering = SAFE, spin_limit: int = 0,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(normed, new_residual) of all_reduce(x) + residual on this rank's current stream; every
+    rank of ctx's group calls it with the same shape. `stage` None: the cost model's choice."""
+    check_args(x, residual, weight, eps)
+    x, residual = x.contiguous(), residual.contiguous()
+    rows, hidden = x.shape
+    stages = stage or choose_stage(rows, hidden, ctx.world_size, x.element_size())
+    out = torch.empty_like(x) if out is None else out
+    res_out = torch.empty_like(x) if res_out is None else res_out
+    if ctx.world_size == 1:
+        stages = 1
+    state = reserve(ctx, rows, hidden, x.dtype)
+    launch(state, x, residual, weight.to(x.dtype).contiguous(), out, res_out, eps, stages,
+           spin_limit=spin_limit, ordering=ordering)
+    return out, res_out
+
+
+def check_timeout(err: torch.Tensor, rank: int) -> None:
+    """Raise (one line) if a debug-mode wait gave up (synchronises)."""
+    rec = err.tolist()
+    if rec[0]:
+        raise HiercollError(f"fused_add_rms_norm: rank {rank} CTA {rec[1]} timed out in phase "
+                            f"{rec[2]} waiting for rank {rec[3]} (slot at {rec[4]}, needed "
+                            f"{rec[5]}); a peer did not call, or called with another shape")
+
+
+class OneGpuFusedNorm:
+    """Every rank on one GPU, in one process: rank r's symmetric buffer is slab r of one
+    allocation; `run` enqueues each rank's call on its own stream, all before anything waits."""
+
+    def __init__(self, world: int, rows: int, hidden: int, dtype: torch.dtype,
+                 device: torch.device, grid: int = ONE_GPU_GRID) -> None:
+        if world < 1 or world * grid > 8 * 132:
+            raise HiercollError(f"one-GPU fused norm: world {world} x grid {grid} CTAs must fit "
+                                "on the GPU at once")
+        self.world, self.device, self.dtype, self.grid = world, device, dtype, grid
+        stride = -(-max(rows * hidden, 1) // 128) * 128
+        data = slabs(world, REGIONS * stride, dtype, device)
+        sigs = slabs(world, num_slots(grid, world), torch.int32, device)
+        self.states = [self._state(data[r], sigs[r], r, stride) for r in range(world)]
+        self.streams = [torch.cuda.Stream(device=device) for _ in range(world)] \
+            if device.type == "cuda" else []
+        self.rows, self.hidden = rows, hidden
+
+    def _state(self, data: Slab, sig: Slab, rank: int, stride: int) -> FusedNormState:
+        dev = self.device
+        size = data.whole.element_size()
+        return FusedNormState(
+            buf=data.tensor, buf_deltas=torch.tensor(deltas(data, rank, size), dtype=torch.int64,
+                                                     device=dev),
+            sig=sig.tensor, sig_deltas=torch.tensor(deltas(sig, rank, 4), dtype=torch.int64,
+                                                    device=dev),
+            epoch=torch.zeros(self.grid, dtype=torch.int32, device=dev),
+            err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=dev), rank=rank,
+            world=self.world, grid=self.grid, stride=stride)
+
+    def stage_for(self, rows: int) -> int:
+        return choose_stage(rows, self.hidden, self.world,
+                            torch.empty((), dtype=self.dtype).element_size())
+
+    def run(self, xs: list[torch.Tensor], residuals: list[torch.Tensor], weight: torch.Tensor,
+            eps: float, outs: list[torch.Tensor], res_outs: list[torch.Tensor], stages: int,
+            ordering: Ordering = SAFE, spin_limit: int = 0,
+            events: list[tuple[Any, Any]] | None = None) -> None:
+        """One call of every rank, forked from and joined into the current stream; `events`
+        (one (start, end) pair of CUDA events per rank) time each rank's launch."""
+        caller = torch.cuda.current_stream()
+        for r, state in enumerate(self.states):
+            s = self.streams[r]
+            s.wait_stream(caller)
+            with torch.cuda.stream(s):
+                if events is not None:
+                    events[r][0].record(s)
+                launch(state, xs[r], residuals[r], weight, outs[r], res_outs[r], eps, stages,
+                       spin_limit=spin_limit, ordering=ordering)
+                if events is not None:
+                    events[r][1].record(s)
+        for s in self.streams:
+            caller.wait_stream(s)
+
+    def run_parts(self, xs: list[torch.Tensor], residuals: list[torch.Tensor],
+                  weight: torch.Tensor, eps: float, outs: list[torch.Tensor],
+                  res_outs: list[torch.Tensor], stages: int) -> None:
+        """Sequentially, part by part (Triton's CPU interpreter: ranks cannot run side by side,
+        so every rank's signals are set before any rank waits)."""
+        for part in range(stages + 1):
+            for r, state in enumerate(self.states):
+                launch(state, xs[r], residuals[r], weight, outs[r], res_outs[r], eps, stages,
+                       parts=(part, part))
+
+    def capture(self, xs: list[torch.Tensor], residuals: list[torch.Tensor],
+                weight: torch.Tensor, eps: float, outs: list[torch.Tensor],
+                res_outs: list[torch.Tensor], stages: int, calls: int = 1,
+                spin_limit: int = 0) -> list[torch.cuda.CUDAGraph]:
+        """One CUDA graph per rank of `calls` back-to-back calls (after one eager warm-up call,
+        which compiles the kernel); `replay` runs them side by side."""
+        self.run(xs, residuals, weight, eps, outs, res_outs, stages, spin_limit=spin_limit)
+        torch.cuda.synchronize()
+        graphs = []
+        for r, state in enumerate(self.states):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=self.streams[r]):
+                for _ in range(calls):
+                    launch(state, xs[r], residuals[r], weight, outs[r], res_outs[r], eps, stages,
+                           spin_limit=spin_limit)
+            graphs.append(g)
+        torch.cuda.synchronize()
+        return graphs
+
+    def replay(self, graphs: list[torch.cuda.CUDAGraph],
+               events: list[tuple[Any, Any]] | None = None) -> None:
+        caller = torch.cuda.current_stream()
+        for r, (g, s) in enumerate(zip(graphs, self.streams, strict=True)):
+            s.wait_stream(caller)
+            with torch.cuda.stream(s):
+                if events is not None:
+                    events[r][0].record(s)
+                g.replay()
+                if events is not None:
+                    events[r][1].record(s)
+        for s in self.streams:
+            caller.wait_stream(s)
+
+    def check_timeouts(self) -> None:
+        for state in self.states:
+            check_timeout(state.err, state.rank)

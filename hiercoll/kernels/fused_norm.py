@@ -1,0 +1,241 @@
+"""Fused all-reduce + residual add + RMSNorm (1-stage and 2-stage) as one Triton kernel per call.
+
+The protocol and the layouts are in `fused_norm_abi` (shared with the host side and the CPU
+emulator). Memory ordering follows the AITER fix (ROCm PR 2890), in stock Triton (no inline PTX):
+- producer: stores to the peer-visible buffer -> CTA barrier -> one atomic exchange per peer with
+  sem="release", scope="sys" (RELEASE);
+- consumer: one thread polls with sem="acquire", scope="sys" (ACQUIRE); after a CTA barrier
+  every thread does its own system-scope acquire of every peer's slot (ACQUIRE_ALL_THREADS),
+  because a block barrier does not extend the polling thread's acquire to the others.
+The three flags default on; tests turn them off to show the emulator (and the GPU stress) catch
+the missing ordering. ACQUIRE=False removes every acquire (the poll and the per-thread ones).
+
+Sums run over ranks 0..W-1 in that order in fp32 (rank-identical bits): the all-reduced row is
+rounded to the input dtype once, then residual add (rounded: the new residual) and RMSNorm in
+fp32, rounded once. FIRST_PART/LAST_PART run only some phases (0: stage + signal, 1: wait +
+reduce (+ publish), 2: wait + gather): Triton's CPU interpreter runs every rank's part 0, then
+every rank's part 1, ... since it cannot run ranks side by side.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES
+
+_PHASES = tl.constexpr(PHASES)
+NUM_WARPS = 8
+
+
+@triton.jit
+def _split(lo, n, parts, i):
+    return lo + n * i // parts, lo + n * (i + 1) // parts
+
+
+@triton.jit
+def _signal(sig_ptr, sig_deltas, slot_base, rank, e, W: tl.constexpr, RELEASE: tl.constexpr):
+    """Every thread's stores of this CTA are done (barrier), then one release per peer."""
+    tl.debug_barrier()
+    for q in tl.static_range(W):
+        if q != rank:
+            peer = sig_ptr + tl.load(sig_deltas + q) + slot_base + rank
+            if RELEASE:
+                tl.atomic_xchg(peer, e, sem="release", scope="sys")
+            else:
+                tl.atomic_xchg(peer, e, sem="relaxed", scope="sys")
+
+
+@triton.jit
+def _wait(sig_ptr, slot_base, rank, e, spin_limit, err_ptr, cta, phase, lanes,
+          W: tl.constexpr, ACQUIRE: tl.constexpr, ACQUIRE_ALL_THREADS: tl.constexpr):
+    """Poll (one thread) until every peer's slot holds >= e; then every thread acquires."""
+    for q in tl.static_range(W):
+        if q != rank:
+            ptr = sig_ptr + slot_base + q
+            if ACQUIRE:
+                seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+            else:
+                seen = tl.atomic_add(ptr, 0, sem="relaxed", scope="sys")
+            spins = 0
+            while seen < e:
+                if ACQUIRE:
+                    seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+                else:
+                    seen = tl.atomic_add(ptr, 0, sem="relaxed", scope="sys")
+                spins += 1
+                if spin_limit > 0:
+                    if spins > spin_limit:
+                        tl.atomic_xchg(err_ptr + 1, tl.cast(cta, tl.int64))
+                        tl.atomic_xchg(err_ptr + 2, (rank * 0 + phase).to(tl.int64))
+                        tl.atomic_xchg(err_ptr + 3, (rank * 0 + q).to(tl.int64))
+                        tl.atomic_xchg(err_ptr + 4, seen.to(tl.int64))
+                        tl.atomic_xchg(err_ptr + 5, tl.cast(e, tl.int64))
+                        tl.atomic_xchg(err_ptr + 0, 1)
+                        seen = e
+    tl.debug_barrier()
+    if ACQUIRE and ACQUIRE_ALL_THREADS:
+        for q in tl.static_range(W):
+            if q != rank:
+                tl.atomic_add(sig_ptr + slot_base + q + lanes * 0, lanes * 0, sem="acquire",
+                              scope="sys")
+
+
+@triton.jit
+def _reduce_rows(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank, r0, r1,
+                 H, H64, eps, xoff, noff, roff, PUBLISH: tl.constexpr, W: tl.constexpr,
+                 BLOCK_H: tl.constexpr):
+    """Rows [r0, r1): sum over ranks in order 0..W-1 (mine from x, peers' from their staged X),
+    round, add the residual (rounded: the new residual), RMSNorm in fp32, round; PUBLISH also
+    stores both rows in my buffer's N/R regions for the peers to gather."""
+    cols = tl.arange(0, BLOCK_H)
+    cmask = cols < H
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    for row in range(r0, r1):
+        base = row * H64
+        acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+        for q in tl.static_range(W):
+            if q == rank:
+                v = tl.load(x_ptr + base + cols, mask=cmask, other=0.0)
+            else:
+                d = tl.load(buf_deltas + q)
+                v = tl.load(buf_ptr + d + xoff + base + cols, mask=cmask, other=0.0)
+            acc += v.to(tl.float32)
+        s = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
+        r = (s + tl.load(res_ptr + base + cols, mask=cmask, other=0.0).to(tl.float32))
+        r = r.to(res_out_ptr.dtype.element_ty)
+        rf = r.to(tl.float32)
+        var = tl.sum(rf * rf, axis=0) / H
+        n = (rf * tl.rsqrt(var + eps) * w).to(out_ptr.dtype.element_ty)
+        tl.store(res_out_ptr + base + cols, r, mask=cmask)
+        tl.store(out_ptr + base + cols, n, mask=cmask)
+        if PUBLISH:
+            tl.store(buf_ptr + noff + base + cols, n, mask=cmask)
+            tl.store(buf_ptr + roff + base + cols, r, mask=cmask)
+
+
+@triton.jit(do_not_specialize=["rank", "rows", "stride", "spin_limit"])
+def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, sig_ptr,
+                       sig_deltas, epoch_ptr, err_ptr, rank, rows, H, stride, eps, spin_limit,
+                       W: tl.constexpr, G: tl.constexpr, STAGES: tl.constexpr,
+                       BLOCK_H: tl.constexpr, LANES: tl.constexpr,
+                       RELEASE: tl.constexpr = True, ACQUIRE: tl.constexpr = True,
+                       ACQUIRE_ALL_THREADS: tl.constexpr = True,
+                       FIRST_PART: tl.constexpr = 0, LAST_PART: tl.constexpr = 2):
+    c = tl.program_id(0)
+    e = tl.load(epoch_ptr + c) + 1          # this CTA's call number (every rank's CTA c agrees)
+    p = e % 2
+    lanes = tl.arange(0, LANES)
+    cols = tl.arange(0, BLOCK_H)
+    cmask = cols < H
+    stride = stride.to(tl.int64)     # elements per staged region (fixed per buffer)
+    H64 = stride * 0 + H             # row offsets in int64 (rows x hidden may pass 2**31)
+    xoff = p * stride
+    noff = (2 + p) * stride
+    roff = (4 + p) * stride
+    slot0 = ((p * _PHASES + 0) * G + c) * W
+    slot1 = ((p * _PHASES + 1) * G + c) * W
+    if STAGES == 1:
+        r0, r1 = _split(0, rows, G, c)
+    else:
+        o0, o1 = _split(0, rows, W, rank)
+        r0, r1 = _split(o0, o1 - o0, G, c)
+    if FIRST_PART <= 0:
+        # part 0: stage the rows peers will read, then publish them
+        if STAGES == 1:
+            for row in range(r0, r1):
+                base = row * H64
+                v = tl.load(x_ptr + base + cols, mask=cmask)
+                tl.store(buf_ptr + xoff + base + cols, v, mask=cmask)
+        else:
+            for q in tl.static_range(W):
+                if q != rank:
+                    q0, q1 = _split(0, rows, W, q)
+                    a0, a1 = _split(q0, q1 - q0, G, c)
+                    for row in range(a0, a1):
+                        base = row * H64
+                        v = tl.load(x_ptr + base + cols, mask=cmask)
+                        tl.store(buf_ptr + xoff + base + cols, v, mask=cmask)
+        _signal(sig_ptr, sig_deltas, slot0, rank, e, W, RELEASE)
+    if FIRST_PART <= 1 and LAST_PART >= 1:
+        _wait(sig_ptr, slot0, rank, e, spin_limit, err_ptr, c, 0, lanes, W, ACQUIRE,
+              ACQUIRE_ALL_THREADS)
+        _reduce_rows(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank, r0,
+                     r1, H, H64, eps, xoff, noff, roff, STAGES == 2, W, BLOCK_H)
+        if STAGES == 2:
+            _signal(sig_ptr, sig_deltas, slot1, rank, e, W, RELEASE)
+    if STAGES == 2 and LAST_PART >= 2:
+        _wait(sig_ptr, slot1, rank, e, spin_limit, err_ptr, c, 1, lanes, W, ACQUIRE,
+              ACQUIRE_ALL_THREADS)
+        for q in tl.static_range(W):
+            if q != rank:
+                d = tl.load(buf_deltas + q)
+                q0, q1 = _split(0, rows, W, q)
+                a0, a1 = _split(q0, q1 - q0, G, c)
+                for row in range(a0, a1):
+                    base = row * H64
+                    n = tl.load(buf_ptr + d + noff + base + cols, mask=cmask)
+                    r = tl.load(buf_ptr + d + roff + base + cols, mask=cmask)
+                    tl.store(out_ptr + base + cols, n, mask=cmask)
+                    tl.store(res_out_ptr + base + cols, r, mask=cmask)
+    if LAST_PART >= STAGES:
+        tl.store(epoch_ptr + c, e)     # only this CTA reads its counter
+
+
+@dataclass(frozen=True)
+class FusedNormState:
+    """One rank's device state: its symmetric data buffer (1-D, the tensors' dtype, regions per
+    `BufferLayout`), element deltas to every rank's buffer, its int32 signal slots and deltas, the
+    per-CTA int32[G] call counters, the int64 error record of debug timeouts; `stride`: elements
+    per staged region (fixed for the buffer's life, whatever the call's shape)."""
+
+    buf: torch.Tensor
+    buf_deltas: torch.Tensor
+    sig: torch.Tensor
+    sig_deltas: torch.Tensor
+    epoch: torch.Tensor
+    err: torch.Tensor
+    rank: int
+    world: int
+    grid: int
+    stride: int
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """The three ordering switches (all on: the correct protocol)."""
+
+    release: bool = True
+    acquire: bool = True
+    acquire_all_threads: bool = True
+
+
+SAFE = Ordering()
+
+
+def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+           out: torch.Tensor, res_out: torch.Tensor, eps: float, stages: int,
+           spin_limit: int = 0, ordering: Ordering = SAFE,
+           parts: tuple[int, int] = (0, 2)) -> None:
+    """Enqueue one call of this rank on the current stream (x, residual, out, res_out: [rows,
+    hidden] contiguous; weight: [hidden])."""
+    assert stages in (1, 2)
+    rows, hidden = x.shape
+    assert rows * hidden <= state.stride and x.is_contiguous() and residual.is_contiguous()
+    assert out.is_contiguous() and res_out.is_contiguous() and weight.numel() == hidden
+    assert state.buf.numel() >= 6 * state.stride and state.buf.dtype == x.dtype
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    assert x.is_cuda or interpret
+    assert state.err.numel() >= ERR_WORDS
+    _fused_norm_kernel[(state.grid,)](
+        x, residual, weight, out, res_out, state.buf, state.buf_deltas, state.sig,
+        state.sig_deltas, state.epoch, state.err, state.rank, rows, hidden, state.stride, float(eps),
+        spin_limit, W=state.world, G=state.grid, STAGES=stages,
+        BLOCK_H=triton.next_power_of_2(hidden), LANES=32 * NUM_WARPS,
+        RELEASE=ordering.release, ACQUIRE=ordering.acquire,
+        ACQUIRE_ALL_THREADS=ordering.acquire_all_threads, FIRST_PART=parts[0],
+        LAST_PART=parts[1], num_warps=NUM_WARPS)

@@ -1,0 +1,85 @@
+"""The fused all-reduce + residual add + RMSNorm protocol's layout: who owns which rows, which
+signal slot a CTA writes, where the staged tensors live in a rank's symmetric buffer.
+
+Pure Python (no torch, no triton): the Triton kernel (`kernels/fused_norm.py`), its host side
+(`executor/cuda/fused_norm.py`) and the weak-memory emulator (`executor/cuda/fused_emulate.py`)
+all use these functions, so the protocol they check is the one the kernel runs.
+
+The protocol, per call, for CTA c (of G, the same G on every rank and every call) of rank r:
+- epoch e = epoch[c] + 1 (a per-CTA device counter: no CTA waits for another CTA of its own
+  rank, and graph replay needs no host counter); parity p = e % 2 picks the half of every
+  double-buffered region; every signal written in the call carries the value e.
+- 1-stage: stage this CTA's rows of x in my buffer X[p] -> CTA barrier -> release (system
+  scope) e into slot (p, 0, c, r) of every peer -> acquire every peer's slot (p, 0, c, q) >= e
+  (one polling thread, then every thread acquires on its own) -> sum the rows over ranks 0..W-1
+  in fp32 (own x local, peers' X[p] remote) -> bf16 -> + residual -> RMSNorm -> outputs.
+- 2-stage: rank q owns rows `owner_rows(M, W, q)`; CTA c stages the rows CTA c of every other
+  rank will reduce -> release phase 0 -> acquire phase 0 -> reduce + add + norm of its own rows
+  into the outputs and into N[p] / R[p] of my buffer -> release phase 1 -> acquire phase 1 ->
+  copy every other rank's rows of this CTA from their N[p] / R[p] (all-gather by pull).
+Why double buffers are enough: a rank writes X[p] (or N[p]/R[p]) of call e only after its call
+e-1 kernel finished, and that kernel waited for every peer's call e-1 signal, which each peer sent
+after its call e-2 kernel (the last reader of the same half) had finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PHASES = 2          # signal phases per call (1-stage uses phase 0 only)
+ERR_WORDS = 8       # debug timeout record: [flag, cta, phase, peer, seen, needed, 0, 0]
+
+
+def split(lo: int, n: int, parts: int, i: int) -> tuple[int, int]:
+    """Part i of `parts` near-equal contiguous parts of [lo, lo + n) (the kernel's formula)."""
+    return lo + n * i // parts, lo + n * (i + 1) // parts
+
+
+def owner_rows(rows: int, world: int, rank: int) -> tuple[int, int]:
+    """2-stage: the rows `rank` reduces and normalises."""
+    return split(0, rows, world, rank)
+
+
+def cta_rows(rows: int, world: int, grid: int, stages: int, owner: int, cta: int) -> tuple[int, int]:
+    """The rows CTA `cta` of the owner `owner` reduces (1-stage: every rank reduces all rows, and
+    `owner` is ignored)."""
+    if stages == 1:
+        return split(0, rows, grid, cta)
+    lo, hi = owner_rows(rows, world, owner)
+    return split(lo, hi - lo, grid, cta)
+
+
+def slot(parity: int, phase: int, cta: int, src: int, grid: int, world: int) -> int:
+    """Index (int32 words) of the slot in which rank `src`'s CTA `cta` signals, in the receiver's
+    signal array."""
+    return ((parity * PHASES + phase) * grid + cta) * world + src
+
+
+def num_slots(grid: int, world: int) -> int:
+    return 2 * PHASES * grid * world
+
+
+REGIONS = 6         # X[2], N[2], R[2]
+
+
+@dataclass(frozen=True)
+class BufferLayout:
+    """Element offsets of the staged regions in a rank's symmetric data buffer: X[2] (staged
+    inputs), N[2] (normed rows), R[2] (new residual rows), `stride` elements each (fixed for the
+    buffer's life: a region of one call never overlaps another region of the next call, whatever
+    their shapes; row `i` of a call with `hidden` columns starts at i * hidden)."""
+
+    stride: int
+
+    def x(self, parity: int) -> int:
+        return parity * self.stride
+
+    def normed(self, parity: int) -> int:
+        return (2 + parity) * self.stride
+
+    def res(self, parity: int) -> int:
+        return (4 + parity) * self.stride
+
+    @property
+    def numel(self) -> int:
+        return REGIONS * self.stride
