@@ -233,6 +233,23 @@ def _refusals(out: dict[str, Any], world: int, tmp: str) -> None:
         except HiercollError as exc:
             msgs.append(str(exc))
     out["refusals"] = msgs
+    bad = []
+    comm = Communicator()
+    for call in (lambda: comm.all_reduce(torch.ones(4, 6).t()),          # not contiguous
+                 lambda: comm.all_reduce(torch.ones(4, dtype=torch.int32)),
+                 lambda: comm.reduce_scatter_tensor(torch.ones(3), torch.ones(world * 3 + 1))):
+        try:
+            call()
+            bad.append(None)
+        except HiercollError as exc:
+            bad.append(str(exc))
+    comm.close()
+    try:
+        comm.all_reduce(torch.ones(4))
+        bad.append(None)
+    except HiercollError as exc:
+        bad.append(str(exc))
+    out["bad_calls"] = bad
 
 
 def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
@@ -399,6 +416,15 @@ def _gpu_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def test_bad_calls_are_one_line_naming_the_argument(w2: list[dict[str, Any]]) -> None:
+    for r in w2:
+        contiguous, dtype, sizes, closed = r["bad_calls"]
+        assert contiguous.startswith("tensor: must be contiguous")
+        assert dtype.startswith("tensor: dtype torch.int32")
+        assert sizes.startswith("input: ") and "world_size x output" in sizes
+        assert "closed" in closed
 
 
 @pytest.mark.gpu
