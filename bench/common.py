@@ -6,7 +6,6 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def stamp(command: str) -> dict[str, Any]:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=False).stdout.strip()
-    except OSError:
-        sha = ""
+    from hiercoll.harness.results import git_sha  # hiercoll's own checkout, wherever we run
+    sha = git_sha() or ""
     return {"command": command, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": f"{os.environ.get('HIERCOLL_MACHINE', 'cpu-dev')} {platform.machine()}, {os.cpu_count()} cores, "
                        f"{platform.python_implementation()} {platform.python_version()}",

@@ -2,7 +2,7 @@
 hierarchical family, best parameters per algorithm, the auto-picked choice and the lower bound.
 
     python bench/planner_sweep.py --nodes 2,4 --sizes 64KiB:1GiB:4 --name planner_sweep_2_4n
-    python bench/planner_sweep.py --nodes 16 --sizes 64KiB:1GiB:16 --name planner_sweep_16n
+    python bench/planner_sweep.py --nodes 16 --sizes 64KiB:1GiB:4 --name planner_sweep_16n
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def markdown(payload: dict) -> str:
     lines = [f"# Simulated busbw (GB/s) versus size, {payload['preset']}",
              "", f"Command: `{meta['command']}`  ", f"Date: {meta['date']}, machine: {meta['machine']}, "
              f"git {meta['git_sha']}", "", "`*` marks the auto-picked algorithm; `bound` is the busbw "
-             "of the collective's lower bound on this topology.", ""]
+             "ceiling: the busbw of the collective's time lower bound on this topology (no plan "
+             "can exceed it).", ""]
     rows = payload["rows"]
     for n in sorted({r["nodes"] for r in rows}):
         for kind in KINDS:
@@ -77,6 +78,22 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+CEILING_LABEL = "busbw ceiling (time lower bound)"
+MIN_POINTS = 6      # sizes per curve; fewer and a log axis shows a few dots joined by lines
+
+
+def size_axis(ax, sizes: list[int]) -> None:
+    """Log2 size axis, a tick at each measured size labelled as people write sizes."""
+    if len(set(sizes)) < MIN_POINTS:
+        raise SystemExit(f"planner_sweep: {len(set(sizes))} sizes per curve; give at least "
+                         f"{MIN_POINTS} (e.g. --sizes 64KiB:1GiB:4)")
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(sizes))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([format_size(s) for s in ticks], rotation=45, fontsize=7)
+    ax.minorticks_off()
+
+
 def plot(payload: dict, path_prefix: str) -> list[str]:
     import matplotlib
 
@@ -94,10 +111,11 @@ def plot(payload: dict, path_prefix: str) -> list[str]:
                 pts = [(r["bytes"], r["algorithms"][a]["busbw_gbps"]) for r in sel if a in r["algorithms"]]
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=a,
                         color=COLOURS.get(a, "grey"))
-            ax.plot(xs, [r["lower_bound_busbw_gbps"] for r in sel], "k--", lw=1, label="lower bound")
+            # the time's lower bound, drawn as bandwidth: a ceiling no plan's busbw can pass
+            ax.plot(xs, [r["lower_bound_busbw_gbps"] for r in sel], "k--", lw=1, label=CEILING_LABEL)
             ax.scatter(xs, [r["algorithms"][r["autopick"]]["busbw_gbps"] for r in sel], s=90,
                        facecolors="none", edgecolors="red", label="auto-pick", zorder=5)
-            ax.set_xscale("log", base=2)
+            size_axis(ax, xs)
             ax.set_title(f"{kind.value}")
             ax.set_ylabel("busbw (GB/s, simulated)")
             ax.grid(alpha=0.3)

@@ -176,3 +176,183 @@ def test_plan_message_prints_no_python_reprs(tmp_path):
     for repr_bit in ("{'", "True", "None", "<Kind", "Kind."):
         assert repr_bit not in proc.stdout, proc.stdout
     assert "node_swizzle=true" in proc.stdout and "64MiB" in proc.stdout
+
+
+# ---- core install without extras ----------------------------------------------------------------
+_WITHOUT = ("import sys\nfor m in {mods!r}: sys.modules[m] = None\n"
+            "from hiercoll.cli.main import main\nsys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("command,missing,extra", [
+    (["simulate", "{plan}", "--png", "{tmp}/t.png"], ("matplotlib",), "plot"),
+    (["run", "{plan}", "--backend", "gloo"], ("torch", "triton"), "torch"),
+    (["bench", "-t", "h200x4", "-c", "all_reduce", "--sizes", "1MiB", "--backend", "gloo"],
+     ("torch", "triton"), "torch"),
+])
+def test_core_install_without_extras_names_the_extra_to_install(tmp_path, command, missing, extra):
+    plan = tmp_path / "p.json"
+    assert main(["plan", "-t", "h200x4", "-c", "all_reduce", "-b", "1MiB", "-a", "ring",
+                 "-o", str(plan)]) == 0
+    argv = [a.format(plan=plan, tmp=tmp_path) for a in command]
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT.format(mods=missing), *argv],
+                          capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+    line = _one_error_line(proc)
+    assert f"pip install 'hiercoll[{extra}]'" in line and "ModuleNotFound" not in line
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_pyproject_declares_triton_in_cuda_extra_drops_unused_and_uses_spdx_license():
+    import tomllib
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project, extras = meta["project"], meta["project"]["optional-dependencies"]
+    assert any(d.startswith("triton") for d in extras["cuda"])
+    assert any(d.startswith("torch") for d in extras["cuda"])
+    assert project["license"] == "Apache-2.0"                 # PEP 639 string, not {text=...}
+    assert not any("pytest-timeout" in d for d in extras["dev"])   # nothing uses it
+    assert project["requires-python"] == ">=3.11"             # datetime.UTC, StrEnum, tomllib
+    from hiercoll.cli.common import EXTRAS
+    assert set(EXTRAS.values()) <= set(extras)                # every extra a message names exists
+
+
+# ---- tuning files and the simulation cache ----------------------------------------------------
+def test_tuning_file_schema_version_is_checked(tmp_path):
+    tuning = tmp_path / "tuning.json"
+    tuning.write_text(json.dumps({"schema_version": 2, "tables": []}))
+    line = _one_error_line(_hc("plan", "-t", "h200x4", "-c", "all_reduce", "-b", "1MiB",
+                               "--tuning", str(tuning), "-o", str(tmp_path / "p.json")))
+    assert "schema_version" in line and "2" in line and "autopick" in line
+
+
+def test_sim_cache_is_keyed_on_versions_and_safe_with_two_writers(tmp_path, monkeypatch):
+    from hiercoll.planner.search.autopick import SimCache
+    from hiercoll.planner.search.candidates import Candidate
+    topo = hc.load_topology("h200x4")
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=4, nbytes=1 << 20)
+    cand = Candidate("ring", {"chunks": 1, "channels": 1})
+    key = SimCache.key(topo, spec, cand)
+    monkeypatch.setattr(hc, "__version__", hc.__version__ + ".post1")
+    assert SimCache.key(topo, spec, cand) != key
+    monkeypatch.undo()
+    monkeypatch.setattr(SimCache, "MODEL_VERSION", SimCache.MODEL_VERSION + 1)
+    assert SimCache.key(topo, spec, cand) != key
+    monkeypatch.undo()
+    path = tmp_path / "cache.json"
+    writer = ("import sys\nfrom pathlib import Path\nfrom hiercoll.planner.search.autopick import SimCache\n"
+              "for i in range(60):\n    c = SimCache(Path(sys.argv[1]))\n"
+              "    c.put(f'{sys.argv[2]}{i}', [1.0, 2.0, 3.0])\n    c.save()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", writer, str(path), tag]) for tag in "ab"]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    data = json.loads(path.read_text())                       # never a torn or mixed file
+    assert data and all(v == [1.0, 2.0, 3.0] for v in data.values())
+    assert any(k.startswith("a") for k in data) and any(k.startswith("b") for k in data)
+
+
+# ---- bench files --------------------------------------------------------------------------------
+def test_bench_rows_keep_full_precision_and_round_only_when_printed():
+    from hiercoll.executor.interface import Mode
+    from hiercoll.harness.bench import Timing, make_row
+    from hiercoll.harness.results import markdown
+    topo = hc.load_topology("h200x4")
+    s = hc.plan(topo, hc.CollectiveSpec(kind="all_reduce", world_size=4, nbytes=1 << 20), "ring", {})
+    p50 = float(np.random.default_rng().uniform(10, 20)) + 1e-7      # digits past the 2nd decimal
+    row = make_row(s, "gloo", Mode.EAGER, "h200x4", Timing(p50, p50 * 1.1, p50 * 1.2, 7)).to_json()
+    assert row["p50_us"] == p50 and row["busbw_gbps"] == s.spec.bandwidths_gbps(p50)[1]
+    table = markdown({"provenance": {"command": "hiercoll bench", "date_utc": "x", "torch": "t"},
+                      "rows": [row]})
+    assert f"| {p50:.2f} |" in table and str(p50) not in table
+
+
+def test_bench_git_sha_is_hiercolls_own_checkout(tmp_path, monkeypatch):
+    from hiercoll.harness.results import git_sha
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    monkeypatch.chdir(other)            # a bench run from another repository
+    assert (git_sha() or "").split("-")[0] == head
+
+
+def test_bench_library_row_is_labelled_by_the_backend_that_ran_it(tmp_path):
+    dist = pytest.importorskip("torch.distributed")
+
+    from hiercoll.executor.library import LibraryBackend
+    from hiercoll.harness.results import row_label
+    from hiercoll.planner.search.library import load_library_table
+    from tests.helpers import small_topology
+    topo = small_topology(1, 1)
+    s = hc.plan(topo, hc.CollectiveSpec(kind="all_reduce", world_size=1, nbytes=4096), "nccl")
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        prepared = LibraryBackend().prepare(s)
+    finally:
+        dist.destroy_process_group()
+    assert prepared.ran_on == "gloo"
+    row = {"algorithm": "nccl", "backend": prepared.ran_on, "collective": "all_reduce",
+           "mode": "eager", "world_size": 1, "topology": "t", "nbytes": 4096, "p50_us": 9.0}
+    assert row_label(row) == "gloo (library call)"
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"provenance": {}, "rows": [row]}))
+    with pytest.raises(hc.HiercollError, match="through gloo"):
+        load_library_table(bench)          # gloo's times never stand in for NCCL's
+
+
+# ---- plots and traces ---------------------------------------------------------------------------
+def test_planner_sweep_plot_labels_the_bound_a_busbw_ceiling_on_a_log_size_axis(tmp_path, monkeypatch):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import planner_sweep
+    figs = []
+    monkeypatch.setattr("hiercoll.files.save_figure", lambda fig, path, dpi=None: figs.append(fig))
+    sizes = [64 << 10 << (2 * i) for i in range(8)]
+    rows = [{"nodes": 2, "collective": k.value, "bytes": b, "autopick": "ring",
+             "lower_bound_busbw_gbps": 300.0, "algorithms": {"ring": {"busbw_gbps": 100.0}}}
+            for k in planner_sweep.KINDS for b in sizes]
+    planner_sweep.plot({"rows": rows, "preset": "dgx-h100"}, str(tmp_path / "sweep"))
+    (fig,) = figs
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any("ceiling" in t for t in labels) and "lower bound" not in labels
+    ax = fig.axes[2]                                          # bottom row: the labelled axis
+    assert ax.get_xscale() == "log" and len(ax.get_xticks()) == 8
+    assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["64KiB", "256KiB"]
+    with pytest.raises(SystemExit, match="at least"):            # 4 points: too few to read
+        planner_sweep.plot({"rows": [r for r in rows if r["bytes"] in sizes[::2]],
+                            "preset": "dgx-h100"}, str(tmp_path / "few"))
+
+
+def test_trace_names_channels_draws_cross_rank_flows_notes_representatives_and_uses_us():
+    from hiercoll.sim.trace import chrome_trace
+    topo = hc.load_topology("dgx-h100", nodes=2)
+    s = hc.plan(topo, hc.CollectiveSpec(kind="reduce_scatter", world_size=16, nbytes=16 << 20),
+                "hier", {"channels": 2, "chunks": 2})
+    res = hc.simulate(s, topo, record=True)
+    trace = chrome_trace(s, res)
+    ev = trace["traceEvents"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert threads[(res.ranks_simulated[0], 1)] == "channel 1"
+    starts = {e["id"]: e for e in ev if e["ph"] == "s"}
+    ends = [e for e in ev if e["ph"] == "f"]
+    assert ends and all(starts[e["id"]]["pid"] != e["pid"] for e in ends)   # across ranks only
+    assert all(starts[e["id"]]["ts"] <= e["ts"] for e in ends)
+    assert len(res.ranks_simulated) < 16 and trace["otherData"]["note"]
+    assert any(e["ph"] == "i" and "representative ranks only" in e["name"] for e in ev)
+    assert trace["displayTimeUnit"] == "ms" and trace["otherData"]["timestamps"] == "us"
+    exact = chrome_trace(s, hc.simulate(s, topo, mode="exact"))
+    assert exact["otherData"]["note"] is None
+
+
+# ---- recipes are cheap to write -----------------------------------------------------------------
+def test_plan_recipe_on_128_ranks_builds_one_node_of_ranks_not_all_twice(tmp_path, monkeypatch):
+    from hiercoll.planner.context import PlanContext
+    built: list[int] = []
+    real = PlanContext.build
+    monkeypatch.setattr(PlanContext, "build", lambda self, rank: built.append(rank) or real(self, rank))
+    out = tmp_path / "r.json"
+    assert main(["plan", "-t", "dgx-h100", "-n", "16", "-c", "all_reduce", "-b", "64MiB", "-a",
+                 "hier", "-p", "chunks=4", "--form", "recipe", "-o", str(out), "--json"]) == 0
+    assert len(built) <= 8, len(built)
+    small = hc.plan(hc.load_topology("dgx-h100", nodes=2),
+                    hc.CollectiveSpec(kind="all_reduce", world_size=16, nbytes=1 << 20), "hier", {})
+    from hiercoll.cli.plan_cmd import op_count
+    assert op_count(small) == small.expand().num_ops        # the symmetric count is the count

@@ -112,5 +112,6 @@ def overlay(doc: TimelineDoc, topology: Topology) -> tuple[str, list[OpPair], fl
                            "args": {"name": f"rank {rank}"}})
     measured_span = max((x.end_us for x in doc.launches), default=0.0) - origin
     pairs.sort(key=lambda p: -abs(p.simulated_us - p.measured_us))
-    trace = json.dumps({"traceEvents": events, "displayTimeUnit": "ns"})
+    from hiercoll.sim.trace import DISPLAY_TIME_UNIT
+    trace = json.dumps({"traceEvents": events, "displayTimeUnit": DISPLAY_TIME_UNIT})
     return trace, pairs, measured_span, result.time_us

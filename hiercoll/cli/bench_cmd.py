@@ -25,6 +25,7 @@ from hiercoll.cli.backend_args import (
 from hiercoll.cli.common import add_json_flag, print_json, print_table
 from hiercoll.errors import HiercollError
 from hiercoll.executor.interface import BackendName, Mode
+from hiercoll.harness.results import row_label
 from hiercoll.units import format_size, parse_size_range
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_row(row: dict[str, Any]) -> None:
-    print(f"{row['algorithm']:>10} {row['mode']:5} {format_size(row['nbytes']):>8} "
+    print(f"{row_label(row):>10} {row['mode']:5} {format_size(row['nbytes']):>8} "
           f"p50 {row['p50_us']:9.1f} us  busbw {row['busbw_gbps']:7.1f} GB/s", flush=True)
 
 
@@ -95,8 +96,9 @@ def _report(rows: list[dict[str, Any]], cases: list[Case], world_size: int,
     else:
         cols = ["algorithm", "mode", "bytes", "p50 us", "p90 us", "p99 us", "busbw GB/s"]
         print_table(f"{cases[0].schedule.spec.kind.value} on {world_size} ranks", cols,
-                    [[r["algorithm"], r["mode"], format_size(r["nbytes"]), r["p50_us"],
-                      r["p90_us"], r["p99_us"], r["busbw_gbps"]] for r in rows])
+                    [[row_label(r), r["mode"], format_size(r["nbytes"]), f"{r['p50_us']:.2f}",
+                      f"{r['p90_us']:.2f}", f"{r['p99_us']:.2f}", f"{r['busbw_gbps']:.2f}"]
+                     for r in rows])
 
 
 def _bench_case(case: Case, modes: list[str], launch: Launch, choice: BackendChoice,
@@ -114,7 +116,7 @@ def _bench_case(case: Case, modes: list[str], launch: Launch, choice: BackendCho
         backend, prepared = prepare_for_mode(case.schedule, choice, mode, cache)
         zero_copy = args.zero_copy and prepared.backend == BackendName.CUDA
         timing = time_run(backend, prepared, launch.device, Mode(mode), iters, zero_copy=zero_copy)
-        rows.append(make_row(case.schedule, prepared.backend.value, Mode(mode),
+        rows.append(make_row(case.schedule, prepared.ran_on, Mode(mode),
                              case.topology_name, timing, zero_copy=zero_copy).to_json())
     return rows
 

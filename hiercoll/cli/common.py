@@ -75,6 +75,32 @@ def parse_kv(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
     return out
 
 
+# Optional modules and the extra that installs each: a core install (no extras) gets one line
+# naming the pip command instead of a ModuleNotFoundError traceback.
+EXTRAS = {"torch": "torch", "matplotlib": "plot", "triton": "cuda"}
+
+
+def missing_extra_line(module: str, what: str | None = None) -> str | None:
+    """`X needs torch, which is not installed: pip install 'hiercoll[torch]'`, or None when
+    `module` is not an optional one."""
+    root = module.split(".")[0]
+    if root not in EXTRAS:
+        return None
+    return (f"{what + ' needs ' if what else ''}{root}{'' if what else ' is needed'}, which is not "
+            f"installed: pip install 'hiercoll[{EXTRAS[root]}]'")
+
+
+def require_extra(module: str, what: str) -> None:
+    """Fail before any work when `what` (a flag or command) needs a module that is missing."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise HiercollError(missing_extra_line(module, what) or f"{what} needs {module}")
+
+
 def format_params(params: dict[str, Any]) -> str:
     """`chunks=4 node_swizzle=true`: what `-p` would take back (JSON values, as parse_kv reads
     them), never a Python repr; unset (None) parameters are left out."""

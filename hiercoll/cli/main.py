@@ -12,7 +12,7 @@ from pathlib import PurePath
 from types import TracebackType
 from typing import Any, NoReturn
 
-from hiercoll.cli.common import wide_when_piped
+from hiercoll.cli.common import missing_extra_line, wide_when_piped
 from hiercoll.errors import HiercollError
 
 # Each module has `register(subparsers)`, which adds a parser with `func(args) -> int`.
@@ -166,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except HiercollError as exc:
         sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except ModuleNotFoundError as exc:
+        line = missing_extra_line(exc.name or "", f"hiercoll {args.command}")
+        if line is None:
+            raise
+        sys.stderr.write(f"error: {line}\n")
         return 2
     except (OSError, UnicodeDecodeError, RecursionError) as exc:
         line = input_problem(exc)

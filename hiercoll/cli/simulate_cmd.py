@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from hiercoll.cli.common import add_json_flag, console, enum_choices, print_json, print_table
+from hiercoll.cli.common import (
+    add_json_flag,
+    console,
+    enum_choices,
+    print_json,
+    print_table,
+    require_extra,
+)
 from hiercoll.executor.interface import Mode
 from hiercoll.files import output_target, write_atomic
 from hiercoll.plan_file import load_plan
@@ -28,6 +35,8 @@ def _run(args: argparse.Namespace) -> int:
     for path in (args.trace, args.png):
         if path is not None:
             output_target(path)     # a bad output path fails before the simulation, not after
+    if args.png is not None:
+        require_extra("matplotlib", "--png")
     plan = load_plan(args.plan)
     res = simulate(plan.schedule, plan.topology, mode="exact" if args.exact else "auto",
                    record=args.trace is not None, call_mode=args.mode)

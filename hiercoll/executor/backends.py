@@ -32,6 +32,7 @@ def get_backend(name: str | BackendName, **options: object) -> Backend:
     try:
         module = importlib.import_module(_MODULES[key][0])
     except ImportError as exc:
-        raise HiercollError(f"--backend {key}: needs {exc.name} (pip install "
-                            "'hiercoll[torch]'; the cuda backend also needs triton)") from None
+        extra = "cuda" if key == BackendName.CUDA or exc.name == "triton" else "torch"
+        raise HiercollError(f"--backend {key}: needs {exc.name}, which is not installed: pip "
+                            f"install 'hiercoll[{extra}]'") from None
     return getattr(module, _MODULES[key][1])(**options)

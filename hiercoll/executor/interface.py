@@ -57,6 +57,12 @@ class Prepared:
     backend: BackendName
     notes: list[str] = field(default_factory=list)   # lowering decisions worth printing
 
+    @property
+    def ran_on(self) -> str:
+        """What result rows call the backend that ran: its name (the library backend says
+        which process group it called through: gloo is not nccl)."""
+        return self.backend.value
+
 
 class Backend(Protocol):
     name: BackendName

@@ -44,6 +44,11 @@ class LibraryPrepared(Prepared):
     group: Any                 # the torch process group (None: WORLD)
     call: Call
     device_type: str           # where user tensors live: cuda under nccl, cpu under gloo
+    process_group: str = ""    # torch's backend of the group the calls go through
+
+    @property
+    def ran_on(self) -> str:
+        return self.process_group or self.backend.value
 
 
 class LibraryBackend:
@@ -59,7 +64,8 @@ class LibraryBackend:
         notes: list[str] = []
         call = _lower(schedule, group, backend, notes)
         return LibraryPrepared(schedule, dist.get_rank(group), world, self.name, notes,
-                               group=group, call=call, device_type=device_type)
+                               group=group, call=call, device_type=device_type,
+                               process_group=backend)
 
     def run(self, prepared: Prepared, input: torch.Tensor, output: torch.Tensor) -> RunResult:
         assert isinstance(prepared, LibraryPrepared)

@@ -69,9 +69,9 @@ def make_row(schedule: Schedule, backend: str, mode: Mode, topology: str, timing
     algbw, busbw = spec.bandwidths_gbps(timing.p50_us)
     return BenchRow(collective=spec.kind.value, algorithm=meta.algorithm, backend=backend,
                     mode=mode.value, world_size=spec.world_size, topology=topology,
-                    dtype=spec.dtype.value, nbytes=spec.total_bytes, p50_us=round(timing.p50_us, 2),
-                    p90_us=round(timing.p90_us, 2), p99_us=round(timing.p99_us, 2),
-                    algbw_gbps=round(algbw, 2), busbw_gbps=round(busbw, 2), iters=timing.iters,
+                    dtype=spec.dtype.value, nbytes=spec.total_bytes, p50_us=timing.p50_us,
+                    p90_us=timing.p90_us, p99_us=timing.p99_us,   # full precision: the files
+                    algbw_gbps=algbw, busbw_gbps=busbw, iters=timing.iters,   # round when printed
                     params=dict(meta.params), spec=meta.spec.model_dump(mode="json",
                                                                         exclude_none=True),
                     reduce_op=spec.reduce_op.value, topology_fingerprint=meta.topology_fingerprint,

@@ -31,12 +31,35 @@ def provenance() -> dict[str, Any]:
             info["triton"] = triton.__version__
         except ImportError:
             info["triton"] = None
-    try:
-        info["git_sha"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                         text=True, check=False).stdout.strip() or None
-    except OSError:
-        info["git_sha"] = None
+    info["git_sha"] = git_sha()
     return info
+
+
+def git_sha() -> str | None:
+    """The commit of hiercoll's own checkout (not of whatever directory the bench ran in; an
+    installed, non-git copy: None), with `-dirty` when it has uncommitted changes."""
+    here = Path(__file__).resolve().parent
+    try:
+        top = subprocess.run(["git", "-C", str(here), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, check=False).stdout.strip()
+        if not top or not (Path(top) / "hiercoll" / "harness" / "results.py").is_file():
+            return None       # a git repository around an installed copy is not ours
+        sha = subprocess.run(["git", "-C", top, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "-C", top, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return None
+    return (sha + ("-dirty" if dirty else "")) or None
+
+
+def row_label(row: dict[str, Any]) -> str:
+    """The algorithm, or for the library pseudo-algorithm the library that ran it: a library
+    call through gloo is labelled gloo, not nccl."""
+    algo, backend = row["algorithm"], row.get("backend")
+    if algo == "nccl" and backend and backend != algo:
+        return f"{backend} (library call)"
+    return str(algo)
 
 
 def write_results(out_dir: str | Path, rows: list[dict[str, Any]], world_size: int) -> Path:
@@ -62,9 +85,10 @@ def markdown(body: dict[str, Any]) -> str:
              f"triton {prov.get('triton')}, git {prov.get('git_sha')}", "",
              "| algorithm | mode | bytes | p50 us | p90 us | p99 us | algbw GB/s | busbw GB/s |",
              "|---|---|---|---|---|---|---|---|"]
-    for r in body["rows"]:
-        lines.append(f"| {r['algorithm']} | {r['mode']} | {r['nbytes']} | {r['p50_us']} | "
-                     f"{r['p90_us']} | {r['p99_us']} | {r['algbw_gbps']} | {r['busbw_gbps']} |")
+    for r in body["rows"]:   # the JSON keeps full precision; the table rounds
+        lines.append(f"| {row_label(r)} | {r['mode']} | {r['nbytes']} | {r['p50_us']:.2f} | "
+                     f"{r['p90_us']:.2f} | {r['p99_us']:.2f} | {r['algbw_gbps']:.2f} | "
+                     f"{r['busbw_gbps']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -77,7 +101,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     series: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for r in rows:
-        series.setdefault((r["algorithm"], r["mode"]), []).append((r["nbytes"], r["busbw_gbps"]))
+        series.setdefault((row_label(r), r["mode"]), []).append((r["nbytes"], r["busbw_gbps"]))
     for (algo, mode), pts in sorted(series.items()):
         pts.sort()
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,

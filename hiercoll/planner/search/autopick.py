@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from hiercoll.collectives import GROUPED, CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError, format_validation_error
@@ -322,10 +322,22 @@ class TuningTable(BaseModel):
     entries: list[TuningEntry]
 
 
+TUNING_SCHEMA_VERSION = 1
+
+
 class TuningFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    schema_version: int = 1
+    schema_version: int = TUNING_SCHEMA_VERSION
     tables: list[TuningTable] = []
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        """A file of another layout is refused by name, not half-read as this one."""
+        if v != TUNING_SCHEMA_VERSION:
+            raise ValueError(f"{v} is not a version this hiercoll reads ({TUNING_SCHEMA_VERSION}); "
+                             "re-run `hiercoll autopick -o FILE` to write it anew")
+        return v
 
 
 def rows_to_table(topology: Topology, template: CollectiveSpec, rows: list[Row]) -> TuningTable:

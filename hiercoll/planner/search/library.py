@@ -136,6 +136,10 @@ def _from_bench(data: dict[str, Any], path: Path) -> LibraryTable:
     if not rows:
         raise HiercollError(f"--library-table: {path} has no '{LIBRARY}' rows; run hiercoll bench "
                             f"with --algorithms {LIBRARY}")
+    rows = [r for r in rows if r.get("backend", LIBRARY) == LIBRARY]   # gloo's calls are not NCCL's
+    if not rows:
+        raise HiercollError(f"--library-table: {path}: its library rows ran through gloo, not "
+                            f"{LIBRARY}; bench with --backend cuda on the GPUs")
     mode = "graph" if any(r.get("mode") == "graph" for r in rows) else "eager"
     times: dict[Kind, list[tuple[int, float]]] = {}
     for r in rows:
