@@ -9,6 +9,7 @@ their sizes from the splits; their S is the largest per-rank output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -60,6 +61,9 @@ class ReduceOp(StrEnum):
 REDUCING = {Kind.REDUCE_SCATTER, Kind.ALL_REDUCE, Kind.REDUCE, Kind.GROUP_REDUCE}
 ROOTED = {Kind.BROADCAST, Kind.REDUCE}
 GROUPED = {Kind.GROUP_CAST, Kind.GROUP_REDUCE}
+# every rank holds the same output elements: they must be the same bits on every rank
+# (sim/reduction_order.py proves it of a plan; the executors' checks compare the bits)
+SHARED_OUTPUT = frozenset({Kind.ALL_REDUCE, Kind.ALL_GATHER, Kind.BROADCAST})
 
 
 class Split(BaseModel):
@@ -336,6 +340,23 @@ def random_inputs(spec: CollectiveSpec, rng: np.random.Generator) -> list[np.nda
     return out
 
 
+WIDE_EXPONENTS = (-10, 8)
+
+
+def wide_inputs(spec: CollectiveSpec, rng: np.random.Generator) -> list[np.ndarray]:
+    """Values of magnitudes 2^-10..2^9 with every mantissa bit drawn, rounded to the dtype:
+    their sums round in fp32, so two summation orders give different bits somewhere (with
+    `random_inputs` bf16 sums are exact in fp32 and any order gives the same bits). fp16 holds
+    sums of up to 127 of them. For comparing ranks' bits (`harness/inputs.device_wide_inputs`
+    draws the same on a device)."""
+    out = []
+    for r in range(spec.world_size):
+        n = spec.input_count(r)
+        mag = rng.uniform(1.0, 2.0, n) * np.exp2(rng.integers(WIDE_EXPONENTS[0], WIDE_EXPONENTS[1] + 1, n))
+        out.append(round_to(mag * rng.choice([-1.0, 1.0], n), spec.dtype))
+    return out
+
+
 def initial_outputs(spec: CollectiveSpec, rng: np.random.Generator) -> list[np.ndarray]:
     """Outputs before the call: random values for group_reduce (it accumulates), NaN otherwise so
     that an element nobody wrote cannot pass."""
@@ -361,14 +382,57 @@ class Expected:
 
 def reduce_terms(op: ReduceOp, stack: Any, xp: Any = np) -> Any:
     """What one reduce op of a schedule computes over a stack of sources (axis 0): max, min, or
-    the sum, avg included (a schedule carries avg's 1/n in the op's `scale`). `xp` is the array
-    module (numpy; the device reference passes torch, whose amax/amin/sum take the same
-    arguments)."""
+    the sum, avg included (a schedule carries avg's 1/n in the op's `scale`). The sum folds the
+    sources left to right in the stack's dtype, as the kernels do (their order is part of the
+    result once a sum rounds). `xp` is the array module (numpy; the device reference passes
+    torch, whose amax/amin take the same arguments)."""
     if op == ReduceOp.MAX:
         return xp.amax(stack, axis=0)
     if op == ReduceOp.MIN:
         return xp.amin(stack, axis=0)
-    return stack.sum(axis=0)
+    if len(stack) == 0:
+        return stack.sum(axis=0)
+    total = stack[0]
+    for term in stack[1:]:
+        total = total + term
+    return total
+
+
+def accumulator(dtype: DType) -> np.dtype:
+    """What the kernels accumulate a reduce in (kernels/program.py): fp64 for fp64, else fp32."""
+    return np.dtype(np.float64 if dtype == DType.FP64 else np.float32)
+
+
+def reduce_values(op: ReduceOp, dtype: DType, srcs: Sequence[np.ndarray], scale: float,
+                  old: np.ndarray | None = None, exact: bool = False) -> np.ndarray:
+    """One reduce op (or row) as the kernels compute it: the sources converted to the
+    accumulator and folded in order, times `scale` (in the accumulator), plus the destination's
+    `old` value when the op accumulates, rounded once to the dtype (storage dtype). `exact`: in
+    float64, not rounded (the reference executor's exact pass). The reference executor and the
+    emulator both call this, so their bits are the kernels' bits."""
+    acc = np.dtype(np.float64) if exact else accumulator(dtype)
+    value = reduce_terms(op, np.stack([np.asarray(s, dtype=acc) for s in srcs])) * acc.type(scale)
+    if old is not None:
+        value = value + np.asarray(old, dtype=acc)
+    return value if exact else round_to(value, dtype)
+
+
+def first_rank_difference(spec: CollectiveSpec, outputs: Sequence[np.ndarray]) -> tuple[int, int] | None:
+    """(rank, element) where a rank's output first differs in its bits from rank 0's, for kinds
+    whose ranks share outputs (`SHARED_OUTPUT`); None when all are identical or the kind has no
+    shared outputs. NaN equals NaN here (bits, not values)."""
+    if spec.kind not in SHARED_OUTPUT or len(outputs) < 2:
+        return None
+    ref = np.ascontiguousarray(outputs[0])
+    for r, out in enumerate(outputs[1:], start=1):
+        got = np.ascontiguousarray(out)
+        if got.shape != ref.shape or got.dtype != ref.dtype:
+            return (r, 0)
+        diff = got.view(np.uint8).reshape(got.size, -1) != ref.view(np.uint8).reshape(ref.size, -1)
+        bad = diff.any(axis=1)
+        if bad.any():
+            return (r, int(np.argmax(bad)))
+    return None
 
 
 def combine(op: ReduceOp, stack: Any, xp: Any = np) -> Any:

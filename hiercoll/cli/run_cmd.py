@@ -117,8 +117,15 @@ def run(args: argparse.Namespace) -> int:
             error = f", max abs error {report.max_abs_error:.3g}" if args.check else ""
             print(f"{status}: {report.iterations} call(s) of {report.algorithm} "
                   f"{report.collective} {report.nbytes} B on {report.world_size} ranks "
-                  f"({prepared.backend.value}, {args.mode}){error}")
+                  f"({prepared.backend.value}, {args.mode}){error}"
+                  + _identical_words(report.ranks_identical))
     return 0 if report.ok else 1
+
+
+def _identical_words(identical: bool | None) -> str:
+    """--check where ranks share outputs: did every rank get the same bits (None: not asked)."""
+    return "" if identical is None else ("; ranks identical" if identical else
+                                         "; RANKS DIFFER (different bits on different ranks)")
 
 
 def _profile_ranks(target: Target, choice: BackendChoice, rank: int, device: Any,
@@ -167,12 +174,14 @@ def _run_one_gpu(target: Target, choice: BackendChoice, args: argparse.Namespace
         doc = profile_one_gpu(target.schedule, options, target.topology.name)
         write_atomic(args.profile, json.dumps(doc, indent=1) + "\n")
     ok = report is None or report.ok
+    identical = None if report is None else report.ranks_identical
     if args.json:
         print_json({"ok": ok, "report": None if report is None else report.to_json(),
-                    "profile": args.profile})
+                    "profile": args.profile, "ranks_identical": identical})
     else:
         print(f"{'ok' if ok else 'FAILED'}: {target.schedule.meta.algorithm} "
               f"{target.schedule.spec.kind.value} on {target.schedule.world_size} ranks, one GPU"
               + ("" if report is None else f", {report.iterations} checked call(s)")
+              + _identical_words(identical)
               + (f"; timeline in {args.profile}" if args.profile else ""))
     return 0 if ok else 1

@@ -116,7 +116,14 @@ def _print_case(r: dict[str, Any]) -> None:
     print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['algorithm']:>10} {r['collective']} "
           f"{r['nbytes']:>11} B {r['mode']:5} iters {r['iterations']:5} "
           f"max|err| {r['max_abs_error']:.3g} (bound {r['bound']:.3g})"
-          + ("" if r["ok"] else f" first bad iteration {r['first_bad_iteration']}"), flush=True)
+          + ("" if r["ok"] else f" first bad iteration {r['first_bad_iteration']}")
+          + _identical_words(r.get("ranks_identical")), flush=True)
+
+
+def _identical_words(identical: bool | None) -> str:
+    """`ranks_identical` of a case in words (nothing where it does not apply)."""
+    return "" if identical is None else (" ranks_identical=true" if identical else
+                                         " ranks_identical=FALSE (ranks got different bits)")
 
 
 def _summarise(args: argparse.Namespace, reports: list[dict[str, Any]]) -> int:

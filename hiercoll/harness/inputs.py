@@ -16,6 +16,7 @@ import torch
 
 from hiercoll.collectives import (
     REDUCING,
+    WIDE_EXPONENTS,
     CollectiveSpec,
     ReduceOp,
     initial_outputs,
@@ -81,6 +82,18 @@ def device_inputs(spec: CollectiveSpec, rank: int, device: torch.device,
     """Values in +-[0.25, 1) rounded to the dtype: never zeros."""
     n = spec.input_count(rank)
     mag = torch.rand(n, device=device, generator=generator) * 0.75 + 0.25
+    sign = torch.randint(0, 2, (n,), device=device, generator=generator) * 2 - 1
+    return (mag * sign).to(torch_dtype(spec.dtype))
+
+
+def device_wide_inputs(spec: CollectiveSpec, rank: int, device: torch.device,
+                       generator: torch.Generator) -> torch.Tensor:
+    """`collectives.wide_inputs` drawn on the device: sums that round in fp32, so a second
+    summation order shows in the bits (for the ranks-identical check, not for error bounds)."""
+    n = spec.input_count(rank)
+    lo, hi = WIDE_EXPONENTS
+    mag = (torch.rand(n, device=device, generator=generator, dtype=torch.float64) + 1.0) * torch.exp2(
+        torch.randint(lo, hi + 1, (n,), device=device, generator=generator).to(torch.float64))
     sign = torch.randint(0, 2, (n,), device=device, generator=generator) * 2 - 1
     return (mag * sign).to(torch_dtype(spec.dtype))
 

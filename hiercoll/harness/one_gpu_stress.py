@@ -1,7 +1,8 @@
 """The stress loop of one-GPU runs (every rank in this process, `one_gpu.OneGpuCluster`): fresh
 random inputs every iteration, the device reference for the four flat collectives (numpy would
 cost more than the run) and the numpy reference for the rest, the worst error and the first bad
-iteration, eager or graph replay."""
+iteration, eager or graph replay; and, where ranks share outputs, whether every rank got the same
+bits (`ranks_identical`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from hiercoll.executor.cuda.one_gpu import OneGpuCluster
 from hiercoll.executor.interface import Mode
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.harness.device_reference import COVERED, device_expected
-from hiercoll.harness.inputs import Check, NumpyCase, compare_tensors, device_inputs
+from hiercoll.harness.identical import same_bits, shares_outputs
+from hiercoll.harness.inputs import Check, NumpyCase, compare_tensors, device_inputs, device_wide_inputs
 from hiercoll.harness.stress import StressReport
+
+WIDE_CALLS = 2   # calls on wide inputs after the stress loop (ranks-identical check only)
 
 
 def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed: int = 0,
@@ -34,6 +38,7 @@ def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed
     worst, bound = 0.0, 0.0
     first_bad: int | None = None
     bad_rank: int | None = None
+    identical: bool | None = True if shares_outputs(spec) else None
     done = 0
     t0 = time.perf_counter()
     for it in range(iters):
@@ -63,9 +68,25 @@ def stress_one_gpu(cluster: OneGpuCluster, iters: int, mode: str = "eager", seed
             worst, bound = max(worst, check.max_abs_error), max(bound, check.bound)
             if not check.ok and first_bad is None:
                 first_bad, bad_rank = it, r
+        if identical and not all(same_bits(outs[r], outs[0]) for r in range(1, w)):
+            identical = False     # every rank in one process: compare the bits directly
         if first_bad is not None and stop_on_error:
             break
+    if identical and first_bad is None:
+        # the stress inputs (+-[0.25, 1)) sum exactly in fp32 in bf16, so any order gives the
+        # same bits; a few calls on wide inputs, whose sums round, show a second order
+        for _ in range(WIDE_CALLS):
+            for r in range(w):
+                ins[r].copy_(device_wide_inputs(spec, r, dev, gen))
+                outs[r].fill_(float("nan"))
+            if graph is not None:
+                graph.replay()
+            else:
+                cluster.run(ins, outs)
+            if not all(same_bits(outs[r], outs[0]) for r in range(1, w)):
+                identical = False
+                break
     return StressReport(cluster.schedule.meta.algorithm, spec.kind.value, spec.dtype.value,
                         spec.total_bytes, w, "cuda-one-gpu", mode,
                         "numpy" if use_numpy else "device", done, worst, bound, first_bad,
-                        bad_rank, time.perf_counter() - t0)
+                        bad_rank, time.perf_counter() - t0, identical)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from hiercoll.collectives import initial_outputs
 from hiercoll.executor.interface import Backend, Prepared
 from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.harness.identical import identical_everywhere, shares_outputs
 from hiercoll.harness.inputs import Check, NumpyCase, RefKind, compare_tensors, device_inputs, library_bound
 
 
@@ -34,10 +35,13 @@ class StressReport:
     first_bad_iteration: int | None
     first_bad_rank: int | None
     seconds: float
+    # kinds whose ranks share outputs, when checked: every call gave every rank the same bits
+    # (harness/identical.py); None: not checked or not applicable. False fails the report.
+    ranks_identical: bool | None = None
 
     @property
     def ok(self) -> bool:
-        return self.first_bad_iteration is None
+        return self.first_bad_iteration is None and self.ranks_identical is not False
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -56,6 +60,7 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
     gen.manual_seed(seed * 1_000_003 + rank)
     worst, bound = 0.0, 0.0
     first_bad: int | None = None
+    identical: bool | None = True if check and shares_outputs(spec) else None
     t0 = time.perf_counter()
     for it in range(iters):
         if ref == RefKind.NUMPY:
@@ -72,6 +77,8 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
             ref_backend.run(ref_prepared, inp, want)
             result = compare_tensors(out, want, library_bound(spec))
         worst, bound = max(worst, result.max_abs_error), result.bound
+        if identical and not identical_everywhere(out, device, group):
+            identical = False
         bad = _first_bad_everywhere(result.ok, it, device, group) if check else None
         if bad is not None and first_bad is None:
             first_bad = bad
@@ -85,7 +92,8 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
                                        device, group))
     return StressReport(prepared.schedule.meta.algorithm, spec.kind.value, spec.dtype.value,
                         spec.total_bytes, spec.world_size, prepared.backend.value, mode, ref.value,
-                        iters, worst, bound, first_bad, bad_rank, time.perf_counter() - t0)
+                        iters, worst, bound, first_bad, bad_rank, time.perf_counter() - t0,
+                        identical)
 
 
 def _rng(seed: int, it: int):

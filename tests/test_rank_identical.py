@@ -1,0 +1,196 @@
+"""Rank-identical all-reduce results (issue 14 s2): every family gives every rank the same
+expression tree (sim/reduction_order.py) and the same bits through the reference executor and
+the cuda emulator; a plan whose ranks sum in their own order is flagged by both."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hiercoll as hc
+from hiercoll.collectives import CollectiveSpec, DType, first_rank_difference, wide_inputs
+from hiercoll.executor.cuda.emulate import emulate
+from hiercoll.executor.cuda.lowering import CudaOptions
+from hiercoll.executor.reference import execute, verify
+from hiercoll.plan_file import save_plan
+from hiercoll.planner import applicable
+from hiercoll.schedule import ExpandedOps, Op, OpKind, Region, Schedule, ScheduleMeta, Transport
+from hiercoll.sim import check
+from tests.helpers import small_topology
+
+FAMILIES = ["ring", "direct", "two_shot", "hier", "hier_2d"]
+
+
+def _params(algo: str, draw: st.DataObject) -> dict[str, object]:
+    p: dict[str, object] = {"chunks": draw.draw(st.integers(1, 3)),
+                            "channels": draw.draw(st.integers(1, 2))}
+    if algo in ("direct", "two_shot"):
+        p["swizzle"] = draw.draw(st.booleans())
+    if algo in ("hier", "hier_2d"):
+        p["node_swizzle"] = draw.draw(st.booleans())
+        p["rank_swizzle"] = draw.draw(st.booleans())
+    if algo == "hier_2d":
+        p["inter"] = draw.draw(st.sampled_from(["ring", "direct"]))
+    return p
+
+
+def _bits_identical(outs: list[np.ndarray], spec: CollectiveSpec) -> bool:
+    return first_rank_difference(spec, outs) is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.integers(1, 3), gpus=st.integers(1, 4), algo=st.sampled_from(FAMILIES),
+       elems=st.integers(1, 300), dtype=st.sampled_from(["bf16", "fp32"]),
+       op=st.sampled_from(["sum", "avg"]), seed=st.integers(0, 2**31), data=st.data())
+def test_every_family_is_rank_identical(nodes, gpus, algo, elems, dtype, op, seed, data):
+    topo = small_topology(nodes, gpus)
+    spec = CollectiveSpec(kind="all_reduce", world_size=topo.world_size, dtype=dtype,
+                          nbytes=elems * DType(dtype).itemsize, reduce_op=op)
+    if algo not in applicable(topo, spec):
+        return
+    s = hc.plan(topo, spec, algo, _params(algo, data)).expand()
+    report = check(s)
+    assert report.ok, report.problems
+    assert report.ranks_identical is (topo.world_size > 1 or None)
+    rng = np.random.default_rng(seed)
+    outs = execute(s, wide_inputs(spec, rng), seed=seed)
+    assert _bits_identical(outs, spec)
+
+
+def _own_order_plan(w: int, n: int, dtype: str, two_stage: bool = False) -> Schedule:
+    """Each rank gets every peer's input and sums in its own order: itself first (what direct did
+    before the fix). `two_stage`: (mine + next) is rounded to the dtype before the rest is added,
+    so the order shows in bf16 too (fp32 accumulation of a few bf16 values is mostly exact)."""
+    spec = CollectiveSpec(kind="all_reduce", world_size=w, dtype=dtype,
+                          nbytes=n * DType(dtype).itemsize)
+    ops, bufs = [], []
+    for r in range(w):
+        peers = [(r + k) % w for k in range(1, w)]
+        lst = [Op(r, j, 0, OpKind.COPY, Region(r, "slots", j * n, n), (Region(s, "input", 0, n),),
+                  transport=Transport.INTRA) for j, s in enumerate(peers)]
+        mine = Region(r, "input", 0, n)
+        slots = [Region(r, "slots", j * n, n) for j in range(w - 1)]
+        if two_stage:
+            lst.append(Op(r, len(lst), 0, OpKind.REDUCE, Region(r, "part", 0, n), (mine, slots[0])))
+            lst.append(Op(r, len(lst), 0, OpKind.REDUCE, Region(r, "output", 0, n),
+                          (Region(r, "part", 0, n), *slots[1:])))
+        else:
+            lst.append(Op(r, len(lst), 0, OpKind.REDUCE, Region(r, "output", 0, n), (mine, *slots)))
+        ops.append(tuple(lst))
+        bufs.append({"input": n, "output": n, "slots": (w - 1) * n, "part": n})
+    return Schedule(ScheduleMeta("own_order", {}, spec, "test"), ExpandedOps(tuple(ops), tuple(bufs)))
+
+
+@pytest.mark.parametrize(("dtype", "two_stage"), [("fp32", False), ("bf16", True), ("fp32", True)])
+def test_ranks_summing_in_their_own_order_are_flagged(dtype, two_stage):
+    s = _own_order_plan(4, 500, dtype, two_stage)
+    report = check(s)
+    assert not report.ok and report.ranks_identical is False
+    assert any(p.startswith("ranks differ: r") and "written by op" in p for p in report.problems)
+    relaxed = check(s, require_ranks_identical=False)       # the terms are right: only reported
+    assert relaxed.ok and relaxed.ranks_identical is False
+    v = verify(s, trials=2, seed=int(np.random.default_rng().integers(2**31)))
+    assert not v.ok and v.ranks_identical is False and v.mismatch is None
+    assert v.rank_difference is not None and v.rank_difference.startswith("ranks differ: rank")
+
+
+def test_same_order_everywhere_passes_and_two_terms_commute():
+    # w = 2: a + b == b + a, so "mine first" on two ranks is the same tree (and the same bits)
+    s = _own_order_plan(2, 64, "fp32")
+    assert check(s).ranks_identical is True
+    assert verify(s, trials=2).ranks_identical is True
+
+
+def test_direct_and_hier_2d_one_shot_sum_in_rank_order():
+    """The two families that summed 'mine first' (every owner, every rail rank) now name their
+    sources in rank (node) order."""
+    topo = small_topology(1, 4)
+    spec = CollectiveSpec(kind="all_reduce", world_size=4, dtype="fp32", nbytes=400)
+    red = [op for op in hc.plan(topo, spec, "direct").rank_ops(2) if op.kind == OpKind.REDUCE]
+    assert [reg.rank if reg.buffer == "input" else None for reg in red[0].srcs] == [None, None, 2, None]
+    topo3 = small_topology(3, 2)
+    spec3 = CollectiveSpec(kind="all_reduce", world_size=6, dtype="fp32", nbytes=600)
+    s = hc.plan(topo3, spec3, "hier_2d", {"inter": "direct"})
+    assert check(s).ranks_identical is True
+
+
+def test_emulated_cuda_program_gives_every_rank_the_same_bits():
+    topo = small_topology(2, 2)
+    rng = np.random.default_rng()
+    for algo in FAMILIES:
+        spec = CollectiveSpec(kind="all_reduce", world_size=4, dtype="fp32", nbytes=4 * 37)
+        s = hc.plan(topo, spec, algo).expand()
+        calls = [wide_inputs(spec, rng) for _ in range(2)]
+        before = [[np.full(spec.output_count(r), np.nan) for r in range(4)] for _ in calls]
+        for single in (False, True):
+            outs = emulate(s, calls, before, CudaOptions(single_stream=single), seed=int(rng.integers(1000)))
+            for call in outs:
+                assert _bits_identical(call, spec), (algo, single)
+    bad = _own_order_plan(4, 50, "fp32")
+    calls = [wide_inputs(bad.spec, rng)]
+    outs = emulate(bad, calls, [[np.full(50, np.nan)] * 4])
+    assert not _bits_identical(outs[0], bad.spec)
+
+
+def test_check_json_and_kinds_without_shared_outputs():
+    topo = small_topology(1, 4)
+    rs = CollectiveSpec(kind="reduce_scatter", world_size=4, dtype="bf16", nbytes=800)
+    report = check(hc.plan(topo, rs, "direct"))
+    assert report.ok and report.ranks_identical is None and report.to_json()["ranks_identical"] is None
+    ag = CollectiveSpec(kind="all_gather", world_size=4, dtype="bf16", nbytes=800)
+    assert check(hc.plan(topo, ag, "ring")).to_json()["ranks_identical"] is True
+
+
+# ---- the numeric side on real processes (gloo) and in one process (harness/identical.py) -------
+def _torchrun(*args: str, nproc: int) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={nproc}", "-m", "hiercoll", *args],
+                          capture_output=True, text=True, env=env, timeout=180, check=False)
+
+
+def _last_json(proc: subprocess.CompletedProcess[str]) -> dict:
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_run_check_json_reports_ranks_identical_on_gloo(tmp_path: Path):
+    topo = small_topology(1, 3)
+    good = hc.plan(topo, CollectiveSpec(kind="all_reduce", world_size=3, dtype="bf16",
+                                        nbytes=2 * 777), "direct")
+    save_plan(tmp_path / "good.json", good, topo)
+    proc = _torchrun("run", str(tmp_path / "good.json"), "--backend", "gloo", "--check",
+                     "--iters", "2", "--json", nproc=3)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _last_json(proc)["ranks_identical"] is True
+    # each rank rounds (mine + next) to bf16 before adding the rest: different bits per rank
+    bad = _own_order_plan(3, 777, "bf16", two_stage=True)
+    bad = Schedule(ScheduleMeta("own_order", {}, bad.spec, topo.fingerprint()), bad.source)
+    save_plan(tmp_path / "bad.json", bad, topo)
+    proc = _torchrun("run", str(tmp_path / "bad.json"), "--backend", "gloo", "--check",
+                     "--iters", "2", "--json", nproc=3)
+    report = _last_json(proc)
+    assert proc.returncode == 1 and report["ranks_identical"] is False and not report["ok"]
+    assert report["first_bad_iteration"] is None      # every value within the error bound
+
+
+def test_bitwise_helpers_see_one_flipped_bit():
+    import torch
+
+    from hiercoll.harness.identical import fingerprint, same_bits
+    a = torch.randn(1000).to(torch.bfloat16)
+    b = a.clone()
+    assert same_bits(a, b) and fingerprint(a) == fingerprint(b)
+    i = int(torch.randint(0, 1000, ()).item())
+    b.view(torch.int16)[i] ^= 1
+    assert not same_bits(a, b) and fingerprint(a) != fingerprint(b)
+    nan = torch.full((4,), float("nan"))
+    assert same_bits(nan, nan.clone())
+    assert not same_bits(torch.zeros(1), -torch.zeros(1))
