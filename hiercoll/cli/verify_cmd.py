@@ -56,6 +56,7 @@ def _run(args: argparse.Namespace) -> int:
         console.print(escape(f"problem: {problem}"))
     if static.ok:
         console.print("static check: no deadlock, no race, postcondition holds"
+                      + (", ranks identical" if static.ranks_identical else "")
                       + (f" ({'; '.join(static.notes)})" if static.notes else ""))
     if skipped:
         err_console.print(escape(skipped + ("" if args.allow_skip else
@@ -64,5 +65,6 @@ def _run(args: argparse.Namespace) -> int:
         console.print(f"reference executor: {report.trials} trials OK on random data {report.how}, "
                       f"max abs error {report.max_abs_error:.3g}")
     elif report is not None:
-        console.print(escape(f"MISMATCH in trial {report.trial} ({report.how}): {report.mismatch}"))
+        console.print(escape(f"MISMATCH in trial {report.trial} ({report.how}): "
+                             f"{report.mismatch or report.rank_difference}"))
     return code

@@ -23,14 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from hiercoll.collectives import (
+    SHARED_OUTPUT,
     CollectiveSpec,
+    first_rank_difference,
     initial_outputs,
     random_inputs,
-    reduce_terms,
+    reduce_values,
     reference,
-    round_to,
     storage_dtype,
     tolerance,
+    wide_inputs,
 )
 from hiercoll.errors import HiercollError, ScheduleError
 from hiercoll.executor.shrink import common_factor, shrink
@@ -63,6 +65,11 @@ class VerifyReport:
     # > 1: the plan did not fit in memory and ran as its size-reduced copy (executor/shrink.py:
     # every count and offset divided by this; the same check, see there)
     reduced_by: int = 1
+    # kinds whose ranks share outputs (collectives.SHARED_OUTPUT): every rank's output the same
+    # bits in every trial (None: other kinds, or a wrong result stopped the trials first); a
+    # difference fails the report
+    ranks_identical: bool | None = None
+    rank_difference: str | None = None
 
     @property
     def how(self) -> str:
@@ -75,7 +82,8 @@ class VerifyReport:
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "trials": self.trials, "max_abs_error": self.max_abs_error,
                 "first_mismatch": str(self.mismatch) if self.mismatch else None,
-                "failed_trial": self.trial, "reduced_by": self.reduced_by}
+                "failed_trial": self.trial, "reduced_by": self.reduced_by,
+                "ranks_identical": self.ranks_identical, "rank_difference": self.rank_difference}
 
 
 def _execution_order(schedule: Schedule, rng: np.random.Generator) -> list[Op]:
@@ -111,13 +119,10 @@ class _Memory:
     def run(self, op: Op) -> None:
         if op.kind == OpKind.COPY:
             value = self.view(op.srcs[0]).copy()
-        else:
-            stack = np.stack([self.view(s).astype(np.float64) for s in op.srcs])
-            value = reduce_terms(self.spec.reduce_op, stack) * op.scale
-            if op.accumulate:
-                value = self.view(op.dst).astype(np.float64) + value
-            if not self.exact:
-                value = round_to(value, self.spec.dtype)
+        else:   # the kernels' arithmetic: sources folded in order, in fp32 (or exactly)
+            value = reduce_values(self.spec.reduce_op, self.spec.dtype,
+                                  [self.view(s) for s in op.srcs], op.scale,
+                                  self.view(op.dst) if op.accumulate else None, exact=self.exact)
         d = op.dst
         self.bufs[d.rank][d.buffer][d.offset:d.offset + d.count] = value
         self.writer[d.rank][d.buffer][d.offset:d.offset + d.count] = (op.rank << 32) | op.index
@@ -205,6 +210,7 @@ def verify(schedule: Schedule, trials: int = 3, seed: int | None = None,
     spec = schedule.spec
     rng = np.random.default_rng(seed)
     worst = 0.0
+    shared = spec.kind in SHARED_OUTPUT
     for t in range(trials):
         inputs = random_inputs(spec, rng)
         before = initial_outputs(spec, rng)
@@ -213,12 +219,33 @@ def verify(schedule: Schedule, trials: int = 3, seed: int | None = None,
         mem = run_order(schedule, inputs, before, order)
         err, bad = compare(spec, mem, expected)
         worst = max(worst, err)
+        split = rank_difference(spec, mem)
+        del mem
         if bad is None:
-            del mem
             _, bad = compare(spec, run_order(schedule, inputs, before, order, exact=True), expected)
-        if bad is not None:
-            return VerifyReport(False, t + 1, worst, bad, t, reduced_by)
-    return VerifyReport(True, trials, worst, None, None, reduced_by)
+        if bad is None and split is None and shared:
+            # random_inputs' bf16 sums are exact in fp32 (any order, same bits): wide values
+            # round, so a second summation order shows
+            split = rank_difference(spec, run_order(schedule, wide_inputs(spec, rng), before, order))
+        if bad is not None or split is not None:
+            return VerifyReport(False, t + 1, worst, bad, t, reduced_by,
+                                False if split is not None else None, split)
+    return VerifyReport(True, trials, worst, None, None, reduced_by, True if shared else None)
+
+
+def rank_difference(spec: CollectiveSpec, mem: _Memory) -> str | None:
+    """Where ranks that share outputs ended with different bits, in words; None if they did
+    not (or the kind has no shared outputs)."""
+    at = first_rank_difference(spec, [mem.bufs[r][OUTPUT] for r in range(spec.world_size)])
+    if at is None:
+        return None
+    r, i = at
+    w = int(mem.writer[r][OUTPUT][i])
+    w0 = int(mem.writer[0][OUTPUT][i])
+    def op(x: int) -> str:
+        return "no op" if x < 0 else f"op {x >> 32}.{x & 0xFFFFFFFF}"
+    return (f"ranks differ: rank {r} output[{i}] = {float(mem.bufs[r][OUTPUT][i])!r} ({op(w)}), "
+            f"rank 0 has {float(mem.bufs[0][OUTPUT][i])!r} ({op(w0)})")
 
 
 def fitting(schedule: Schedule, max_memory: int) -> tuple[Schedule, int]:

@@ -2,7 +2,9 @@
 
 Reductions push each peer's piece into a per-source slot of the owner's scratch, then the owner
 reduces all slots with its own piece on a separate channel, so chunk c's reduce overlaps chunk
-c+1's copies. Swizzle (default on): rank r visits r+1, r+2, ... so each step has one writer per
+c+1's copies. The owner sums the W pieces in rank order (0, 1, ..., W-1), its own among them: in
+an all-reduce every rank sums the whole buffer, and one order is what makes the bits the same on
+every rank (sim/reduction_order.py). Swizzle (default on): rank r visits r+1, r+2, ... so each step has one writer per
 destination port instead of everyone writing to rank 0 first.
 """
 
@@ -61,8 +63,10 @@ def reduce_into_owners(ctx: PlanContext[DirectParams], b: RankBuilder, block: Bl
             continue
         off, n = block(r)
         coff, cn = chunk_bounds(n, k, c)
-        srcs = [ctx.input(r, off + coff, cn)]
-        srcs += [_slot(ctx, r, s, c, count=cn, width=width) for s in range(w) if s != r]
+        # sources in rank order on every owner (never "mine first"): an all-reduce's owners all
+        # sum the same block, so the same order gives every rank the same bits
+        srcs = [ctx.input(r, off + coff, cn) if s == r else _slot(ctx, r, s, c, count=cn, width=width)
+                for s in range(w)]
         out = ctx.output(r, (off if at_block_offset else 0) + coff, cn)
         b.reduce(srcs, out, scale=scale, channel=p.channels,
                  deps=[Dep(s, PutLabel(c, r)) for s in range(w) if s != r],

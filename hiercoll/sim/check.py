@@ -7,6 +7,10 @@
   (rank, channel) streams answer "is a before b" in O(1).
 - Postcondition: symbolic execution (see symbolic.py) in a topological order; every output range
   must hold exactly the contributions the collective defines — none missing, none doubled.
+- Rank-identical (reduction_order.py): where ranks must hold the same output (all_reduce,
+  all_gather, broadcast), every rank's element must come from the same expression tree (order,
+  grouping, scale), so every rank gets the same bits. Not identical is a failure by default
+  (replicas that drift apart are a bug); `require_ranks_identical=False` only reports it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from hiercoll.errors import ScheduleError
 from hiercoll.schedule import OUTPUT, Op, OpRef, Schedule, predecessor_map, topological_order
+from hiercoll.sim.reduction_order import check_reduction_order
 from hiercoll.sim.symbolic import Content, SymbolicMemory, expected_output
 
 MAX_CLOCK_CELLS = 50_000_000   # ops x streams; beyond this the race check is skipped (and said)
@@ -30,12 +35,16 @@ class CheckReport:
     ok: bool
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # every rank holds the same bits where ranks share outputs (reduction_order.py); None: the
+    # kind has no shared outputs, or the check stopped before (deadlock, wrong result)
+    ranks_identical: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problems": self.problems, "notes": self.notes}
+        return {"ok": self.ok, "problems": self.problems, "notes": self.notes,
+                "ranks_identical": self.ranks_identical}
 
 
-def check(schedule: Schedule) -> CheckReport:
+def check(schedule: Schedule, require_ranks_identical: bool = True) -> CheckReport:
     schedule.refuse_library_call("check")
     problems: list[str] = [f"op {op.id}: a {op.kind.value} with no sources (nothing to read; "
                            "a split nobody sends needs no op)"
@@ -49,8 +58,17 @@ def check(schedule: Schedule) -> CheckReport:
     except ScheduleError as exc:
         return CheckReport(False, [f"deadlock: {exc}"])
     problems += find_races(schedule, order, notes)
-    problems += check_postcondition(schedule, order)
-    return CheckReport(not problems, problems[:MAX_PROBLEMS], notes)
+    post = check_postcondition(schedule, order)
+    problems += post
+    identical = None
+    if not post:            # the same terms everywhere first; then the same order
+        same = check_reduction_order(schedule, order)
+        identical, notes = same.identical, notes + same.notes
+        if require_ranks_identical:
+            problems += same.problems
+        else:
+            notes += [f"(allowed) {p}" for p in same.problems]
+    return CheckReport(not problems, problems[:MAX_PROBLEMS], notes, identical)
 
 
 # ---- happens-before ---------------------------------------------------------------------------
@@ -194,7 +212,8 @@ class _AccessMap:
 # ---- postcondition ----------------------------------------------------------------------------
 def check_postcondition(schedule: Schedule, order: list[Op]) -> list[str]:
     spec = schedule.spec
-    mem = SymbolicMemory(spec, [schedule.buffers(r) for r in range(schedule.world_size)])
+    mem: SymbolicMemory[Content] = SymbolicMemory(
+        spec, [schedule.buffers(r) for r in range(schedule.world_size)])
     last_writer: dict[tuple[int, str], list[tuple[int, int, str]]] = {}
     for op in order:
         mem.run(op)

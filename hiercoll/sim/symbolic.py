@@ -8,14 +8,19 @@ as it was before the call, which group_reduce accumulates into). Weights are exa
 stands for (`exact_scale`: the float 1/3 is 1/3), so avg's 1/n must come out as exactly 1/n
 per contribution and a scale that is 2% off is a wrong weight, not a rounding. Buffers are kept
 as sorted, non-overlapping segments, so a copy of a million elements is one segment operation.
+
+The walk is generic over what a segment holds (`Algebra`): `Terms` (this module: the weighted
+sum, order forgotten; the postcondition) or `reduction_order.Exprs` (the expression tree, order
+and association kept; the rank-identical property). One walk, two questions.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Generic, Protocol, TypeVar
 
 from hiercoll.collectives import CollectiveSpec, Kind, ReduceOp
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Region
@@ -64,13 +69,49 @@ def combine(parts: list[Content]) -> Content:
     return tuple(sorted((s, d, c) for (s, d), c in acc.items() if c != 0))
 
 
+C = TypeVar("C")
+
+
+class Algebra(Protocol[C]):
+    """What a segment holds and how ops transform it (None: nothing written yet)."""
+
+    def leaf(self, source: int) -> C:
+        """Element e of input `source` (or -1-r: rank r's output before the call)."""
+        ...
+
+    def shift(self, content: C | None, by: int) -> C | None:
+        """`content` moved by `by` elements (to dst offset = src offset + by)."""
+        ...
+
+    def reduce(self, srcs: Sequence[C | None], scale: float, acc: C | None,
+               accumulate: bool) -> C | None:
+        """A reduce op: scale * (srcs in order) [+ acc, the destination's value, if
+        `accumulate`]."""
+        ...
+
+
+class Terms:
+    """Contents as weighted sums (see the module doc): the postcondition's algebra."""
+
+    def leaf(self, source: int) -> Content:
+        return ((source, 0, 1),)
+
+    def shift(self, content: Content, by: int) -> Content:
+        return shift(content, by)
+
+    def reduce(self, srcs: Sequence[Content], scale: float, acc: Content,
+               accumulate: bool) -> Content:
+        k = exact_scale(scale)
+        return combine([scaled(c, k) for c in srcs] + ([acc] if accumulate else []))
+
+
 @dataclass
-class SegmentBuffer:
+class SegmentBuffer(Generic[C]):
     """[starts[i], starts[i+1]) holds contents[i]; the last start is the buffer's end."""
 
     size: int
     starts: list[int] = field(default_factory=list)
-    contents: list[Content] = field(default_factory=list)
+    contents: list[C | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.starts:
@@ -84,7 +125,7 @@ class SegmentBuffer:
             self.starts.insert(i + 1, at)
             self.contents.insert(i + 1, self.contents[i])
 
-    def read(self, lo: int, hi: int) -> list[tuple[int, int, Content]]:
+    def read(self, lo: int, hi: int) -> list[tuple[int, int, C | None]]:
         """[(start, end, content)] covering [lo, hi)."""
         if hi <= lo:
             return []
@@ -95,7 +136,7 @@ class SegmentBuffer:
             i += 1
         return out
 
-    def write(self, lo: int, hi: int, pieces: list[tuple[int, int, Content]]) -> None:
+    def write(self, lo: int, hi: int, pieces: list[tuple[int, int, C | None]]) -> None:
         if hi <= lo:
             return
         self._split(lo)
@@ -106,20 +147,25 @@ class SegmentBuffer:
         self.contents[i:j] = [c for _, _, c in pieces]
 
 
-class SymbolicMemory:
-    def __init__(self, spec: CollectiveSpec, sizes: list[dict[str, int]]):
-        self.bufs: list[dict[str, SegmentBuffer]] = []
+class SymbolicMemory(Generic[C]):
+    """Every rank's buffers as segments of `algebra`'s contents; `run` applies one op."""
+
+    def __init__(self, spec: CollectiveSpec, sizes: list[dict[str, int]],
+                 algebra: Algebra[C] | None = None):
+        self.algebra: Algebra[C] = algebra if algebra is not None else Terms()  # type: ignore[assignment]
+        self.bufs: list[dict[str, SegmentBuffer[C]]] = []
         for r, bs in enumerate(sizes):
-            d = {name: SegmentBuffer(n) for name, n in bs.items()}
+            d = {name: SegmentBuffer[C](n) for name, n in bs.items()}
             if bs.get(INPUT):
-                d[INPUT].contents = [((r, 0, 1),)]
+                d[INPUT].contents = [self.algebra.leaf(r)]
             if spec.accumulates_output and bs.get(OUTPUT):
-                d[OUTPUT].contents = [((-1 - r, 0, 1),)]
+                d[OUTPUT].contents = [self.algebra.leaf(-1 - r)]
             self.bufs.append(d)
 
-    def _read(self, reg: Region, to_offset: int) -> list[tuple[int, int, Content]]:
+    def _read(self, reg: Region, to_offset: int) -> list[tuple[int, int, C | None]]:
         by = to_offset - reg.offset
-        return [(a + by, b + by, shift(c, by))
+        shift_by = self.algebra.shift
+        return [(a + by, b + by, shift_by(c, by))
                 for a, b, c in self.bufs[reg.rank][reg.buffer].read(reg.offset, reg.offset + reg.count)]
 
     def run(self, op: Op) -> None:
@@ -128,17 +174,18 @@ class SymbolicMemory:
             pieces = self._read(op.srcs[0], d.offset)
         else:
             # dst <- [dst +] scale * (src_0 + src_1 ...): the scale weighs the sources only
-            k = exact_scale(op.scale)
-            sources = [[(a, b, scaled(c, k)) for a, b, c in self._read(s, d.offset)]
-                       for s in op.srcs]
+            sources = [self._read(s, d.offset) for s in op.srcs]
             if op.accumulate:
                 sources.append(self._read(d, d.offset))
-            pieces = _merge(sources, d.offset, d.offset + d.count)
+            n, scale, acc, red = len(op.srcs), op.scale, op.accumulate, self.algebra.reduce
+            pieces = [(a, b, red(parts[:n], scale, parts[n] if acc else None, acc))
+                      for a, b, parts in _merge(sources, d.offset, d.offset + d.count)]
         self.bufs[d.rank][d.buffer].write(d.offset, d.offset + d.count, pieces)
 
 
-def _merge(sources: list[list[tuple[int, int, Content]]], lo: int, hi: int) -> list[tuple[int, int, Content]]:
-    """Pointwise combine of several piece lists over [lo, hi)."""
+def _merge(sources: list[list[tuple[int, int, C | None]]], lo: int,
+           hi: int) -> list[tuple[int, int, list[C | None]]]:
+    """Pointwise zip of several piece lists over [lo, hi): (start, end, [content per source])."""
     cuts = sorted({lo, hi} | {a for src in sources for a, _, _ in src})
     out = []
     idx = [0] * len(sources)
@@ -148,16 +195,16 @@ def _merge(sources: list[list[tuple[int, int, Content]]], lo: int, hi: int) -> l
             while idx[k] < len(src) and src[idx[k]][1] <= a:
                 idx[k] += 1
             parts.append(src[idx[k]][2])
-        out.append((a, b, combine(parts)))
+        out.append((a, b, parts))
     return out
 
 
-def expected_output(spec: CollectiveSpec, rank: int) -> SegmentBuffer:
+def expected_output(spec: CollectiveSpec, rank: int) -> SegmentBuffer[Content]:
     """What rank's output must hold by the collective's definition: each contribution with
     weight 1, except avg's, which weigh exactly 1/n (n ranks; for group_reduce, n sources of the
     output split; the output's own earlier value keeps weight 1)."""
     n, w = spec.output_count(rank), spec.world_size
-    buf = SegmentBuffer(n)
+    buf = SegmentBuffer[Content](n)
     k = spec.kind
     avg = spec.reduce_op == ReduceOp.AVG
     each: Weight = Fraction(1, w) if avg else 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hiercoll.collectives import reduce_terms, round_to
+from hiercoll.collectives import reduce_values
 from hiercoll.errors import VerificationError
 from hiercoll.executor.cuda.lowering import (
     CallStep,
@@ -186,11 +186,10 @@ class _Emulator:
             dst = self.ranks[row.dst.rank].data
             if not row.reduce:
                 dst[row.dst.offset + idx] = srcs[0]
-            else:
-                val = reduce_terms(self.spec.reduce_op, np.stack(srcs)) * row.scale
-                if row.accumulate:
-                    val = dst[row.dst.offset + idx] + val
-                dst[row.dst.offset + idx] = round_to(val, self.spec.dtype)
+            else:   # the kernel's arithmetic (fp32, sources in row order), bit for bit
+                old = dst[row.dst.offset + idx] if row.accumulate else None
+                dst[row.dst.offset + idx] = reduce_values(self.spec.reduce_op, self.spec.dtype,
+                                                          srcs, row.scale, old)
         for s in row.signals:
             self.ranks[s.rank].sig[s.slot] += 1
 

@@ -5,7 +5,8 @@ shards (t, l), t = 0..N-1; (2) an all-reduce of those N shards among the rail (t
 local rank l on every node) over RDMA, `inter` = ring (reduce-scatter + all-gather around the
 rail: 2(N-1)/N of the rail block per rank, one neighbour per step) or direct (one-shot: every
 rank sends its whole block to every rail peer and reduces what it receives: (N-1) blocks per
-rank, one step); (3) intra-node all-gather of the N finished shards. reduce_scatter is (1) plus
+rank, one step; every rail rank sums the N node-partials in node order, so all get the same
+bits); (3) intra-node all-gather of the N finished shards. reduce_scatter is (1) plus
 the inter-node reduce-scatter half of (2); all_gather is the all-gather half of (2) plus (3).
 
 Unlike `hier`, the phases are not interleaved per target node, and inter-node transfers leave
@@ -192,9 +193,11 @@ def _one_shot(ctx: Ctx, b: RankBuilder, pl: Place, parts: Ready) -> Ready:
     for c in range(k):
         for t in range(n):
             off, coff, cn = sh.piece(t, pl.local_rank, c)
-            srcs = [_part(ctx, pl, t, c)]
-            srcs += [sh.slot(pl.rank, RECV, other_slot(pl.node, m, n) * n + t, coff, cn)
-                     for m in pl.source_nodes()]
+            # the N node-partials in node order on every rail rank (never "mine first"): each
+            # rail rank sums shard t itself, so one order gives them the same bits
+            srcs = [_part(ctx, pl, t, c) if m == pl.node else
+                    sh.slot(pl.rank, RECV, other_slot(pl.node, m, n) * n + t, coff, cn)
+                    for m in range(n)]
             deps = list(parts[(t, c)]) + [Dep(pl.at(m, pl.local_rank), RailOneShotLabel(pl.node, t, c))
                                           for m in pl.source_nodes()]
             ready[(t, c)] = [b.reduce(srcs, ctx.output(pl.rank, off + coff, cn), channel=ch + c % ch,
