@@ -42,10 +42,14 @@ PARAMS: tuple[FitParam, ...] = (
     _p("costs.graph.call_us", "us", 0.05, 5000.0,
        "per call replayed from a CUDA graph: graph launch and the first kernel's start"),
     _p("costs.eager.issue_us", "us", 0.01, 500.0,
-       "host time to launch one op in eager mode (an op starts no earlier than its launch; "
-       "ranks that share a host thread queue behind each other)"),
+       "host time per kernel launch in eager mode (consecutive SM ops of a channel share one; "
+       "ranks that share a host thread add up)"),
+    _p("costs.eager.ce_issue_us", "us", 0.01, 500.0,
+       "host time per copy-engine op in eager mode (fence launch, copy, signal launch)"),
     _p("costs.launch_us", "us", 0.01, 200.0,
        "per op on the device: kernel or row start, signal wait round trip"),
+    _p("costs.ce_launch_us", "us", 0.01, 200.0,
+       "per copy-engine op on the device: fence kernel, copy start, signal kernel"),
     _p("intra.latency_us", "us", 0.01, 100.0, "one-hop latency of a transfer inside a node"),
     _p("inter.latency_us", "us", 0.01, 200.0, "one-way latency between nodes"),
     _p("costs.intra_efficiency", "fraction", 0.01, 1.0,
@@ -60,7 +64,7 @@ PARAMS: tuple[FitParam, ...] = (
        "most one copy-engine copy moves; unset: only links limit it"),
 )
 # Where a parameter is unset (None: no limit) the fit starts here.
-START = {"costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0}
+START = {"costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0}
 BY_PATH = {p.path: p for p in PARAMS}
 
 

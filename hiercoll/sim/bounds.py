@@ -84,8 +84,8 @@ def lower_bound(spec: CollectiveSpec, t: Topology) -> Bound:
         latency = t.intra.latency_us if t.num_nodes == 1 or t.inter is None else min(
             t.intra.latency_us if t.gpus_per_node > 1 else t.inter.latency_us, t.inter.latency_us)
     if node_time > gpu_time:
-        return Bound(node_time + latency + t.costs.launch_us, "node", node_bytes)
-    return Bound(gpu_time + latency + t.costs.launch_us, "gpu", gpu_bytes)
+        return Bound(node_time + latency + t.costs.min_launch_us(), "node", node_bytes)
+    return Bound(gpu_time + latency + t.costs.min_launch_us(), "gpu", gpu_bytes)
 
 
 def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: bool = True) -> float:
@@ -108,12 +108,11 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
     paths = LinkCache(Network(topology, itemsize=schedule.spec.dtype.itemsize))
     ranks = range(fold if fold else schedule.world_size)
     isz = schedule.spec.dtype.itemsize
-    launch = topology.costs.launch_us
     cost: dict[OpRef, float] = {}
     for r in ranks:
         for op in schedule.rank_ops(r):
             latency = paths(op)[1]
-            cost[op.ref] = launch + latency + op.dst.count * isz / paths.best_rate(op)
+            cost[op.ref] = paths.launch_us(op) + latency + op.dst.count * isz / paths.best_rate(op)
     preds = predecessor_map(schedule, ranks, fold)
     finish: dict[OpRef, float] = {}
     for ref in kahn_order(preds):

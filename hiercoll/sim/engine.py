@@ -63,14 +63,20 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
     return tuple(weights.items()), latency
 
 
+def on_copy_engine(op: Op, itemsize: int, threshold_bytes: int) -> bool:
+    """Whether the cuda backend runs `op` on a copy engine: a copy to or from a peer of at least
+    the threshold (`lowering._engine`, which the simulator may not import, says the same)."""
+    return (op.kind == OpKind.COPY and op.dst.count * itemsize >= max(threshold_bytes, 1)
+            and (op.dst.rank != op.rank or op.srcs[0].rank != op.rank))
+
+
 def op_engine_cap(net: Network, op: Op) -> tuple[str, float] | None:
     """(engine, GB/s) if the topology caps what one op moves: copies of at least the copy-engine
     threshold run on a copy engine (as the cuda backend lowers them), everything else on SMs."""
     costs = net.topology.costs
     if costs.sm_op_gbps is None and costs.ce_op_gbps is None:
         return None
-    nbytes = op.dst.count * net.itemsize
-    if op.kind == OpKind.COPY and nbytes >= costs.ce_threshold_bytes:
+    if on_copy_engine(op, net.itemsize, costs.ce_threshold_bytes):
         return None if costs.ce_op_gbps is None else ("ce", costs.ce_op_gbps)
     return None if costs.sm_op_gbps is None else ("sm", costs.sm_op_gbps)
 
@@ -97,8 +103,13 @@ class LinkCache:
         """With per-op engine caps, an op's links depend on its channel and engine too."""
         if not self._capped:
             return None
-        threshold = self.net.topology.costs.ce_threshold_bytes
-        return (op.channel, op.dst.count * self.net.itemsize >= threshold)
+        return (op.channel, on_copy_engine(op, self.net.itemsize,
+                                           self.net.topology.costs.ce_threshold_bytes))
+
+    def launch_us(self, op: Op) -> float:
+        """Device time before the op's bytes move (topology.costs.op_launch_us)."""
+        costs = self.net.topology.costs
+        return costs.op_launch_us(on_copy_engine(op, self.net.itemsize, costs.ce_threshold_bytes))
 
     def best_rate(self, op: Op) -> float:
         """Bytes/us the op could move alone on the network (its tightest weighted link)."""
@@ -106,7 +117,7 @@ class LinkCache:
         return min((self.net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
 
 
-def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us: float,
+def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
                record: bool = False) -> tuple[OpTiming, FluidNetwork]:
     env = simpy.Environment()
     isz = schedule.spec.dtype.itemsize
@@ -115,11 +126,13 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
     timing = OpTiming({}, {})
     lists = {r: schedule.rank_ops(r) for r in ranks}
     paths: dict[tuple[int, int], tuple[tuple[tuple[int, float], ...], float]] = {}
+    launch: dict[tuple[int, int], float] = {}
     cached = LinkCache(net)
     for ops in lists.values():
         for op in ops:
             done[op.ref] = env.event()
             paths[op.ref] = cached(op)
+            launch[op.ref] = cached.launch_us(op)
     fluid = FluidNetwork(env, [l.bytes_per_us for l in net.links], record)
 
     def rep(ref: tuple[int, int]) -> tuple[int, int]:
@@ -133,7 +146,7 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int], launch_us
                     yield ev
             timing.start[op.ref] = env.now
             links, latency = paths[op.ref]
-            yield env.timeout(launch_us + latency)   # launch, then the first byte's flight
+            yield env.timeout(launch[op.ref] + latency)   # launch, then the first byte's flight
             yield fluid.transfer(links, op.dst.count * isz)
             timing.end[op.ref] = env.now
             done[op.ref].succeed()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
 from hiercoll.errors import HiercollError
-from hiercoll.schedule import Schedule, predecessor_map
+from hiercoll.schedule import Op, Schedule, predecessor_map
 from hiercoll.sim.bounds import declared_period, lower_bound
-from hiercoll.sim.engine import run_timing
+from hiercoll.sim.engine import on_copy_engine, run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
 from hiercoll.sim.symmetry import Symmetry, find_symmetry
@@ -72,7 +72,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     fold = sym.period if sym else None
     ranks = list(range(fold if fold else schedule.world_size))
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize)
-    timing, fluid = run_timing(schedule, net, ranks, topology.costs.launch_us, record)
+    timing, fluid = run_timing(schedule, net, ranks, record)
     end = call_time_us(schedule, topology, ranks, max(timing.end.values(), default=0.0), call_mode)
     copies = schedule.world_size // fold if fold else 1
     links = [LinkStat(name=info.name, tier=info.tier.value, bytes=fluid.usage.bytes[i],
@@ -112,14 +112,36 @@ def call_time_us(schedule: Schedule, topology: Topology, ranks: list[int], devic
     """A call's time, as benchmarks and nccl-tests time calls: back to back.
 
     Graph: each replayed call pays the graph's per-call cost, then its device work. Eager: the
-    host's launch work for a call (call_us + issue_us per op, every rank's ops on one thread
-    with `shared_gpu`) overlaps the device work of the call before it, so a call takes the
-    longer of the two (a host-bound small call, a device-bound large one)."""
+    host's launch work for a call (call_us, issue_us per kernel launch, ce_issue_us per
+    copy-engine op; every rank's on one thread with `shared_gpu`) overlaps the device work of
+    the call before it, so a call takes the longer of the two (a host-bound small call, a
+    device-bound large one)."""
     costs = topology.costs.for_mode(call_mode)
     if call_mode == "graph":
         return device_us + costs.call_us
+    threshold, isz = topology.costs.ce_threshold_bytes, schedule.spec.dtype.itemsize
+
+    def host_us(rank: int) -> float:
+        launches, ce = host_launches(schedule.rank_ops(rank), isz, threshold)
+        return costs.issue_us * launches + costs.ce_issue_us * ce
     if topology.shared_gpu:
-        host_ops = sum(len(schedule.rank_ops(r)) for r in range(schedule.world_size))
+        host = sum(host_us(r) for r in range(schedule.world_size))
     else:       # one host per rank; folded ranks run the same program as their representative
-        host_ops = max((len(schedule.rank_ops(r)) for r in ranks), default=0)
-    return max(device_us, costs.call_us + costs.issue_us * host_ops)
+        host = max((host_us(r) for r in ranks), default=0.0)
+    return max(device_us, costs.call_us + host)
+
+
+def host_launches(ops: Sequence[Op], itemsize: int, threshold_bytes: int) -> tuple[int, int]:
+    """(kernel launches, copy-engine ops) the host issues for one rank's ops in an eager call,
+    as the cuda backend lowers them: consecutive SM ops of one channel share a launch; a
+    copy-engine op is its own (fence, copy, signal) and ends the channel's open launch."""
+    launches = ce = 0
+    open_launch: set[int] = set()
+    for op in ops:
+        if on_copy_engine(op, itemsize, threshold_bytes):
+            ce += 1
+            open_launch.discard(op.channel)
+        elif op.channel not in open_launch:
+            launches += 1
+            open_launch.add(op.channel)
+    return launches, ce

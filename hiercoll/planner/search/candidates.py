@@ -94,7 +94,7 @@ def rank_bound_us(schedule: Schedule, topology: Topology, rank: int = 0) -> floa
     for op in schedule.rank_ops(rank):
         latency, rate = paths(op)[1], paths.best_rate(op)
         nbytes = op.dst.count * isz
-        per_channel[op.channel] = (per_channel.get(op.channel, 0.0) + topology.costs.launch_us
+        per_channel[op.channel] = (per_channel.get(op.channel, 0.0) + paths.launch_us(op)
                                    + latency + nbytes / rate)
         for a, b in _flows(op, rank):
             if a == rank and b != rank:
