@@ -203,12 +203,26 @@ def _cache_pool_patch(comm: Any, rank: int, out: dict[str, Any]) -> None:
     original(ref)
     misses = comm.stats()["plan_misses"] + comm.stats()["plan_hits"]
     dist.all_reduce(y)
+    w = dist.get_world_size()
+    x = torch.randn(w * 64).bfloat16()
+    calls = [lambda: dist.reduce_scatter_tensor(torch.empty(64).bfloat16(), x),
+             lambda: dist.all_gather_into_tensor(torch.empty(w * w * 64).bfloat16(), x),
+             lambda: dist.all_to_all_single(torch.empty_like(x), x)]
+    if hasattr(dist, "all_gather_single"):      # torch 2.13's names
+        calls += [lambda: dist.reduce_scatter_single(torch.empty(64).bfloat16(), x),
+                  lambda: dist.all_gather_single(torch.empty(w * w * 64).bfloat16(), x)]
+    for call in calls:
+        call()
     routed = comm.stats()["plan_misses"] + comm.stats()["plan_hits"] - misses
+    out["patch_calls"] = 1 + len(calls)
     ints = torch.arange(5, dtype=torch.int32) + rank
     dist.all_reduce(ints)
+    other = dist.new_group(list(range(w)))          # a group with no communicator: torch's
+    z = torch.ones(8).bfloat16()
+    dist.all_reduce(z, group=other)
+    out["other_group_ok"] = z.tolist() == [float(w)] * 8
     fell_back = comm.stats()["plan_misses"] + comm.stats()["plan_hits"] - misses - routed
     ht.unpatch()
-    w = dist.get_world_size()
     out["patch"] = {"routed": routed, "fell_back": fell_back,
                     "value_ok": _close(y, ref, torch.bfloat16),
                     "int_ok": ints.tolist() == [w * i + sum(range(w)) for i in range(5)],
@@ -352,8 +366,9 @@ def test_the_pool_grows_once_and_is_reused_for_smaller_sizes(w2: list[dict[str, 
 def test_patch_routes_supported_calls_and_falls_back_otherwise(w2: list[dict[str, Any]]) -> None:
     for r in w2:
         p = r["patch"]
-        assert p == {"routed": 1, "fell_back": 0, "value_ok": True, "int_ok": True,
-                     "restored": True}
+        assert r["other_group_ok"] is True
+        assert p == {"routed": r["patch_calls"], "fell_back": 0, "value_ok": True,
+                     "int_ok": True, "restored": True}
 
 
 def test_a_topology_of_another_size_is_refused_in_one_line(w2: list[dict[str, Any]],

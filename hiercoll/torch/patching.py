@@ -1,7 +1,7 @@
 """`hiercoll.torch.patch()` / `unpatch()` (this module is `patching`: a submodule named `patch`
 would hide the function). Opt-in: route `torch.distributed.all_reduce`, `reduce_scatter_tensor`,
-`all_gather_into_tensor` and `all_to_all_single` through Communicators, for a model that cannot
-be edited.
+`all_gather_into_tensor`, `all_to_all_single` (and torch 2.13's `reduce_scatter_single`,
+`all_gather_single`) through Communicators, for a model that cannot be edited.
 
     comm = hiercoll.torch.patch()          # a Communicator for WORLD (or patch(comm_a, comm_b))
     ...model runs; its dist.all_reduce(t, group=tp) goes through the communicator of `tp`...
@@ -31,7 +31,8 @@ from hiercoll.errors import HiercollError
 if TYPE_CHECKING:
     from hiercoll.torch.communicator import Communicator
 
-PATCHED = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "all_to_all_single")
+PATCHED = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "all_to_all_single",
+           "reduce_scatter_single", "all_gather_single")
 
 _originals: dict[str, Callable[..., Any]] = {}
 _comms: dict[Any, Communicator] = {}        # group (None for WORLD) -> communicator
@@ -67,8 +68,9 @@ def patch(*comms: Communicator) -> Communicator | None:
         _comms[c.group] = c
     if not _originals:
         for name in PATCHED:
-            _originals[name] = getattr(dist, name)
-            setattr(dist, name, functools.wraps(_originals[name])(_WRAPPERS[name]))
+            if hasattr(dist, name):
+                _originals[name] = getattr(dist, name)
+                setattr(dist, name, functools.wraps(_originals[name])(_WRAPPERS[name]))
     return made
 
 
@@ -116,23 +118,24 @@ def _all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = 
     return comm.all_reduce(tensor, op, async_op=async_op)
 
 
-def _reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor,
-                           op: Any = dist.ReduceOp.SUM, group: Any = None,
-                           async_op: bool = False) -> Any:
-    comm = _comm_for(group, (output, input))
-    if comm is None or not _op_ok(op):
-        return _originals["reduce_scatter_tensor"](output, input, op=op, group=group,
-                                                   async_op=async_op)
-    return comm.reduce_scatter_tensor(output, input, op, async_op=async_op)
+def _reduce_scatter(name: str) -> Callable[..., Any]:
+    def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op: Any = dist.ReduceOp.SUM,
+                       group: Any = None, async_op: bool = False) -> Any:
+        comm = _comm_for(group, (output, input))
+        if comm is None or not _op_ok(op):
+            return _originals[name](output, input, op=op, group=group, async_op=async_op)
+        return comm.reduce_scatter_tensor(output, input, op, async_op=async_op)
+    return reduce_scatter
 
 
-def _all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor,
-                            group: Any = None, async_op: bool = False) -> Any:
-    comm = _comm_for(group, (output_tensor, input_tensor))
-    if comm is None:
-        return _originals["all_gather_into_tensor"](output_tensor, input_tensor, group=group,
-                                                    async_op=async_op)
-    return comm.all_gather_into_tensor(output_tensor, input_tensor, async_op=async_op)
+def _all_gather(name: str) -> Callable[..., Any]:
+    def all_gather(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any = None,
+                   async_op: bool = False) -> Any:
+        comm = _comm_for(group, (output_tensor, input_tensor))
+        if comm is None:
+            return _originals[name](output_tensor, input_tensor, group=group, async_op=async_op)
+        return comm.all_gather_into_tensor(output_tensor, input_tensor, async_op=async_op)
+    return all_gather
 
 
 def _all_to_all_single(output: torch.Tensor, input: torch.Tensor,
@@ -147,6 +150,12 @@ def _all_to_all_single(output: torch.Tensor, input: torch.Tensor,
                                   async_op=async_op)
 
 
+# torch 2.13 renames the single-tensor reduce-scatter/all-gather (`*_single`; the old names
+# warn and remain): both names are routed where both exist.
 _WRAPPERS: dict[str, Callable[..., Any]] = {
-    "all_reduce": _all_reduce, "reduce_scatter_tensor": _reduce_scatter_tensor,
-    "all_gather_into_tensor": _all_gather_into_tensor, "all_to_all_single": _all_to_all_single}
+    "all_reduce": _all_reduce,
+    "reduce_scatter_tensor": _reduce_scatter("reduce_scatter_tensor"),
+    "reduce_scatter_single": _reduce_scatter("reduce_scatter_single"),
+    "all_gather_into_tensor": _all_gather("all_gather_into_tensor"),
+    "all_gather_single": _all_gather("all_gather_single"),
+    "all_to_all_single": _all_to_all_single}
