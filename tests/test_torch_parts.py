@@ -79,3 +79,32 @@ def test_reduce_ops_and_dtypes_map_or_refuse_in_one_line() -> None:
 def test_a_gloo_work_handle_is_complete() -> None:
     w = Work()
     assert w.wait() and w.is_completed() and w.is_success()
+
+
+def test_a_symmetric_view_offsets_tensor_bases_and_peer_views_alike() -> None:
+    """A pool hands cuda plans views at a byte offset: this rank's tensor, every rank's base and
+    the peer views must all point at the same place (checked with a stand-in handle on CPU)."""
+    from hiercoll.executor.cuda.symm import SymmetricTensor, SymmetricView, deltas
+
+    class Handle:
+        buffer_ptrs = [1 << 20, 5 << 20]
+
+        def __init__(self) -> None:
+            self.asked: list[tuple[int, tuple[int, ...], torch.dtype, int]] = []
+
+        def get_buffer(self, rank: int, sizes: tuple[int, ...], dtype: torch.dtype,
+                       offset: int) -> torch.Tensor:
+            self.asked.append((rank, sizes, dtype, offset))
+            return torch.empty(sizes, dtype=dtype)
+
+    raw = torch.arange(4096, dtype=torch.int32).view(torch.uint8)
+    handle = Handle()
+    parent = SymmetricTensor(raw, handle, list(handle.buffer_ptrs))
+    view = SymmetricView(parent, 512, 100, torch.bfloat16)
+    assert view.tensor.data_ptr() == raw.data_ptr() + 512 and view.tensor.numel() == 100
+    assert view.base_ptrs == [(1 << 20) + 512, (5 << 20) + 512]
+    assert deltas(view, 0, 2) == [0, (4 << 20) // 2]
+    view.peer_view(1, 10, 7)
+    assert handle.asked == [(1, (7,), torch.bfloat16, 256 + 10)]   # in elements of the dtype
+    with pytest.raises(HiercollError, match="byte offset"):
+        SymmetricView(parent, 2, 4, torch.float32)
