@@ -194,3 +194,23 @@ def test_bitwise_helpers_see_one_flipped_bit():
     nan = torch.full((4,), float("nan"))
     assert same_bits(nan, nan.clone())
     assert not same_bits(torch.zeros(1), -torch.zeros(1))
+
+
+def test_the_gpu_sweep_builds_its_cases_with_a_dtype_override(tmp_path: Path):
+    """bench/gpu/rank_identical.sh passes --dtype (bf16, fp32) to `stress`; the sweep took it
+    as a string and failed with a traceback before any case ran."""
+    from hiercoll.harness.sweep import SweepRequest, cases_for
+    from hiercoll.units import parse_size_range
+    dtype = str(np.random.default_rng().choice(["bf16", "fp32"]))
+    cases = cases_for(SweepRequest(collective="all_reduce", topology="h200x4",
+                                   algorithms="ring,direct,two_shot,hier,hier_2d", dtype=dtype,
+                                   reduce_op="avg", sizes=parse_size_range("8KiB,2MiB")))
+    assert len(cases) == 10
+    assert {(c.schedule.spec.dtype, c.schedule.spec.reduce_op) for c in cases} == {(DType(dtype), "avg")}
+    topo = small_topology(4, 1)
+    save_plan(tmp_path / "p.json", hc.plan(topo, CollectiveSpec(kind="all_reduce", world_size=4,
+                                                                 nbytes=64), "hier_2d",
+                                           {"inter": "direct"}), topo)
+    (case,) = cases_for(SweepRequest(plan=str(tmp_path / "p.json"), dtype="fp32", sizes=[4096]))
+    assert case.schedule.meta.params["inter"] == "direct" and case.schedule.spec.count == 1024
+    assert check(case.schedule).ranks_identical is True

@@ -60,11 +60,11 @@ def cases_for(req: SweepRequest) -> list[Case]:
         params = {}
         if sizes is None:
             raise HiercollError("--sizes or --shapes: which sizes to run")
-    overrides = {}
+    overrides: dict[str, DType | ReduceOp] = {}   # typed: model_copy does not validate
     if req.dtype:
-        overrides["dtype"] = req.dtype
+        overrides["dtype"] = DType(req.dtype)
     if req.reduce_op:
-        overrides["reduce_op"] = req.reduce_op
+        overrides["reduce_op"] = ReduceOp(req.reduce_op)
     cases: list[Case] = []
     for nbytes in sizes or [base.nbytes]:
         spec = base.model_copy(update=overrides | {
