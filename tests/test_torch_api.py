@@ -229,6 +229,44 @@ def _cache_pool_patch(comm: Any, rank: int, out: dict[str, Any]) -> None:
                     "restored": dist.all_reduce is original}
 
 
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "torch.md"
+
+
+def _doc_example_tp_mlp(comm: Any, out: dict[str, Any]) -> None:
+    """docs/torch.md's TP MLP block, as written there, on small sizes: the sharded block on the
+    group equals the unsharded MLP + add + RMSNorm computed by every rank alone."""
+    import torch.distributed as dist
+
+    from hiercoll.torch.reference import unfused_add_rms_norm
+    text = DOCS.read_text()
+    code = text.split("## Example: a tensor-parallel MLP block")[1].split("```python")[1]
+    code = code.split("tp_groups =")[0]                  # imports + the class
+    scope: dict[str, Any] = {}
+    exec(compile(code, str(DOCS), "exec"), scope)        # noqa: S102 - our own docs
+    hidden, ffn, tp, r = 64, 256, comm.world_size, comm.rank
+    shared = torch.Generator().manual_seed(1234)
+    up = torch.randn(ffn, hidden, generator=shared) / 8
+    down = torch.randn(hidden, ffn, generator=shared) / 16
+    x = torch.randn(5, hidden, generator=shared).bfloat16()
+    residual = torch.randn(5, hidden, generator=shared).bfloat16()
+    block = scope["TPMLP"](hidden, ffn, comm).to(comm.device, torch.bfloat16)
+    part = ffn // tp
+    with torch.no_grad():
+        block.up.weight.copy_(up[r * part:(r + 1) * part])
+        block.down.weight.copy_(down[:, r * part:(r + 1) * part])
+        normed, new_res = block(x, residual)
+        partials = [torch.nn.functional.linear(
+            torch.nn.functional.silu(torch.nn.functional.linear(x, up[q * part:(q + 1) * part]
+                                                                .bfloat16())),
+            down[:, q * part:(q + 1) * part].bfloat16()) for q in range(tp)]
+    want_n, want_r = unfused_add_rms_norm(partials, residual, torch.ones(hidden).bfloat16(),
+                                          1e-6)
+    out["doc_example"] = (_close(normed, want_n, torch.bfloat16)
+                          and _close(new_res, want_r, torch.bfloat16)
+                          and _same_on_every_rank(normed, None)
+                          and dist.get_world_size() == tp)
+
+
 def _refusals(out: dict[str, Any], world: int, tmp: str) -> None:
     from hiercoll.errors import HiercollError
     from hiercoll.topology import load_topology
@@ -288,6 +326,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
                 _collectives(sub, tp, rank, out, "tp")
         else:
             _cache_pool_patch(comm, rank, out)
+            _doc_example_tp_mlp(comm, out)
         _refusals(out, world, out_dir)
         out["algorithms"] = sorted({v["algorithm"] for v in comm.stats()["plans"].values()})
         comm.close()
@@ -431,6 +470,10 @@ def _gpu_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def test_the_docs_tp_mlp_example_matches_the_unsharded_block(w2: list[dict[str, Any]]) -> None:
+    assert [r["doc_example"] for r in w2] == [True, True]
 
 
 def test_bad_calls_are_one_line_naming_the_argument(w2: list[dict[str, Any]]) -> None:
