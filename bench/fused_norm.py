@@ -120,10 +120,16 @@ def main() -> int:
     ap.add_argument("--shapes", default=",".join(map(str, SHAPES)))
     ap.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
     ap.add_argument("--reps", type=int, default=100)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default=None)
     ap.add_argument("--fit", action="store_true", help="refit the stage-choice constants")
+    ap.add_argument("--refit", default=None, metavar="JSON",
+                    help="no GPU: refit a committed result file and rewrite its JSON/Markdown")
     args = ap.parse_args()
-    from hiercoll.sim.fused_norm_cost import choose_stage, fit
+    if args.refit:
+        return refit(Path(args.refit))
+    if not args.out:
+        ap.error("--out is required")
+    from hiercoll.sim.fused_norm_cost import choose_stage
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = stamp("CUDA_DEVICE_MAX_CONNECTIONS=32 python3 " + " ".join(sys.argv))
@@ -147,14 +153,37 @@ def main() -> int:
             write_atomic(out / "fused_norm.json",
                          json.dumps({"meta": meta, "rows": rows_out}, indent=1) + "\n")
     if args.fit:
-        pts = [(st, r["bytes"], r["world"], r[f"stage{st}"]["p50"]) for r in rows_out
-               for st in (1, 2)]
-        costs = fit(pts, f"fit on {meta['device']} one GPU, world {args.world}, {meta['date']}")
-        meta["fit"] = costs.__dict__
-        print(json.dumps({"fit": costs.__dict__}), flush=True)
+        _fit(meta, rows_out)
     write_atomic(out / "fused_norm.json", json.dumps({"meta": meta, "rows": rows_out}, indent=1)
                  + "\n")
     write_atomic(out / "fused_norm.md", markdown(meta, rows_out))
+    return 0
+
+
+def _fit(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Fit the stage-choice constants on the p50 of both forced stages; record how well the
+    model then predicts and picks."""
+    from hiercoll.sim.fused_norm_cost import fit
+    pts = [(st, r["bytes"], r["world"], r[f"stage{st}"]["p50"]) for r in rows for st in (1, 2)]
+    costs = fit(pts, f"relative least-squares fit of the p50 of both stages forced, "
+                f"{len(rows)} shapes, world {rows[0]['world']}, every rank on one "
+                f"{meta['device']} (torch {meta['torch']}), bench/fused_norm.py, {meta['date']}")
+    errs = [abs(costs.predict_us(st, r["bytes"], r["world"]) / r[f"stage{st}"]["p50"] - 1)
+            for r in rows for st in (1, 2)]
+    picks_best = sum((1 if costs.predict_us(1, r["bytes"], r["world"])
+                      <= costs.predict_us(2, r["bytes"], r["world"]) else 2)
+                     == (1 if r["stage1"]["p50"] <= r["stage2"]["p50"] else 2) for r in rows)
+    meta["fit"] = costs.__dict__ | {"max_rel_error": round(max(errs), 3),
+                                    "median_rel_error": round(sorted(errs)[len(errs) // 2], 3),
+                                    "picks_faster_stage": f"{picks_best}/{len(rows)}"}
+    print(json.dumps({"fit": meta["fit"]}), flush=True)
+
+
+def refit(path: Path) -> int:
+    data = json.loads(path.read_text())
+    _fit(data["meta"], data["rows"])
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_atomic(path.with_suffix(".md"), markdown(data["meta"], data["rows"]))
     return 0
 
 
@@ -175,8 +204,20 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                      f"{f['p50']} | {f['p90']} | {f['p99']} | {u['p50']} | {u['p90']} | "
                      f"{u['p99']} | {u['all_reduce']} | {r['speedup_p50']} | "
                      f"{r['stage1']['p50']} | {r['stage2']['p50']} |")
+    lines += ["", "`stage` is the stage the cost model in use at the time picked (1-stage: every rank "
+              "reduces every row; 2-stage: reduce-scatter by rows, add + norm, all-gather); the "
+              "unfused row is the faster of our `direct` and `two_shot` all-reduces, then torch "
+              "add and `rms_norm`."]
     if "fit" in meta:
-        lines += ["", f"Fitted stage-choice constants: `{meta['fit']}`"]
+        f = meta["fit"]
+        lines += ["", "Stage-choice fit (`hiercoll/sim/fused_norm_cost.py`, refit with "
+                  "`python bench/fused_norm.py --refit <this json>`): "
+                  f"a1 = {f['a1_us']:.2f} us, b1 = {f['b1_us_per_mb']:.3f} us/MB (of W x S), "
+                  f"a2 = {f['a2_us']:.2f} us, b2 = {f['b2_us_per_mb']:.3f} us/MB (of "
+                  "(1 + 2(W-1)/W) x S)"
+                  + (f"; relative error median {f['median_rel_error']}, max "
+                     f"{f['max_rel_error']}; picks the faster stage for "
+                     f"{f['picks_faster_stage']} shapes" if "max_rel_error" in f else "")]
     return "\n".join(lines) + "\n"
 
 

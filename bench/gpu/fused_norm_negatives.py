@@ -17,7 +17,7 @@ os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hiercoll.harness.fused_norm_stress import stress_one_gpu  # noqa: E402
-from hiercoll.kernels.fused_norm import Ordering  # noqa: E402
+from hiercoll.kernels.fused_norm_abi import Ordering  # noqa: E402
 
 CASES = {"all on": Ordering(), "no release": Ordering(release=False),
          "no acquire": Ordering(acquire=False),

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from hiercoll.executor.cuda.fused_norm import OneGpuFusedNorm
-from hiercoll.kernels.fused_norm import SAFE, Ordering
+from hiercoll.kernels.fused_norm_abi import SAFE, Ordering
 
 SHAPES = (1, 2, 4, 8, 16, 64, 128, 512, 1024, 1319, 2048, 4096, 16384)
 HIDDEN = (2880, 4096)

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES
+from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES, SAFE, Ordering
 
 _PHASES = tl.constexpr(PHASES)
 NUM_WARPS = 8
@@ -204,17 +204,6 @@ class FusedNormState:
     grid: int
     stride: int
 
-
-@dataclass(frozen=True)
-class Ordering:
-    """The three ordering switches (all on: the correct protocol)."""
-
-    release: bool = True
-    acquire: bool = True
-    acquire_all_threads: bool = True
-
-
-SAFE = Ordering()
 
 
 def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,

@@ -26,6 +26,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
+@dataclass(frozen=True)
+class Ordering:
+    """The kernel's three ordering switches (all on: the correct protocol). Off, they exist for
+    the tests that prove the checks catch a missing release, acquire, or per-thread acquire;
+    acquire=False removes every acquire (the poll and the per-thread ones)."""
+
+    release: bool = True
+    acquire: bool = True
+    acquire_all_threads: bool = True
+
+
+SAFE = Ordering()
 PHASES = 2          # signal phases per call (1-stage uses phase 0 only)
 ERR_WORDS = 8       # debug timeout record: [flag, cta, phase, peer, seen, needed, 0, 0]
 

@@ -36,9 +36,18 @@ class FusedNormCosts:
         return (self.one_stage_us if stages == 1 else self.two_stage_us)(nbytes, world)
 
 
-# Uncalibrated guesses (used only if nothing better is given); see CALIBRATED.
+# Uncalibrated guesses (what picked the stages of the committed bench and stress runs).
 DEFAULT = FusedNormCosts(8.0, 2.0, 14.0, 2.0, "uncalibrated default")
-CALIBRATED = DEFAULT
+# `python bench/fused_norm.py --refit bench/results/fused_norm/fused_norm.json`: every rank on one
+# H200 (the ranks share its SMs and HBM, so this is the kernels' cost there, not NVLink's); median
+# relative error 0.10, max 0.34 (hidden 2880 rows cost more per byte than the model says: a row is
+# padded to 4096 lanes); picks the faster stage for 26/26 shapes (crossover ~0.5-1 MB at W=4).
+# Multi-GPU worlds: refit from a torchrun bench before trusting the crossover there.
+CALIBRATED = FusedNormCosts(
+    a1_us=12.61, b1_us_per_mb=7.939, a2_us=20.99, b2_us_per_mb=7.896,
+    source="relative least-squares fit of the p50 of both stages forced, 26 shapes, world 4, "
+           "every rank on one NVIDIA H200 (torch 2.11.0+cu130, triton 3.6), "
+           "bench/results/fused_norm/fused_norm.json, 2026-11-25")
 
 
 def choose_stage(rows: int, hidden: int, world: int, itemsize: int,
@@ -53,18 +62,22 @@ def choose_stage(rows: int, hidden: int, world: int, itemsize: int,
 
 
 def fit(rows: Sequence[tuple[int, int, int, float]], source: str) -> FusedNormCosts:
-    """Least-squares fit of both lines from (stages, nbytes, world, measured_us) rows (at least
-    two distinct volumes per stage); negative slopes or intercepts are clamped at 0."""
+    """Fit both lines from (stages, nbytes, world, measured_us) rows (at least two distinct
+    volumes per stage), least squares on the *relative* error (weights 1/t^2): sizes span five
+    decades, and a plain fit lets the largest rows set the fixed terms, which decide the small
+    sizes and the crossover. Negative slopes or intercepts are clamped at 0."""
     out: dict[int, tuple[float, float]] = {}
     for stages in (1, 2):
-        pts = [(_volume(stages, n, w), t) for s, n, w, t in rows if s == stages]
+        pts = [(_volume(stages, n, w), t) for s, n, w, t in rows if s == stages and t > 0]
         if len({v for v, _ in pts}) < 2:
             raise ValueError(f"fit: need two distinct sizes measured for stage {stages}")
-        k = len(pts)
-        mx = sum(v for v, _ in pts) / k
-        my = sum(t for _, t in pts) / k
-        sxx = sum((v - mx) ** 2 for v, _ in pts)
-        slope = max(0.0, sum((v - mx) * (t - my) for v, t in pts) / sxx)
+        ws = [1 / t ** 2 for _, t in pts]
+        sw = sum(ws)
+        mx = sum(w * v for w, (v, _) in zip(ws, pts, strict=True)) / sw
+        my = sum(w * t for w, (_, t) in zip(ws, pts, strict=True)) / sw
+        sxx = sum(w * (v - mx) ** 2 for w, (v, _) in zip(ws, pts, strict=True))
+        sxy = sum(w * (v - mx) * (t - my) for w, (v, t) in zip(ws, pts, strict=True))
+        slope = max(0.0, sxy / sxx)
         out[stages] = (max(0.0, my - slope * mx), slope)
     return FusedNormCosts(out[1][0], out[1][1], out[2][0], out[2][1], source)
 

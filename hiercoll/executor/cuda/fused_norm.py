@@ -25,8 +25,8 @@ import torch
 from hiercoll.errors import HiercollError
 from hiercoll.executor.cuda.one_gpu import Slab, slabs
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
-from hiercoll.kernels.fused_norm import SAFE, FusedNormState, Ordering, launch
-from hiercoll.kernels.fused_norm_abi import ERR_WORDS, REGIONS, num_slots
+from hiercoll.kernels.fused_norm import FusedNormState, launch
+from hiercoll.kernels.fused_norm_abi import ERR_WORDS, REGIONS, SAFE, Ordering, num_slots
 from hiercoll.sim.fused_norm_cost import choose_stage
 
 GRID = 16            # CTAs per call, every call (the per-CTA counters need a fixed grid)

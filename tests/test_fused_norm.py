@@ -1,0 +1,258 @@
+"""The fused all-reduce + residual add + RMSNorm: its protocol on the weak-memory emulator (and the
+negatives: no release, no acquire, polling-thread-only acquire each give stale reads), the
+kernel's numbers in Triton's CPU interpreter, its PTX ordering (present, and absent when the
+switches are off), the stage-choice model, the CLI on gloo, and GPU runs (skipped on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hiercoll.cli.main import main
+from hiercoll.executor.cuda.fused_emulate import FusedCall, emulate, reference, stale_calls
+from hiercoll.kernels.fused_norm_abi import Ordering, cta_rows, owner_rows, slot
+from hiercoll.sim.fused_norm_cost import CALIBRATED, FusedNormCosts, choose_stage, fit
+
+NEGATIVES = {"no release": Ordering(release=False), "no acquire": Ordering(acquire=False),
+             "polling thread only": Ordering(acquire_all_threads=False)}
+
+
+def _calls(world: int, rows: int, hidden: int, n: int, seed: int,
+           stages: tuple[int, ...]) -> list[FusedCall]:
+    g = np.random.default_rng(seed)
+    return [FusedCall([g.standard_normal((rows, hidden)) for _ in range(world)],
+                      g.standard_normal((rows, hidden)), g.random(hidden) + 0.5,
+                      stages[k % len(stages)]) for k in range(n)]
+
+
+# ---- layout ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("rows", "world", "grid"), [(1, 4, 16), (7, 3, 2), (1319, 8, 16), (5, 2, 4)])
+def test_every_row_is_reduced_once_per_owner_and_slots_are_distinct(rows, world, grid):
+    for stages in (1, 2):
+        for owner in range(world if stages == 2 else 1):
+            covered = [r for c in range(grid)
+                       for r in range(*cta_rows(rows, world, grid, stages, owner, c))]
+            lo, hi = owner_rows(rows, world, owner) if stages == 2 else (0, rows)
+            assert covered == list(range(lo, hi))
+    slots = {slot(p, ph, c, s, grid, world) for p in (0, 1) for ph in (0, 1)
+             for c in range(grid) for s in range(world)}
+    assert len(slots) == 2 * 2 * grid * world
+
+
+# ---- the protocol on the weak-memory emulator ----------------------------------------------------
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("stages", [(1,), (2,), (1, 2, 2, 1)])
+def test_the_protocol_is_right_on_the_weak_memory_emulator(world, stages):
+    seed = int(np.random.default_rng().integers(1 << 30))     # fresh inputs and schedules
+    for s in range(3):
+        calls = _calls(world, 5, 4, 6, seed + s, stages)
+        assert stale_calls(world, calls, Ordering(), seed=seed + s) == [], f"seed {seed + s}"
+
+
+@pytest.mark.parametrize("name", list(NEGATIVES))
+@pytest.mark.parametrize("stages", [(1,), (2,)])
+def test_dropping_an_ordering_gives_stale_reads_on_the_emulator(name, stages):
+    seed = int(np.random.default_rng().integers(1 << 30))
+    for world in (2, 4):
+        calls = _calls(world, 5, 4, 4, seed, stages)
+        assert stale_calls(world, calls, NEGATIVES[name], seed=seed), \
+            f"{name}, world {world}, seed {seed}: the emulator missed it"
+
+
+def test_emulated_outputs_are_the_reference_on_every_rank():
+    calls = _calls(3, 4, 5, 3, 7, (2,))
+    outs = emulate(3, calls, seed=1)
+    for call, per_rank in zip(calls, outs, strict=True):
+        want_n, want_r = reference(call, 1e-6)
+        for got_n, got_r in per_rank:
+            np.testing.assert_allclose(got_n, want_n, rtol=1e-12)
+            np.testing.assert_allclose(got_r, want_r, rtol=1e-12)
+
+
+# ---- stage choice --------------------------------------------------------------------------------
+def test_stage_choice_is_one_stage_small_two_stage_large():
+    assert choose_stage(1, 4096, 4, 2) == 1
+    assert choose_stage(16384, 4096, 4, 2) == 2
+    assert choose_stage(16384, 4096, 1, 2) == 1
+    picks = [choose_stage(m, 2880, 4, 2) for m in (1, 2, 4, 8, 16, 64, 128, 512, 1024, 4096)]
+    assert picks == sorted(picks)          # one crossover, 1 below it and 2 above
+
+
+def test_the_fit_recovers_known_constants():
+    true = FusedNormCosts(12.0, 8.0, 20.0, 6.0, "synthetic")
+    sizes = [8192, 65536, 1 << 20, 8 << 20, 64 << 20]
+    rows = [(s, n, 4, true.predict_us(s, n, 4)) for s in (1, 2) for n in sizes]
+    got = fit(rows, "test")
+    for a, b in ((got.a1_us, 12.0), (got.b1_us_per_mb, 8.0), (got.a2_us, 20.0),
+                 (got.b2_us_per_mb, 6.0)):
+        assert abs(a - b) < 1e-6 * max(1.0, b)
+    assert "H200" in CALIBRATED.source      # the shipped constants say where they came from
+
+
+# ---- PTX: the ordering is in the generated code, and goes when switched off ----------------------
+def _ordered_ops(ptx: str, sem: str) -> list[str]:
+    """System-scope PTX instructions carrying `sem` (how test_exec_kernels reads them)."""
+    found = []
+    for line in ptx.splitlines():
+        words = line.strip().split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if words:
+            quals = words[0].split(".")
+            if quals[0] in ("atom", "red", "ld", "st") and sem in quals and "sys" in quals:
+                found.append(words[0])
+    return found
+
+
+def _ptx(stages: int, ordering: Ordering) -> str:
+    triton = pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from hiercoll.kernels.fused_norm import _fused_norm_kernel
+    ptrs = ["x_ptr", "res_ptr", "w_ptr", "out_ptr", "res_out_ptr", "buf_ptr"]
+    sig = {k: "*bf16" for k in ptrs} | {
+        "buf_deltas": "*i64", "sig_ptr": "*i32", "sig_deltas": "*i64", "epoch_ptr": "*i32",
+        "err_ptr": "*i64", "rank": "i32", "rows": "i32", "H": "i32", "stride": "i64",
+        "eps": "fp32", "spin_limit": "i32"}
+    consts = {"W": 4, "G": 16, "STAGES": stages, "BLOCK_H": 4096, "LANES": 256,
+              "RELEASE": ordering.release, "ACQUIRE": ordering.acquire,
+              "ACQUIRE_ALL_THREADS": ordering.acquire_all_threads, "FIRST_PART": 0,
+              "LAST_PART": 2}
+    sig |= {k: "constexpr" for k in consts}
+    src = ASTSource(fn=_fused_norm_kernel, signature=sig, constexprs=consts,
+                    attrs={(k,): [["tt.divisibility", 16]] for k in range(11)})
+    try:
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": 8}).asm["ptx"]
+    except Exception as exc:  # noqa: BLE001 - no CUDA toolchain for this triton build
+        pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_ptx_has_system_scope_release_and_every_thread_acquire(stages):
+    ptx = _ptx(stages, Ordering())
+    releases = _ordered_ops(ptx, "release")
+    acquires = _ordered_ops(ptx, "acquire")
+    assert releases and all(op.split(".")[0] in ("atom", "red") for op in releases)
+    assert acquires
+    assert "bar.sync" in ptx
+    no_rel = _ptx(stages, Ordering(release=False))
+    assert _ordered_ops(no_rel, "release") == [] and _ordered_ops(no_rel, "acquire")
+    assert _ordered_ops(_ptx(stages, Ordering(acquire=False)), "acquire") == []
+    polling_only = _ordered_ops(_ptx(stages, Ordering(acquire_all_threads=False)), "acquire")
+    assert 0 < len(polling_only) < len(acquires)     # the per-thread acquires are what went
+
+
+# ---- the kernel's numbers in Triton's CPU interpreter --------------------------------------------
+_INTERPRET = r'''
+import json, sys
+import torch
+import triton.runtime.interpreter as _interp
+
+_orig_patch = _interp._patch_lang_tensor
+
+
+def _patch(tensor, scope):   # triton 3.6's interpreter calls int() on 1-element arrays (numpy 2.4)
+    _orig_patch(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+
+_interp._patch_lang_tensor = _patch
+from hiercoll.executor.cuda.fused_norm import OneGpuFusedNorm
+from hiercoll.harness.fused_norm_stress import reference
+
+W, M, H = 3, 7, 40
+out = {"err": [], "identical": True}
+for dtype in (torch.bfloat16, torch.float32):
+    c = OneGpuFusedNorm(W, M, H, dtype, torch.device("cpu"), grid=2)
+    g = torch.Generator().manual_seed(int(sys.argv[1]))
+    for stages in (1, 2, 2, 1):
+        xs = [torch.randn(M, H, generator=g).to(dtype) for _ in range(W)]
+        res = torch.randn(M, H, generator=g).to(dtype)
+        w = (torch.rand(H, generator=g) + 0.5).to(dtype)
+        outs = [torch.full((M, H), float("nan"), dtype=dtype) for _ in range(W)]
+        routs = [torch.full((M, H), float("nan"), dtype=dtype) for _ in range(W)]
+        c.run_parts(xs, [res] * W, w, 1e-6, outs, routs, stages)
+        n, r = reference(xs, res, w, 1e-6)
+        err = max(float((o.float() - n.float()).abs().max()) for o in outs)
+        err = max([err] + [float((o.float() - r.float()).abs().max()) for o in routs])
+        out["err"].append([str(dtype), stages, err])
+        out["identical"] &= all(torch.equal(outs[0], o) and torch.equal(routs[0], q)
+                                for o, q in zip(outs, routs))
+    out.setdefault("epochs", []).append([s.epoch.tolist() for s in c.states])
+print(json.dumps(out))
+'''
+
+
+def test_kernel_numbers_in_the_triton_interpreter():
+    pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    seed = str(int(np.random.default_rng().integers(1 << 30)))
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _INTERPRET, seed], capture_output=True,
+                          text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for dtype, _, err in out["err"]:     # bf16: a rounding of O(4) values; fp32: ~1e-6
+        assert err <= (0.07 if "bfloat16" in dtype else 1e-4), (seed, out["err"])
+    assert out["identical"]
+    assert out["epochs"] == [[[4, 4]] * 3] * 2      # every CTA counted every call
+
+
+# ---- the CLI (gloo: the unfused fallback through the same harness) --------------------------------
+@pytest.mark.parametrize(("argv", "match"), [
+    (["stress", "--fused-rmsnorm", "--shapes", "0"], "--shapes: 0 rows"),
+    (["stress", "--fused-rmsnorm", "--hidden", "99999"], "--hidden: 99999 must be in"),
+    (["stress", "--fused-rmsnorm", "-c", "all_reduce"], "takes no plan file or --collective"),
+    (["stress", "--fused-rmsnorm", "--dtype", "fp32"], "--dtype: --fused-rmsnorm runs bf16"),
+    (["stress", "--fused-rmsnorm", "--one-gpu"], "--one-gpu: needs --backend cuda"),
+    (["stress", "--fused-rmsnorm", "--backend", "gloo", "--modes", "graph"],
+     "--modes graph: needs --backend cuda"),
+    (["stress", "--fused-rmsnorm", "--backend", "nccl"], "--backend cuda"),
+])
+def test_fused_stress_argument_errors_are_one_line(argv, match, capsys):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and match in err and err.count("\n") == 1, err
+
+
+def test_fused_stress_on_gloo_under_torchrun(tmp_path):
+    out = tmp_path / "fused.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node=2", "-m", "hiercoll", "stress", "--fused-rmsnorm",
+                           "--backend", "gloo", "--iters", "2", "--shapes", "1,3",
+                           "--hidden", "8,40", "--world", "2", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cases = json.loads(out.read_text())["cases"]
+    assert len(cases) == 4 and all(c["ok"] and c["iterations"] == 2 for c in cases)
+    assert {c["path"] for c in cases} == {"gloo"} and max(c["max_abs_error"] for c in cases) <= 0.5
+
+
+# ---- GPU (skipped on CPU machines) ---------------------------------------------------------------
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_one_gpu_fused_stress(stage, mode):
+    from hiercoll.harness.fused_norm_stress import stress_one_gpu
+    for rows in (1, 1319):
+        r = stress_one_gpu(4, rows, 2880, 50, mode, stage=stage, spin_limit=2_000_000,
+                           seed=int(np.random.default_rng().integers(1 << 30)))
+        assert r.ok, r.to_json()
