@@ -262,9 +262,11 @@ class Communicator:
         reference math."""
         if self._symmetric:
             fused = _fused_kernel()
-            if fused is not None:
-                out: tuple[torch.Tensor, torch.Tensor] = fused(self, x, residual, weight, eps)
-                return out
+            if fused is not None and x.dim() >= 1 and x.shape == residual.shape:
+                rows = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x   # the kernel: 2-D
+                res = residual.reshape(-1, x.shape[-1]) if x.dim() != 2 else residual
+                normed, new_res = fused(self, rows, res, weight, eps)
+                return normed.view(x.shape), new_res.view(x.shape)
         x_sum = x.float().contiguous().clone()
         self.all_reduce(x_sum)
         return unfused_add_rms_norm(x_sum, residual, weight, eps)
