@@ -37,8 +37,11 @@ def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def _readme_python() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert blocks, "README.md has no ```python block"
+    """The first python block of the README's "## Python API" section."""
+    text = (ROOT / "README.md").read_text()
+    assert "## Python API" in text, "README.md lost its '## Python API' section"
+    blocks = re.findall(r"```python\n(.*?)```", text.split("## Python API", 1)[1], re.S)
+    assert blocks, "README.md's Python API section has no ```python block"
     return blocks[0]
 
 
