@@ -166,7 +166,7 @@ def _patch(tensor, scope):   # triton 3.6's interpreter calls int() on 1-element
 
 _interp._patch_lang_tensor = _patch
 from hiercoll.executor.cuda.fused_norm import OneGpuFusedNorm
-from hiercoll.harness.fused_norm_stress import reference
+from hiercoll.torch.reference import unfused_add_rms_norm as reference
 
 W, M, H = 3, 7, 40
 out = {"err": [], "identical": True}
@@ -252,7 +252,8 @@ def _cuda() -> bool:
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_one_gpu_fused_stress(stage, mode):
     from hiercoll.harness.fused_norm_stress import stress_one_gpu
+    from hiercoll.torch.reference import unfused_add_rms_norm
     for rows in (1, 1319):
-        r = stress_one_gpu(4, rows, 2880, 50, mode, stage=stage, spin_limit=2_000_000,
+        r = stress_one_gpu(unfused_add_rms_norm, 4, rows, 2880, 50, mode, stage=stage, spin_limit=2_000_000,
                            seed=int(np.random.default_rng().integers(1 << 30)))
         assert r.ok, r.to_json()

@@ -33,7 +33,8 @@ ALLOWED: dict[str, set[str]] = {
                        "kernels"},
     "export": BASE | {"collectives", "schedule", "topology", "sim", "planner", "plan_file"},
     "cli": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim", "planner",
-                   "plan_file", "executor", "kernels", "harness", "calibration", "workloads", "export"},
+                   "plan_file", "executor", "kernels", "harness", "calibration", "workloads", "export",
+                   "torch"},
     "data": set(),
     "torch": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim", "planner",
                      "plan_file", "executor", "kernels", "harness"},   # the communicator

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hiercoll.harness.fused_norm_stress import stress_one_gpu  # noqa: E402
 from hiercoll.kernels.fused_norm_abi import Ordering  # noqa: E402
+from hiercoll.torch.reference import unfused_add_rms_norm  # noqa: E402
 
 CASES = {"all on": Ordering(), "no release": Ordering(release=False),
          "no acquire": Ordering(acquire=False),
@@ -31,7 +32,7 @@ def main() -> int:
     args = ap.parse_args()
     for name, ordering in CASES.items():
         for rows, hidden, stage in ((1319, 2880, 2), (2048, 2880, 2), (64, 4096, 1)):
-            r = stress_one_gpu(args.world, rows, hidden, args.iters, "eager", seed=1,
+            r = stress_one_gpu(unfused_add_rms_norm, args.world, rows, hidden, args.iters, "eager", seed=1,
                                stage=stage, ordering=ordering, spin_limit=2_000_000,
                                max_seconds=5)
             print(json.dumps({"ordering": name} | r.to_json()), flush=True)

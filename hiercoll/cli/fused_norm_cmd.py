@@ -79,13 +79,15 @@ def _one_gpu(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list
     set_safe_cuda_env()
     need_one_gpu()
     from hiercoll.harness.fused_norm_stress import stress_one_gpu
+    from hiercoll.torch.reference import unfused_add_rms_norm
     spin = 2_000_000 if args.debug_timeout_ms else 0
     out = []
     for h in hs:
         for m in ms:
             for mode in modes:
-                r = stress_one_gpu(world, m, h, args.iters, mode, seed=args.seed, stage=stage,
-                                   spin_limit=spin, max_seconds=args.max_seconds).to_json()
+                r = stress_one_gpu(unfused_add_rms_norm, world, m, h, args.iters, mode,
+                                   seed=args.seed, stage=stage, spin_limit=spin,
+                                   max_seconds=args.max_seconds).to_json()
                 if not args.json:
                     _print(r)
                 out.append(r)
@@ -107,13 +109,14 @@ def _group(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list[i
             raise HiercollError(f"--world: {args.world} but the launch has {launch.world_size} "
                                 f"ranks; torchrun --nproc-per-node {args.world} ...")
         from hiercoll.harness.fused_norm_stress import stress_group
+        from hiercoll.torch.reference import unfused_add_rms_norm
         spin = 2_000_000 if args.debug_timeout_ms else 0
         out = []
         for h in hs:
             for m in ms:
                 for mode in modes:
-                    r = stress_group(m, h, args.iters, mode, seed=args.seed, stage=stage,
-                                     spin_limit=spin).to_json()
+                    r = stress_group(unfused_add_rms_norm, m, h, args.iters, mode,
+                                     seed=args.seed, stage=stage, spin_limit=spin).to_json()
                     if launch.rank == 0 and not args.json:
                         _print(r)
                     out.append(r)

@@ -7,13 +7,14 @@ Three paths, one check:
 - one process per rank on GPUs (`stress_group`, cuda): the fused kernel over symmetric memory;
 - one process per rank on CPU (`stress_group`, gloo): the unfused fallback, so CI runs the
   harness (inputs, reference, reporting) end to end.
-The reference: all-reduce in fp32 (ranks summed in order) -> the dtype -> residual add -> RMSNorm
-(torch), computed from every rank's x.
+The reference (passed in: `hiercoll.torch.reference.unfused_add_rms_norm`): all-reduce in fp32
+(ranks summed in order) -> the dtype -> residual add -> RMSNorm, computed from every rank's x.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,29 +29,21 @@ BOUND = 0.5          # max-abs error allowed (bf16 outputs of O(1) values, as th
 EPS = 1e-6
 
 
-def reference(xs: list[torch.Tensor], residual: torch.Tensor, weight: torch.Tensor,
-              eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unfused: sum of every rank's x in fp32 (rank order) -> dtype -> + residual -> RMSNorm."""
-    acc = xs[0].float()
-    for x in xs[1:]:
-        acc = acc + x.float()
-    new_res = acc.to(residual.dtype) + residual
-    normed = torch.nn.functional.rms_norm(new_res.float(), (new_res.shape[-1],), weight.float(),
-                                          eps).to(residual.dtype)
-    return normed, new_res
+# The unfused reference's signature: (every rank's x, or their sum in fp32; residual; weight;
+# eps) -> (normed, new_residual). The one definition is hiercoll.torch.reference
+# .unfused_add_rms_norm, which sits above this package: the callers (the CLI, the bench, the
+# tests) pass it in.
+Reference = Callable[[Any, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
 
 
 def unfused_fallback(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                     group: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     reference: Reference, group: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """What runs where the fused kernel cannot (CPU/gloo): torch.distributed all-reduce in fp32,
-    then torch add and RMSNorm (also the 'unfused' row of the bench)."""
+    then the reference's add and RMSNorm."""
     import torch.distributed as dist
     acc = x.float()
     dist.all_reduce(acc, group=group)
-    new_res = acc.to(x.dtype) + residual
-    normed = torch.nn.functional.rms_norm(new_res.float(), (x.shape[-1],), weight.float(),
-                                          eps).to(x.dtype)
-    return normed, new_res
+    return reference(acc, residual, weight, eps)
 
 
 @dataclass
@@ -91,7 +84,8 @@ def _err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float("inf") if bool(torch.isnan(d).any()) else float(d.max()) if d.numel() else 0.0
 
 
-def stress_one_gpu(world: int, rows: int, hidden: int, iters: int, mode: str = "eager",
+def stress_one_gpu(reference: Reference, world: int, rows: int, hidden: int, iters: int,
+                   mode: str = "eager",
                    seed: int = 0, stage: int | None = None, dtype: torch.dtype = torch.bfloat16,
                    ordering: Ordering = SAFE, spin_limit: int = 0,
                    max_seconds: float | None = None, stop_on_error: bool = True,
@@ -148,7 +142,8 @@ def stress_one_gpu(world: int, rows: int, hidden: int, iters: int, mode: str = "
                              first_bad, bad_rank, identical, time.perf_counter() - t0)
 
 
-def stress_group(rows: int, hidden: int, iters: int, mode: str = "eager", seed: int = 0,
+def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode: str = "eager",
+                 seed: int = 0,
                  stage: int | None = None, dtype: torch.dtype = torch.bfloat16,
                  spin_limit: int = 0, group: Any = None) -> FusedStressReport:
     """One rank of a process group (torchrun): cuda runs the fused kernel, CPU the unfused
@@ -160,6 +155,7 @@ def stress_group(rows: int, hidden: int, iters: int, mode: str = "eager", seed: 
         GroupContext,
         check_timeout,
         choose_stage,
+        error_record,
         fused_add_rms_norm,
     )
     from hiercoll.executor.cuda.fused_norm import reserve as reserve_buf
@@ -179,10 +175,13 @@ def stress_group(rows: int, hidden: int, iters: int, mode: str = "eager", seed: 
     if ctx is not None:
         stages = stage or choose_stage(rows, hidden, world, x.element_size())
         reserve_buf(ctx, rows, hidden, dtype)
+        # one untimed call without a spin limit: a rank still in Triton's JIT must not make its
+        # peers' debug waits give up
+        fused_add_rms_norm(ctx, x.normal_(), res.normal_(), w.fill_(1), EPS, stage=stages,
+                           out=out, res_out=rout)
+        torch.cuda.synchronize()
+        dist.barrier(group=group)
         if mode == "graph":
-            fused_add_rms_norm(ctx, x.normal_(), res.normal_(), w.fill_(1), EPS, stage=stages,
-                               out=out, res_out=rout, spin_limit=spin_limit)
-            torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 fused_add_rms_norm(ctx, x, res, w, EPS, stage=stages, out=out, res_out=rout,
@@ -197,7 +196,7 @@ def stress_group(rows: int, hidden: int, iters: int, mode: str = "eager", seed: 
         out.fill_(float("nan"))
         rout.fill_(float("nan"))
         if ctx is None:
-            n, r = unfused_fallback(x, res, w, EPS, group)
+            n, r = unfused_fallback(x, res, w, EPS, reference, group)
             out.copy_(n)
             rout.copy_(r)
         elif graph is not None:
@@ -206,7 +205,7 @@ def stress_group(rows: int, hidden: int, iters: int, mode: str = "eager", seed: 
             fused_add_rms_norm(ctx, x, res, w, EPS, stage=stages, out=out, res_out=rout,
                                spin_limit=spin_limit)
         if ctx is not None and spin_limit:
-            check_timeout(ctx_err(ctx), rank)
+            check_timeout(error_record(ctx), rank)
         want_n, want_r = reference(list(xs), res, w, EPS)
         e = max(_err(out, want_n), _err(rout, want_r))
         verdict = torch.tensor([e if e == e and e != float("inf") else 1e30,
@@ -227,7 +226,3 @@ def stress_group(rows: int, hidden: int, iters: int, mode: str = "eager", seed: 
     return FusedStressReport(rows, hidden, world, stages, mode, "cuda" if cuda else "gloo", done,
                              worst, BOUND, first_bad, None, identical, time.perf_counter() - t0)
 
-
-def ctx_err(ctx: Any) -> torch.Tensor:
-    from hiercoll.executor.cuda.fused_norm import _fused_for
-    return _fused_for(ctx).err

@@ -146,6 +146,17 @@ def _as_int32(buf: SymmetricBuffer) -> SymmetricBuffer:
     return buf if buf.tensor.dtype == torch.int32 else _Int32View(buf)
 
 
+def forget(ctx: FusedNormContext) -> None:
+    """Drop this ctx's state (its buffers stay with whoever allocated them): call it when the
+    ctx's group is closed, so a later ctx reusing the id starts afresh."""
+    _STATES.pop(id(ctx), None)
+
+
+def error_record(ctx: FusedNormContext) -> torch.Tensor:
+    """This rank's debug-timeout record (see `check_timeout`)."""
+    return _fused_for(ctx).err
+
+
 def reserve(ctx: FusedNormContext, rows: int, hidden: int, dtype: torch.dtype) -> FusedNormState:
     """Make sure a call of [rows, hidden] fits (collective when it allocates: every rank calls it
     with the same shape, outside graph capture) and return this rank's state for `dtype`."""
