@@ -267,6 +267,26 @@ def _doc_example_tp_mlp(comm: Any, out: dict[str, Any]) -> None:
                           and dist.get_world_size() == tp)
 
 
+def _tuning_file(comm: Any, out: dict[str, Any], tmp: str) -> None:
+    """A tuning file for the group's topology picks the plan: ring below 4 KiB, direct above."""
+    from hiercoll.planner.search.autopick import TuningEntry, TuningTable, write_tuning
+    from hiercoll.torch import Communicator
+    table = TuningTable(topology_fingerprint=comm.topology.fingerprint(),
+                        topology=comm.topology.name, collective="all_reduce", dtype="bf16",
+                        entries=[TuningEntry(min_bytes=0, max_bytes=4096, algorithm="ring",
+                                             params={}),
+                                 TuningEntry(min_bytes=4097, max_bytes=2 ** 62,
+                                             algorithm="direct", params={})])
+    path = Path(tmp, f"tuning{comm.rank}.json")
+    write_tuning(path, table)
+    with Communicator(tuning=path) as tuned:
+        for n in (1000, 100_000):
+            x = torch.randn(n).bfloat16()
+            tuned.all_reduce(x)
+        out["tuned"] = sorted((k, v["algorithm"], v["how"].split(" /")[0])
+                              for k, v in tuned.stats()["plans"].items())
+
+
 def _refusals(out: dict[str, Any], world: int, tmp: str) -> None:
     from hiercoll.errors import HiercollError
     from hiercoll.topology import load_topology
@@ -327,6 +347,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         else:
             _cache_pool_patch(comm, rank, out)
             _doc_example_tp_mlp(comm, out)
+            _tuning_file(comm, out, out_dir)
         _refusals(out, world, out_dir)
         out["algorithms"] = sorted({v["algorithm"] for v in comm.stats()["plans"].values()})
         comm.close()
@@ -474,6 +495,14 @@ def _gpu_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
 def test_the_docs_tp_mlp_example_matches_the_unsharded_block(w2: list[dict[str, Any]]) -> None:
     assert [r["doc_example"] for r in w2] == [True, True]
+
+
+def test_a_tuning_file_picks_the_plan_per_size(w2: list[dict[str, Any]]) -> None:
+    for r in w2:
+        (k1, a1, how1), (k2, a2, how2) = r["tuned"]
+        assert (k1, a1) == ("all_reduce bf16 sum bucket 1024", "ring")
+        assert (k2, a2) == ("all_reduce bf16 sum bucket 131072", "direct")
+        assert how1.startswith("tuning file") and how2.startswith("tuning file")
 
 
 def test_bad_calls_are_one_line_naming_the_argument(w2: list[dict[str, Any]]) -> None:
