@@ -12,6 +12,12 @@ timeout -k 5 "${STRESS_S:-200}" python3 -m hiercoll stress --fused-rmsnorm --one
   --out "$D/stress_w$W.json" > "$D/stress_w$W.log" 2>&1
 echo "== stress rc=$? $(grep -c '^ok' "$D/stress_w$W.log") ok $(grep -c '^FAIL' "$D/stress_w$W.log") FAIL"
 tail -3 "$D/stress_w$W.log"
+if [ "${W8_ITERS:-100}" -gt 0 ]; then   # 8 ranks on the one GPU (16 CTAs each: 128 resident)
+  timeout -k 5 60 python3 -m hiercoll stress --fused-rmsnorm --one-gpu --backend cuda --world 8 \
+    --iters "${W8_ITERS:-100}" --modes eager,graph --debug-timeout-ms 5000 \
+    --out "$D/stress_w8_${W8_ITERS:-100}.json" > "$D/stress_w8_${W8_ITERS:-100}.log" 2>&1
+  echo "== w8 rc=$? $(grep -c '^ok' "$D/stress_w8_${W8_ITERS:-100}.log") ok"
+fi
 timeout -k 5 "${NEG_S:-60}" python3 bench/gpu/fused_norm_negatives.py --world "$W" --iters "${NEG_ITERS:-300}" \
   > "$D/negatives.log" 2>&1; echo "== negatives rc=$?"; cat "$D/negatives.log" | tail -12
 timeout -k 5 "${BENCH_S:-200}" python3 bench/fused_norm.py --world "$W" --reps "${REPS:-100}" \
