@@ -214,3 +214,13 @@ def test_the_gpu_sweep_builds_its_cases_with_a_dtype_override(tmp_path: Path):
     (case,) = cases_for(SweepRequest(plan=str(tmp_path / "p.json"), dtype="fp32", sizes=[4096]))
     assert case.schedule.meta.params["inter"] == "direct" and case.schedule.spec.count == 1024
     assert check(case.schedule).ranks_identical is True
+
+
+def test_stress_prints_ranks_identical_per_case_on_gloo():
+    proc = _torchrun("stress", "-c", "all_reduce", "-t", "bench/gpu/topologies/h200x2.yaml",
+                     "--algorithms", "direct,ring", "--sizes", "4KiB", "--dtype", "fp32",
+                     "--backend", "gloo", "--iters", "2", nproc=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ok")]
+    assert len(lines) == 2 and all("ranks_identical=true" in ln for ln in lines)
+    assert "ranks not identical" in proc.stdout

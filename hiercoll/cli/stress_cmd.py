@@ -137,6 +137,8 @@ def _summarise(args: argparse.Namespace, reports: list[dict[str, Any]]) -> int:
         bad = [r for r in reports if not r["ok"]]
         print_table("stress summary", ["field", "value"],
                     [["cases", len(reports)], ["failed", len(bad)],
+                     ["ranks not identical",
+                      sum(r.get("ranks_identical") is False for r in reports)],
                      ["worst error", max((r["max_abs_error"] for r in reports), default=0)]])
     return 0 if ok else 1
 
