@@ -10,6 +10,11 @@ replay / CALLS. Also times both stages forced, and with --fit refits the stage-c
 the kernels cost there, nothing about NVLink.
 
     CUDA_DEVICE_MAX_CONNECTIONS=32 python3 bench/fused_norm.py --world 4 --out DIR [--fit]
+
+Across GPUs (one process per GPU, symmetric memory; the unfused row is NCCL's all-reduce + torch
+add + torch RMSNorm; each process times its own graph replays, samples averaged over ranks):
+
+    torchrun --nproc-per-node W bench/fused_norm.py --group --out DIR [--fit]
 """
 
 from __future__ import annotations
@@ -114,6 +119,104 @@ def unfused_times(world: int, rows: int, hidden: int, algorithm: str, reps: int)
     return _time(replay, world, reps)
 
 
+def _group_time(graph: Any, reps: int) -> dict[str, float]:
+    """This rank's per-call times of `reps` replays, averaged over the ranks sample by sample."""
+    import torch.distributed as dist
+    mine = []
+    for i in range(reps + 3):
+        dist.barrier()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            mine.append(a.elapsed_time(b) * 1000 / CALLS)
+    t = torch.tensor(mine, dtype=torch.float64, device="cuda")
+    dist.all_reduce(t)
+    return _pcts((t / dist.get_world_size()).tolist())
+
+
+def group_row(rows: int, hidden: int, reps: int) -> dict[str, Any]:
+    """One shape across the process group: fused (both stages) and unfused, graph-captured."""
+    import torch.distributed as dist
+
+    from hiercoll.executor.cuda.fused_norm import GroupContext, fused_add_rms_norm, reserve
+    from hiercoll.sim.fused_norm_cost import choose_stage
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", torch.cuda.current_device())
+    ctx = _CTX.setdefault("ctx", GroupContext(rank, world, None, dev))
+    x = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
+    res = torch.randn(rows, hidden, device=dev).to(torch.bfloat16)
+    w = torch.ones(hidden, device=dev, dtype=torch.bfloat16)
+    out, rout = torch.empty_like(x), torch.empty_like(x)
+    reserve(ctx, rows, hidden, x.dtype)
+    row: dict[str, Any] = {"rows": rows, "hidden": hidden, "bytes": rows * hidden * 2,
+                           "world": world, "auto_stage": choose_stage(rows, hidden, world, 2)}
+    for st in (1, 2):
+        fused_add_rms_norm(ctx, x, res, w, EPS, stage=st, out=out, res_out=rout)   # compile
+        torch.cuda.synchronize()
+        dist.barrier()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(CALLS):
+                fused_add_rms_norm(ctx, x, res, w, EPS, stage=st, out=out, res_out=rout)
+        row[f"stage{st}"] = _group_time(g, reps)
+    row["fused"] = row[f"stage{row['auto_stage']}"]
+    ar = x.clone()
+
+    def unfused() -> None:
+        dist.all_reduce(ar)
+        new_res = ar + res
+        torch.nn.functional.rms_norm(new_res, (hidden,), w, EPS)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        unfused()                        # NCCL's warm-up outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(CALLS):
+            unfused()
+    row["unfused"] = _group_time(g, reps) | {"all_reduce": "nccl"}
+    row["speedup_p50"] = round(row["unfused"]["p50"] / row["fused"]["p50"], 2)
+    return row
+
+
+_CTX: dict[str, Any] = {}
+
+
+def main_group(args: argparse.Namespace) -> int:
+    import torch.distributed as dist
+    for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}.items():
+        os.environ.setdefault(k, v)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    meta = stamp("torchrun --nproc-per-node W " + " ".join(sys.argv))
+    meta["device"] = f"{dist.get_world_size()} x {torch.cuda.get_device_name()}"
+    meta["torch"] = torch.__version__
+    rows_out = []
+    for h in [int(v) for v in args.hidden.split(",")]:
+        for m in [int(v) for v in args.shapes.split(",")]:
+            row = group_row(m, h, args.reps)
+            if dist.get_rank() == 0:
+                print(json.dumps(row), flush=True)
+            rows_out.append(row)
+    if dist.get_rank() == 0:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        if args.fit:
+            _fit(meta, rows_out)
+        name = f"fused_norm_w{dist.get_world_size()}"
+        write_atomic(out / f"{name}.json", json.dumps({"meta": meta, "rows": rows_out}, indent=1)
+                     + "\n")
+        write_atomic(out / f"{name}.md", markdown(meta, rows_out, one_gpu=False))
+    dist.destroy_process_group()
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=4)
@@ -122,6 +225,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", default=None)
     ap.add_argument("--fit", action="store_true", help="refit the stage-choice constants")
+    ap.add_argument("--group", action="store_true",
+                    help="under torchrun: one process per GPU (symmetric memory, NCCL unfused)")
     ap.add_argument("--refit", default=None, metavar="JSON",
                     help="no GPU: refit a committed result file and rewrite its JSON/Markdown")
     args = ap.parse_args()
@@ -129,6 +234,8 @@ def main() -> int:
         return refit(Path(args.refit))
     if not args.out:
         ap.error("--out is required")
+    if args.group:
+        return main_group(args)
     from hiercoll.sim.fused_norm_cost import choose_stage
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -187,13 +294,15 @@ def refit(path: Path) -> int:
     return 0
 
 
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    lines = [f"# Fused all-reduce + residual add + RMSNorm vs unfused (one GPU, world "
-             f"{rows[0]['world'] if rows else '?'})", "",
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], one_gpu: bool = True) -> str:
+    where = ("- every rank in one process on one GPU: the ranks share its SMs and HBM; nothing "
+             "here measures NVLink" if one_gpu else "- one process per GPU, symmetric memory; "
+             "the unfused all-reduce is NCCL's")
+    lines = [f"# Fused all-reduce + residual add + RMSNorm vs unfused ("
+             f"{'one GPU, ' if one_gpu else ''}world {rows[0]['world'] if rows else '?'})", "",
              f"- command: `{meta['command']}`", f"- machine: {meta.get('device')}, "
              f"torch {meta.get('torch')}; {meta['machine']}", f"- date: {meta['date']}, git "
-             f"{meta['git_sha']}", "- every rank in one process on one GPU: the ranks share its "
-             "SMs and HBM; nothing here measures NVLink", "- per-call microseconds, "
+             f"{meta['git_sha']}", where, "- per-call microseconds, "
              f"rank-averaged CUDA events around graph replays of {CALLS} calls", "",
              "| M | hidden | bytes | stage | fused p50 | p90 | p99 | unfused p50 | p90 | p99 | "
              "unfused AR | speedup p50 | 1-stage p50 | 2-stage p50 |",
@@ -206,8 +315,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                      f"{r['stage1']['p50']} | {r['stage2']['p50']} |")
     lines += ["", "`stage` is the stage the cost model in use at the time picked (1-stage: every rank "
               "reduces every row; 2-stage: reduce-scatter by rows, add + norm, all-gather); the "
-              "unfused row is the faster of our `direct` and `two_shot` all-reduces, then torch "
-              "add and `rms_norm`."]
+              "unfused row is " + ("the faster of our `direct` and `two_shot` all-reduces" if one_gpu
+                                   else "NCCL's all-reduce") + ", then torch add and `rms_norm`."]
     if "fit" in meta:
         f = meta["fit"]
         lines += ["", "Stage-choice fit (`hiercoll/sim/fused_norm_cost.py`, refit with "
