@@ -47,11 +47,26 @@ def test_every_row_is_reduced_once_per_owner_and_slots_are_distinct(rows, world,
 # ---- the protocol on the weak-memory emulator ----------------------------------------------------
 @pytest.mark.parametrize("world", [2, 3, 4])
 @pytest.mark.parametrize("stages", [(1,), (2,), (1, 2, 2, 1)])
-def test_the_protocol_is_right_on_the_weak_memory_emulator(world, stages):
+@pytest.mark.parametrize("loads", ["oldest", "newest"])
+def test_the_protocol_is_right_on_the_weak_memory_emulator(world, stages, loads):
     seed = int(np.random.default_rng().integers(1 << 30))     # fresh inputs and schedules
     for s in range(3):
         calls = _calls(world, 5, 4, 6, seed + s, stages)
-        assert stale_calls(world, calls, Ordering(), seed=seed + s) == [], f"seed {seed + s}"
+        assert stale_calls(world, calls, Ordering(), seed=seed + s, loads=loads) == [], \
+            f"seed {seed + s}"
+
+
+def test_one_stage_needs_two_staging_halves_on_the_emulator():
+    """With one half, a rank's next call overwrites rows a slow peer has not read yet (seen when
+    loads may return the newest value); the 2-stage kernel's second barrier alone prevents it."""
+    seed = int(np.random.default_rng().integers(1 << 30))
+    found = [s for s in range(seed, seed + 10)
+             if stale_calls(4, _calls(4, 5, 4, 6, s, (1,)), Ordering(), seed=s, loads="newest",
+                            double_buffer=False)]
+    assert found, f"seeds {seed}..{seed + 9}: the emulator missed the overwrite"
+    for s in range(seed, seed + 3):
+        assert stale_calls(4, _calls(4, 5, 4, 6, s, (2,)), Ordering(), seed=s, loads="newest",
+                           double_buffer=False) == []
 
 
 @pytest.mark.parametrize("name", list(NEGATIVES))

@@ -19,7 +19,9 @@ The protocol, per call, for CTA c (of G, the same G on every rank and every call
   copy every other rank's rows of this CTA from their N[p] / R[p] (all-gather by pull).
 Why double buffers are enough: a rank writes X[p] (or N[p]/R[p]) of call e only after its call
 e-1 kernel finished, and that kernel waited for every peer's call e-1 signal, which each peer sent
-after its call e-2 kernel (the last reader of the same half) had finished.
+after its call e-2 kernel (the last reader of the same half) had finished. (The 2-stage kernel
+alone would be safe with one half: no rank ends a call before every peer has read its rows, its
+phase-1 signal says so; the 1-stage kernel needs both, see the emulator's test.)
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ coroutines under a seeded random scheduler, each CTA made of a few threads (lane
   barrier moves no floor: the polling thread's acquire orders only the polling thread.
 So a missing release lets a peer read data still pending; a missing acquire, or one done only by
 the polling thread, reads old data (the previous use of the double buffer, or the initial NaN).
+`loads="newest"` lets loads return the newest published value instead (also allowed): that is
+how an overwrite by a peer's *next* call shows, which `double_buffer=False` (a model-only knob:
+one staging half for every call) provokes, to show why the kernel alternates halves.
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ class _Lane:
 
 
 class _Memory:
-    def __init__(self) -> None:
+    def __init__(self, newest: bool) -> None:
         self.history: dict[Key, list[tuple[int, float]]] = {}
         self.now = 0
+        self.newest_loads = newest
 
     def publish(self, key: Key, value: float) -> None:
         self.now += 1
@@ -68,6 +72,9 @@ class _Memory:
             if k == key:
                 return v
         seen = float("nan")
+        if self.newest_loads:
+            h = self.history.get(key)
+            return h[-1][1] if h else seen
         for t, v in self.history.get(key, ()):
             if t > lane.floor:
                 break
@@ -97,10 +104,14 @@ def _norm(res: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 class _Emulator:
     def __init__(self, world: int, grid: int, stride: int, calls: Sequence[FusedCall],
-                 ordering: Ordering, eps: float, seed: int) -> None:
+                 ordering: Ordering, eps: float, seed: int, loads: str = "oldest",
+                 double_buffer: bool = True) -> None:
+        if loads not in ("oldest", "newest"):
+            raise ValueError(f"loads: {loads!r} should be 'oldest' or 'newest'")
         self.world, self.grid, self.calls, self.ord, self.eps = world, grid, calls, ordering, eps
         self.layout = BufferLayout(stride)
-        self.mem = _Memory()
+        self.double_buffer = double_buffer
+        self.mem = _Memory(loads == "newest")
         self.rng = np.random.default_rng(seed)
         self.epoch = [[0] * grid for _ in range(world)]
         self._outs: list[dict[int, tuple[np.ndarray, np.ndarray]]] = [{} for _ in calls]
@@ -112,7 +123,8 @@ class _Emulator:
         rows, hidden = call.xs[0].shape
         W, G, lay = self.world, self.grid, self.layout
         e = self.epoch[r][c] + 1
-        p = e % 2
+        p = e % 2                                     # signal slots
+        b = p if self.double_buffer else 0            # staging halves
         r0, r1 = cta_rows(rows, W, G, call.stages, r, c)
         # part 0: stage the rows peers read, then signal phase 0
         if call.stages == 1:
@@ -123,7 +135,7 @@ class _Emulator:
             for row in range(a0, a1):
                 for j in range(hidden):
                     lanes[j % LANES].pending.append(
-                        ((r, "buf", lay.x(p) + row * hidden + j), float(call.xs[r][row, j])))
+                        ((r, "buf", lay.x(b) + row * hidden + j), float(call.xs[r][row, j])))
                 yield None
         yield from self._signal(r, c, p, 0, e, lanes)
         yield from self._wait(r, c, p, 0, e, lanes)
@@ -133,15 +145,15 @@ class _Emulator:
             for q in range(W):
                 for j in range(hidden):
                     acc[j] += (call.xs[r][row, j] if q == r else
-                               self.mem.load(lanes[j % LANES], (q, "buf", lay.x(p) + row * hidden + j)))
+                               self.mem.load(lanes[j % LANES], (q, "buf", lay.x(b) + row * hidden + j)))
             res[row] = acc + call.residual[row]
             normed[row] = _norm(res[row], call.weight, self.eps)
             if call.stages == 2:
                 for j in range(hidden):
                     lane = lanes[j % LANES]
-                    lane.pending.append(((r, "buf", lay.normed(p) + row * hidden + j),
+                    lane.pending.append(((r, "buf", lay.normed(b) + row * hidden + j),
                                          float(normed[row, j])))
-                    lane.pending.append(((r, "buf", lay.res(p) + row * hidden + j),
+                    lane.pending.append(((r, "buf", lay.res(b) + row * hidden + j),
                                          float(res[row, j])))
             yield None
         if call.stages == 2:
@@ -154,8 +166,8 @@ class _Emulator:
                 for row in range(a0, a1):
                     for j in range(hidden):
                         lane = lanes[j % LANES]
-                        normed[row, j] = self.mem.load(lane, (q, "buf", lay.normed(p) + row * hidden + j))
-                        res[row, j] = self.mem.load(lane, (q, "buf", lay.res(p) + row * hidden + j))
+                        normed[row, j] = self.mem.load(lane, (q, "buf", lay.normed(b) + row * hidden + j))
+                        res[row, j] = self.mem.load(lane, (q, "buf", lay.res(b) + row * hidden + j))
                     yield None
         self.epoch[r][c] = e
 
@@ -227,17 +239,21 @@ def _span(rows: tuple[int, int]) -> tuple[int, int]:
 
 
 def emulate(world: int, calls: Sequence[FusedCall], ordering: Ordering = SAFE,
-            grid: int = 2, eps: float = 1e-6, seed: int = 0,
-            stride: int | None = None) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+            grid: int = 2, eps: float = 1e-6, seed: int = 0, stride: int | None = None,
+            loads: str = "oldest",
+            double_buffer: bool = True) -> list[list[tuple[np.ndarray, np.ndarray]]]:
     """Every rank's (normed, new_residual) for every call, in rank order per call."""
     need = max(c.xs[0].size for c in calls) if calls else 1
-    return _Emulator(world, grid, stride or need, calls, ordering, eps, seed).run()
+    return _Emulator(world, grid, stride or need, calls, ordering, eps, seed, loads,
+                     double_buffer).run()
 
 
 def stale_calls(world: int, calls: Sequence[FusedCall], ordering: Ordering, grid: int = 2,
-                seed: int = 0, eps: float = 1e-6) -> list[int]:
+                seed: int = 0, eps: float = 1e-6, loads: str = "oldest",
+                double_buffer: bool = True) -> list[int]:
     """The calls in which some rank's output differs from the reference (1e-9 relative)."""
-    outs = emulate(world, calls, ordering, grid, eps, seed)
+    outs = emulate(world, calls, ordering, grid, eps, seed, loads=loads,
+                   double_buffer=double_buffer)
     bad = []
     for n, call in enumerate(calls):
         want_n, want_r = reference(call, eps)
