@@ -109,6 +109,25 @@ def test_the_fit_recovers_known_constants():
     assert "H200" in CALIBRATED.source      # the shipped constants say where they came from
 
 
+def test_bad_arguments_are_one_line_errors_before_any_launch():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from hiercoll.errors import HiercollError
+    from hiercoll.executor.cuda.fused_norm import GroupContext, fused_add_rms_norm
+    ctx = GroupContext(0, 2, None, torch.device("cpu"))
+    x = torch.zeros(3, 8, dtype=torch.bfloat16)
+    w = torch.ones(8, dtype=torch.bfloat16)
+    for args, match in [((x, x[:2], w, 1e-6), "residual must have x's shape"),
+                        ((x, x, w[:4], 1e-6), "weight must be [8]"),
+                        ((x.view(-1), x.view(-1), w, 1e-6), "x must be [rows, hidden]"),
+                        ((x, x, w, 0.0), "eps 0.0 must be > 0"),
+                        ((x.int(), x.int(), w, 1e-6), "is not supported")]:
+        with pytest.raises(HiercollError, match=match.replace("[", r"\[").replace("]", r"\]")):
+            fused_add_rms_norm(ctx, *args)
+    with pytest.raises(HiercollError, match="stage 3 must be 1, 2 or None"):
+        fused_add_rms_norm(ctx, x, x, w, 1e-6, stage=3)
+
+
 # ---- PTX: the ordering is in the generated code, and goes when switched off ----------------------
 def _ordered_ops(ptx: str, sem: str) -> list[str]:
     """System-scope PTX instructions carrying `sem` (how test_exec_kernels reads them)."""

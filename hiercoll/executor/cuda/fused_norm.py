@@ -183,6 +183,9 @@ def fused_add_rms_norm(ctx: FusedNormContext, x: torch.Tensor, residual: torch.T
     """(normed, new_residual) of all_reduce(x) + residual on this rank's current stream; every
     rank of ctx's group calls it with the same shape. `stage` None: the cost model's choice."""
     check_args(x, residual, weight, eps)
+    if stage not in (None, 1, 2):
+        raise HiercollError(f"fused_add_rms_norm: stage {stage!r} must be 1, 2 or None (the "
+                            "cost model's choice)")
     x, residual = x.contiguous(), residual.contiguous()
     rows, hidden = x.shape
     stages = stage or choose_stage(rows, hidden, ctx.world_size, x.element_size())
