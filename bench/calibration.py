@@ -105,10 +105,12 @@ def main() -> int:
     run("one_gpu_h200", one_gpu, "one-gpu-h200x4",
         ROOT / "hiercoll" / "data" / "one-gpu-h200x4.calibrated.yaml", meta,
         "hiercoll's cuda backend on ONE H200, every rank a slab of one allocation "
-        "(bench/gpu/one_gpu_calibration.sh, torch 2.11, triton 3.6). Graph rows fit the device; "
-        "eager rows are host-bound: one Python thread launches four ranks' work and its time "
-        "jumps between neighbouring sizes of one plan (e.g. all-to-all 0.8 -> 1.3 ms from 16 to "
-        "32 KiB), which a device model cannot follow.")
+        "(bench/gpu/one_gpu_calibration.sh: the four benches in one process, torch 2.11, "
+        "triton 3.6, bound kernel launches). Graph rows time the device; eager rows below a few "
+        "MiB are host-bound (one Python thread launches four ranks' work: about 210-330 us per "
+        "call, bench/results/gpu/host_launch_gpu.md) and the host's speed wanders: one plan's "
+        "eager time steps between about 210 and 350 us over neighbouring sizes (all-gather "
+        "direct, 32 -> 64 KiB), which no per-launch cost can follow.")
     return 0
 
 

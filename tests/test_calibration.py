@@ -222,7 +222,9 @@ def test_calibrate_cli_writes_a_topology_that_loads_and_compare_reads_it(tmp_pat
     topo = hc.load_topology(str(out))
     assert topo.calibration is not None and topo.calibration.rows == len(cases)
     assert topo.shape_fingerprint() == base.shape_fingerprint()
-    assert topo.costs.graph.call_us == pytest.approx(20.0, rel=0.05)
+    # 10 %: the copy-engine ops' own start (costs.ce_launch_us) trades with the per-call cost
+    # where every large row has the same copy-engine ops on its critical path
+    assert topo.costs.graph.call_us == pytest.approx(20.0, rel=0.1)
     assert (tmp_path / "r.png").stat().st_size > 1000 and "held out" in (tmp_path / "r.md").read_text()
     cmp = _hc("compare", str(meas), "-t", str(out), "--json")
     assert cmp.returncode == 0, cmp.stderr

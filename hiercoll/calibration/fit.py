@@ -163,7 +163,11 @@ def _data_starts(train: Sequence[Case]) -> dict[str, float]:
     cost at all the host term never binds and its gradient is zero. The fastest eager row is a
     fair first guess of the host's per-call work."""
     eager = [c.measurement.time_us for c in train if c.measurement.mode == "eager"]
-    return {"costs.eager.call_us": 0.9 * min(eager)} if eager else {}
+    if not eager:
+        return {}
+    # likewise the per-launch terms: at their floor the host term never binds where they act
+    return {"costs.eager.call_us": 0.9 * min(eager), "costs.eager.issue_us": 0.02 * min(eager),
+            "costs.eager.ce_issue_us": 0.05 * min(eager)}
 
 
 def _start(p: FitParam, base: Topology) -> float:

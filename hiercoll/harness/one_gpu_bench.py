@@ -16,6 +16,9 @@ from hiercoll.harness.bench import Timing, event_times_us, summarise_us
 from hiercoll.harness.inputs import device_inputs
 
 GRAPH_BYTES = 64 << 20   # a graph holds calls up to about this many bytes in all
+# Eager calls up to this size are host-bound (one thread launches every rank's work) and the
+# host's speed wanders over tens of milliseconds: at least EAGER_MIN_ITERS calls per point
+EAGER_HOST_BOUND_BYTES, EAGER_MIN_ITERS = 4 << 20, 200
 
 
 def time_one_gpu(cluster: OneGpuCluster, mode: Mode, iters: int, warmup: int = 3,
@@ -34,6 +37,8 @@ def time_one_gpu(cluster: OneGpuCluster, mode: Mode, iters: int, warmup: int = 3
     outs = [torch.zeros(spec.output_count(r), dtype=torch_dtype(spec.dtype), device=dev)
             for r in range(spec.world_size)]
     calls = calls_per_graph if mode == Mode.GRAPH else 1
+    if mode == Mode.EAGER and spec.total_bytes <= EAGER_HOST_BOUND_BYTES:
+        iters = max(iters, EAGER_MIN_ITERS)
     if mode == Mode.GRAPH:
         graphs = cluster.capture(ins, outs, calls)
         call = graphs.replay

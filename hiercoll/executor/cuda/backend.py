@@ -66,6 +66,9 @@ class CudaPrepared(Prepared):
     reduce_op: str
     bound: dict[int, BoundLaunch] = field(default_factory=dict)   # id(KernelLaunch) -> launch
     copy_channels: frozenset[int] = frozenset()   # channels with copy-engine copies
+    # the only channel, all kernels, no net stream: its launches go on the main stream (stream
+    # order is the same; the fork and join, two cross-stream waits, cost host time per call)
+    inline_channel: int | None = None
     group: Any = None                         # the process group (None: WORLD)
 
     @functools.cached_property
@@ -225,6 +228,9 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         reduce_op=schedule.spec.reduce_op.value,
         copy_channels=frozenset(ch for ch, items in program.streams.items()
                                 if any(isinstance(x, CopyLaunch) for x in items)))
+    if not program.fused and len(program.streams) == 1 and not prepared.copy_channels \
+            and not program.net:
+        (prepared.inline_channel,) = program.streams
     compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit)
     for launch, bump, fused in _kernel_launches(program):
         bound = bind_launch(kernel, table.launches[id(launch)], compiled,
@@ -247,15 +253,18 @@ def _kernel_launches(program: RankProgram) -> list[tuple[KernelLaunch, bool, boo
 
 
 def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
-            net: NetHook | None = None, timer: LaunchTimer | None = None) -> None:
-    """Enqueue one call on the current stream, step by step of the call protocol
-    (`lowering.call_steps`); channel streams fork from it and join back. Only enqueues:
-    capturable into a CUDA graph."""
+            net: NetHook | None = None, timer: LaunchTimer | None = None,
+            main: torch.cuda.Stream | None = None) -> None:
+    """Enqueue one call on the current stream (`main`, when the caller has it at hand), step by
+    step of the call protocol (`lowering.call_steps`); channel streams fork from it and join
+    back. Only enqueues: capturable into a CUDA graph."""
     spec, rank, p = prepared.schedule.spec, prepared.rank, prepared.program
     dtype = torch_dtype(spec.dtype)
     check_tensor("input", input, spec.input_count(rank), dtype, "cuda")
     check_tensor("output", output, spec.output_count(rank), dtype, "cuda")
-    main = torch.cuda.current_stream()
+    if main is None:
+        main = torch.cuda.current_stream()
+    inline = prepared.inline_channel if timer is None else None
     sym_in, sym_out = prepared.input_view, prepared.output_view
     if timer is not None:
         timer.start.record()
@@ -272,9 +281,13 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
             _kernel(prepared, p.start_barrier, main, bump_epoch=True, timer=timer)
         elif step == CallStep.FUSED:
             _kernel(prepared, fused_launch(p), main, fused=True, timer=timer)
+        elif step == CallStep.FORK and inline is not None:
+            for item in p.streams[inline]:
+                assert isinstance(item, KernelLaunch)
+                _kernel(prepared, item, main, channel=inline)
         elif step == CallStep.FORK:
             _fork(prepared, main, net, timer)
-        elif step == CallStep.JOIN:
+        elif step == CallStep.JOIN and inline is None:
             for stream in prepared.streams.values():
                 main.wait_stream(stream)
         elif step == CallStep.END_BARRIER:
