@@ -291,6 +291,8 @@ class Communicator:
             torch.cuda.synchronize(self._device)
         if self._symmetric or self._extra:
             dist.barrier(self._group)
+        if self._device.type == "cuda" and (forget := _fused_forget()) is not None:
+            forget(self)        # the fused kernel's state holds views of the pool freed below
         self.plans.clear()
         self.pool.close()
         self.signal_pool.close()
@@ -505,10 +507,19 @@ def _slots_of(entry: _Entry) -> int:
 
 def _fused_kernel() -> Callable[..., Any] | None:
     """The fused all-reduce + add + RMSNorm kernel's entry point, if this install has it."""
+    return _fused_attr("fused_add_rms_norm")
+
+
+def _fused_forget() -> Callable[..., Any] | None:
+    """The fused kernel's `forget(ctx)`: drops the per-communicator state it caches."""
+    return _fused_attr("forget")
+
+
+def _fused_attr(name: str) -> Callable[..., Any] | None:
     import importlib
     try:
         module = importlib.import_module("hiercoll.executor.cuda.fused_norm")
     except ImportError:
         return None
-    fn: Callable[..., Any] | None = getattr(module, "fused_add_rms_norm", None)
+    fn: Callable[..., Any] | None = getattr(module, name, None)
     return fn
