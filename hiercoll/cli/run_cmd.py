@@ -73,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "compare --timeline`")
     p.add_argument("--one-gpu", action="store_true",
                    help="cuda: every rank in this one process on its one GPU (no torchrun)")
+    p.add_argument("--tuning", default=None, metavar="FILE",
+                   help="cuda: tuning.json from `hiercoll autopick -o`: its executor knobs for "
+                   "this plan's size (the copy-engine threshold) unless given as flags")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="bound every wait on a peer (gloo: a stopped or dead rank ends the job "
                    "with one line naming the op and the peer; default 300)")
@@ -86,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         raise HiercollError(f"--iters: {args.iters} must be >= 1")
     target = load_target(args)
     choice = backend_choice(args)
+    if args.tuning is not None:
+        from hiercoll.planner.search.autopick import tuned_executor
+        choice = choice.with_tuning(tuned_executor(args.tuning, target.topology,
+                                                   target.schedule.spec))
     fingerprint = expected_fingerprint(args)
     if (args.profile or args.one_gpu) and choice.name != BackendName.CUDA:
         raise HiercollError("--profile/--one-gpu: need --backend cuda (the timeline is CUDA "

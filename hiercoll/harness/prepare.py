@@ -28,6 +28,20 @@ class BackendChoice:
             return {}
         return self.cuda | ({"single_stream": True} if Mode(mode) == Mode.GRAPH else {})
 
+    def with_tuning(self, executor: dict[str, Any]) -> BackendChoice:
+        """The tuning file's knobs for the plan (`TuningEntry.executor`) where the user left
+        the flag at its default; a flag given another value wins."""
+        if self.name != BackendName.CUDA or not executor:
+            return self
+        from dataclasses import asdict
+
+        from hiercoll.executor.cuda.lowering import CudaOptions
+        defaults = asdict(CudaOptions())
+        mine = {k: v for k, v in executor.items()
+                if k not in self.cuda or self.cuda[k] == defaults.get(k)}
+        tuned = CudaOptions(**self.cuda).tuned(mine)       # validates the knobs
+        return BackendChoice(self.name, {**self.cuda, **{k: getattr(tuned, k) for k in mine}})
+
     def for_schedule(self, schedule: Schedule) -> BackendName:
         """A library plan runs on the library backend whatever was asked."""
         return BackendName.NCCL if schedule.is_library_call else self.name

@@ -74,7 +74,23 @@ class CudaOptions:
         False, "--launch-per-op", "cuda: one kernel launch per op (what --profile times per op; "
         "slower: consecutive ops of a channel otherwise share one launch)")
 
+    def tuned(self, executor: dict[str, Any]) -> CudaOptions:
+        """These options with a tuning file's `executor` knobs (the auto-picker's choice for the
+        plan's size, `planner.search.autopick`) applied."""
+        unknown = sorted(set(executor) - set(TUNED_KNOBS))
+        if unknown:
+            raise HiercollError(f"tuning executor: {unknown[0]!r} is not a knob the cuda backend "
+                                f"takes from a tuning file ({', '.join(TUNED_KNOBS)})")
+        try:
+            return replace(self, **executor)
+        except TypeError as exc:
+            raise HiercollError(f"tuning executor: {exc}") from None
+
     def __post_init__(self) -> None:
+        if not isinstance(self.ce_threshold_bytes, int) or isinstance(self.ce_threshold_bytes,
+                                                                       bool):
+            raise HiercollError(f"ce_threshold_bytes: {self.ce_threshold_bytes!r} must be an "
+                                "integer number of bytes")
         if self.ce_threshold_bytes < 0:
             raise HiercollError(f"ce_threshold_bytes: {self.ce_threshold_bytes} must be >= 0")
         if self.ctas is not None and not 1 <= self.ctas <= 132:
@@ -86,6 +102,9 @@ class CudaOptions:
         except ValueError:
             raise HiercollError(f"inter_transport: {self.inter_transport!r} should be one of "
                                 f"{', '.join(t.value for t in InterTransport)}") from None
+
+
+TUNED_KNOBS = ("ce_threshold_bytes",)   # what the auto-picker chooses (tuning.json "executor")
 
 
 @dataclass(frozen=True)

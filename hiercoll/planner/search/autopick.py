@@ -5,6 +5,11 @@ unless that bound, or then the contention-free critical path, already cannot bea
 found (exact pruning when the bounds hold, which tests check). Sizes run in worker processes.
 Results are cached on disk by (topology fingerprint, spec, candidate); `tuning.json` stores the
 per-size-range choice so `plan --algorithm auto --tuning` needs no search.
+
+The executor's copy-engine threshold is tuned too: the fastest few candidates are re-timed with
+each of CE_THRESHOLDS that moves a copy between engines (the simulator times copy-engine and SM
+copies with their own costs), and the row's `executor` says which won; `hiercoll run --tuning`
+hands it to the cuda backend (CudaOptions.tuned).
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ class Row:
     # simulated NCCL (planner/library_model.py) where no measured table applies: a comparison
     # only, it does not compete (its plan is a ring the candidates already cover)
     library_model_us: float | None = None
+    # the cuda backend's tuned knobs for the chosen plan ({"ce_threshold_bytes": N}; {} for NCCL)
+    executor: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,7 +82,7 @@ class SimCache:
 
     # Bump when the simulator's timing changes (engine, bounds, cost terms): old entries then
     # miss instead of returning times the current model would not give.
-    MODEL_VERSION = 1
+    MODEL_VERSION = 2     # 2: host launches by kind, copy-engine op starts
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]
 
     def __init__(self, path: Path | None):
@@ -202,6 +209,7 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
             scored.append(_simulate(topology, spec, cand, cache, sched))
             have_base = have_base or cand.algorithm == base
     simulated = len(scored)
+    thresholds = _tune_ce_threshold(topology, spec, scored, cache)
     if lib_us is not None:    # no schedule of its own: it is held to the best plan's bound
         scored.append(Scored(Candidate(LIBRARY, {}), lib_us, spec.bandwidths_gbps(lib_us)[1],
                              min((s.lower_bound_us for s in scored), default=0.0)))
@@ -221,7 +229,66 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored},
                library_time_us=lib_us,
                library_model_us=(_library_model_us(topology, spec, cache)
-                                 if library_model and lib_us is None else None))
+                                 if library_model and lib_us is None else None),
+               executor=({} if best.candidate.algorithm == LIBRARY else
+                         {"ce_threshold_bytes": thresholds.get(
+                             best.candidate.label(), topology.costs.ce_threshold_bytes)}))
+
+
+# Copy-engine thresholds the auto-picker tries (the cuda backend's --ce-threshold; 8 MiB is its
+# default), on the TUNE_TOP fastest candidates of each size.
+CE_THRESHOLDS = (256 << 10, 2 << 20, 8 << 20, 64 << 20)
+TUNE_TOP = 3
+
+
+def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Scored],
+                       cache: SimCache) -> dict[str, int]:
+    """The fastest threshold per candidate label, for the TUNE_TOP fastest; their scores in
+    `scored` become the tuned times. Thresholds that put the same copies on the copy engine are
+    one choice (the topology's own wins it), and a tie keeps the topology's threshold."""
+    from hiercoll.sim.engine import on_copy_engine
+    own = topology.costs.ce_threshold_bytes
+    c = topology.costs
+    if c.sm_op_gbps is None and c.ce_op_gbps is None and c.ce_launch_us is None \
+            and c.eager.ce_issue_us == 0.0:
+        return {}                     # the simulator times both engines alike
+    chosen: dict[str, int] = {}
+    order = sorted(range(len(scored)), key=lambda i: (scored[i].time_us, i))[:TUNE_TOP]
+    for i in order:
+        best = scored[i]
+        cand = best.candidate
+        sched = plan(topology, spec, cand.algorithm, cand.params)
+        ops = [op for r in range(spec.world_size) for op in sched.rank_ops(r)]
+        groups: dict[frozenset[int], int] = {}
+        for t in sorted({own, *CE_THRESHOLDS}, key=lambda t: (t != own, t)):
+            on_ce = frozenset(k for k, op in enumerate(ops)
+                              if on_copy_engine(op, spec.dtype.itemsize, t))
+            groups.setdefault(on_ce, t)
+        pick = own
+        for t in groups.values():
+            if t == own:
+                continue
+            timed = _retime(topology, spec, cand, cache, sched, t)
+            if timed.time_us < best.time_us:
+                best, pick = timed, t
+        scored[i] = best
+        chosen[cand.label()] = pick
+    return chosen
+
+
+def _retime(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: SimCache,
+            schedule: Schedule, threshold: int) -> Scored:
+    """`schedule` timed with the copy-engine threshold `threshold` (cached under that topology)."""
+    variant = topology.model_copy(update={"costs": topology.costs.model_copy(
+        update={"ce_threshold_bytes": threshold})})
+    key = SimCache.key(variant, spec, cand)
+    hit = cache.get(key)
+    if hit is None:
+        from hiercoll.sim import simulate
+        res = simulate(schedule, topology, mode="trusted", costs_from=variant)
+        hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
+        cache.put(key, hit)
+    return Scored(cand, hit[0], hit[1], hit[2])
 
 
 def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryTable | None,
@@ -311,6 +378,7 @@ class TuningEntry(BaseModel):
     max_bytes: int
     algorithm: str
     params: dict[str, Any]
+    executor: dict[str, Any] = {}     # the cuda backend's tuned knobs (CudaOptions.tuned)
 
 
 class TuningTable(BaseModel):
@@ -346,7 +414,8 @@ def rows_to_table(topology: Topology, template: CollectiveSpec, rows: list[Row])
     for i, row in enumerate(rows):
         lo = 0 if i == 0 else int(math.sqrt(rows[i - 1].bytes * row.bytes)) + 1
         hi = 2**62 if i == len(rows) - 1 else int(math.sqrt(row.bytes * rows[i + 1].bytes))
-        entries.append(TuningEntry(min_bytes=lo, max_bytes=hi, algorithm=row.algorithm, params=row.params))
+        entries.append(TuningEntry(min_bytes=lo, max_bytes=hi, algorithm=row.algorithm,
+                                   params=row.params, executor=row.executor))
     return TuningTable(topology_fingerprint=topology.fingerprint(), topology=topology.name,
                        collective=template.kind, dtype=template.dtype.value, entries=entries)
 
@@ -375,19 +444,37 @@ class Pick:
     algorithm: str
     params: dict[str, Any]
     source: str
+    executor: dict[str, Any] = field(default_factory=dict)
+
+
+def tuned_executor(tuning_path: str | Path, topology: Topology,
+                   spec: CollectiveSpec) -> dict[str, Any]:
+    """The tuning file's executor knobs for this topology, collective, dtype and size ({} when
+    it has no entry for them)."""
+    from hiercoll.planner.search.select import check_tuning_path
+    check_tuning_path(tuning_path)
+    entry = _entry(read_tuning(tuning_path), topology, spec)
+    return {} if entry is None else dict(entry.executor)
+
+
+def _entry(tuning: TuningFile, topology: Topology, spec: CollectiveSpec) -> TuningEntry | None:
+    for table in tuning.tables:
+        if (table.topology_fingerprint == topology.fingerprint() and table.collective == spec.kind
+                and table.dtype == spec.dtype.value):
+            for e in table.entries:
+                if e.min_bytes <= spec.total_bytes <= e.max_bytes:
+                    return e
+    return None
 
 
 def choose(topology: Topology, spec: CollectiveSpec, tuning_path: str | None = None) -> Pick:
     """The tuning file's choice for this size when it has one, else a search for this size
     (with the library's measured times when a shipped table describes this topology)."""
     if tuning_path is not None:
-        for table in read_tuning(tuning_path).tables:
-            if (table.topology_fingerprint == topology.fingerprint() and table.collective == spec.kind
-                    and table.dtype == spec.dtype.value):
-                for e in table.entries:
-                    if e.min_bytes <= spec.total_bytes <= e.max_bytes:
-                        return Pick(e.algorithm, e.params, f"tuning file {tuning_path}")
+        e = _entry(read_tuning(tuning_path), topology, spec)
+        if e is not None:
+            return Pick(e.algorithm, e.params, f"tuning file {tuning_path}", e.executor)
     cache = SimCache(default_cache_path())
     row = pick_one(topology, spec, cache, library=shipped_table(topology))
     cache.save()
-    return Pick(row.algorithm, row.params, "searched (simulated)")
+    return Pick(row.algorithm, row.params, "searched (simulated)", row.executor)

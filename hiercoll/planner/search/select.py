@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from hiercoll.topology import Topology
 class Chosen:
     schedule: Schedule
     how: str   # "named", "tuning file", "searched"
+    executor: dict[str, Any] = field(default_factory=dict)   # tuned backend knobs (auto only)
 
 
 def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
@@ -28,7 +29,7 @@ def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
         return Chosen(plan(topology, spec, algorithm, params), "named")
     from hiercoll.planner.search.autopick import choose  # needs the simulator
     pick = choose(topology, spec, tuning_path=tuning)
-    return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source)
+    return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source, pick.executor)
 
 
 def check_tuning_path(tuning: str | Path) -> None:
