@@ -4,8 +4,11 @@ Reductions push each peer's piece into a per-source slot of the owner's scratch,
 reduces all slots with its own piece on a separate channel, so chunk c's reduce overlaps chunk
 c+1's copies. The owner sums the W pieces in rank order (0, 1, ..., W-1), its own among them: in
 an all-reduce every rank sums the whole buffer, and one order is what makes the bits the same on
-every rank (sim/reduction_order.py). Swizzle (default on): rank r visits r+1, r+2, ... so each step has one writer per
-destination port instead of everyone writing to rank 0 first.
+every rank (sim/reduction_order.py). Swizzle (default on): the node-aware rank-relative order of
+builder.swizzled_peers (own node's l+1, l+2, ..., then remote nodes from n+1+l, each from its own
+rail), so each step has one writer per destination port instead of everyone writing to rank 0
+first, and a node's GPUs do not converge on one remote GPU. The send order is not the reduction
+order: owners always sum in rank order.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ SLOTS = "direct_recv"
 
 
 class DirectParams(BaseParams):
-    swizzle: bool = Field(default=True, description="rank r starts with peer r+1")
+    swizzle: bool = Field(default=True, description="rank-relative, node-aware peer order "
+                           "(local rank l starts on remote node n+1+l); off: 0, 1, 2, ...")
 
 
 Block = Callable[[int], tuple[int, int]]
@@ -48,7 +52,7 @@ def reduce_into_owners(ctx: PlanContext[DirectParams], b: RankBuilder, block: Bl
     r, w, k = b.rank, ctx.world, p.chunks
     width = ceil_div(block(0)[1], k)  # block 0 is the largest
     if root is None:
-        owners = swizzled_peers(r, w, p.swizzle)
+        owners = swizzled_peers(r, w, p.swizzle, gpus=ctx.topology.gpus_per_node)
     else:
         owners = [root] if r != root else []
     b.alloc(SLOTS, (w - 1) * k * width)
@@ -111,7 +115,8 @@ class Direct(Algorithm[DirectParams]):
 def put_index(ctx: PlanContext[DirectParams], rank: int, label: PutLabel) -> int:
     """Index of PutLabel(chunk, owner) in `reduce_into_owners`' layout: per chunk, W-1 puts in
     visiting order, then the reduce."""
-    return label.chunk * ctx.world + peer_position(rank, label.peer, ctx.world, ctx.params.swizzle)
+    return label.chunk * ctx.world + peer_position(rank, label.peer, ctx.world, ctx.params.swizzle,
+                                                    gpus=ctx.topology.gpus_per_node)
 
 
 def scatter_blocks(ctx: PlanContext[DirectParams], b: RankBuilder) -> None:
@@ -121,7 +126,7 @@ def scatter_blocks(ctx: PlanContext[DirectParams], b: RankBuilder) -> None:
     if spec.kind == Kind.BROADCAST and r != spec.root:
         return
     for c in range(p.chunks):
-        for q in swizzled_peers(r, w, p.swizzle, include_self=True):
+        for q in swizzled_peers(r, w, p.swizzle, include_self=True, gpus=ctx.topology.gpus_per_node):
             if spec.kind == Kind.ALL_GATHER:
                 soff, n = 0, spec.shard(r)[1]
                 doff = spec.shard(r)[0]

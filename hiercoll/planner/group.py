@@ -45,7 +45,8 @@ def output_pieces(spec: CollectiveSpec, dst: int) -> list[tuple[int, int, dict[i
 
 def build_group_cast(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool) -> None:
     r, spec, k = b.rank, ctx.spec, ctx.params.chunks
-    for d in swizzled_peers(r, ctx.world, swizzle, include_self=True):
+    for d in swizzled_peers(r, ctx.world, swizzle, include_self=True,
+                                gpus=ctx.topology.gpus_per_node):
         ps = spec.pair_streams.get((r, d))
         if ps is None:
             continue
@@ -62,7 +63,8 @@ def build_group_reduce(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool)
     """Sources copy their stream into the destination's staging; the destination then sums one
     piece per listed source into each output split (accumulating into what was there)."""
     r, spec = b.rank, ctx.spec
-    for d in swizzled_peers(r, ctx.world, swizzle, include_self=True):
+    for d in swizzled_peers(r, ctx.world, swizzle, include_self=True,
+                                gpus=ctx.topology.gpus_per_node):
         ps = spec.pair_streams.get((r, d))
         if ps is None or not ps.total:
             continue

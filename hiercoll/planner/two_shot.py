@@ -30,7 +30,7 @@ class TwoShot(Algorithm[DirectParams]):
         off, n = ctx.spec.shard(r)
         for c in range(p.chunks):
             coff, cn = chunk_bounds(n, p.chunks, c)
-            for q in swizzled_peers(r, ctx.world, p.swizzle):
+            for q in swizzled_peers(r, ctx.world, p.swizzle, gpus=ctx.topology.gpus_per_node):
                 b.copy(ctx.output(r, off + coff, cn), ctx.output(q, off + coff, cn),
                        channel=c % p.channels, deps=[Dep(r, OwnerReduceLabel(c))],
                        label=TwoShotGatherLabel(c, q))
