@@ -194,9 +194,46 @@ class RailAgLabel(NamedTuple):
     family: Literal["ag"] = "ag"
 
 
+# ---- tree (tree.py): NCCL's double binary tree ---------------------------------------------------
+class TreeLabel(NamedTuple):
+    """Tree `tree`'s chunk `chunk`: `up` the partial sum this rank passes towards the root (the
+    root's head writes the result), `down` the result this rank holds for the ranks below it."""
+
+    tree: int
+    chunk: int
+    phase: Literal["up", "down"]
+    family: Literal["tree"] = "tree"
+
+
+# ---- log-depth families (fold.py, halving_doubling.py, recursive_doubling.py, bruck.py) -------
+class FoldLabel(NamedTuple):
+    """Non-power-of-two fold: an extra rank's data copied into its partner (before the steps)."""
+
+    family: Literal["fold"] = "fold"
+
+
+class LogStepLabel(NamedTuple):
+    """Step `step` of phase `phase` (rhd's reduce-scatter / all-gather, rd's exchange): my send
+    to that step's partner."""
+
+    phase: Literal["rs", "ag", "rd"]
+    step: int
+    family: Literal["log"] = "log"
+
+
+class BruckLabel(NamedTuple):
+    """Bruck all-to-all step `step`: block `block` (destined to origin + block) sent onwards."""
+
+    step: int
+    block: int
+    family: Literal["bruck"] = "bruck"
+
+
 Label = (RingRsLabel | RingRsFinalLabel | RingOwnLabel | RingAgLabel
          | PutLabel | OwnerReduceLabel | TwoShotGatherLabel | GroupSendLabel
          | ScatterLabel | NodeReduceLabel | NodeSendLabel | FinalReduceLabel
          | GatherOwnLabel | GatherStageLabel | GatherSendLabel | GatherDistributeLabel
          | A2ASendLabel | CastSendLabel | CombineSendLabel
-         | RailRsLabel | RailOneShotLabel | RailAgLabel)
+         | FoldLabel | LogStepLabel | BruckLabel
+         | RailRsLabel | RailOneShotLabel | RailAgLabel | TreeLabel)
+

@@ -11,9 +11,10 @@ Model (NCCL 2.2x, NVLS and CollNet off, the Simple protocol's bandwidth):
   `SLICE_BYTES`, up to `MAX_CHUNKS`.
 - all-to-all (and group collectives): NCCL's grouped send/recv to every peer, hiercoll's
   `direct`.
-- Tree all-reduce (NCCL's choice for small messages on many nodes) is not modelled: a
-  calibration on several nodes fits the ring's costs to tree-sized rows, and says so in its
-  error, rather than pretending to a tree it does not simulate.
+- all-reduce on several nodes: NCCL's tuner picks the ring or its double binary tree
+  (`planner/tree.py`) by its own cost model; the library model simulates both with the
+  topology's costs and takes the faster (`TREE_KINDS`), so small and medium all-reduces across
+  nodes are timed as the tree NCCL runs for them, large ones as the ring.
 What it does not model is fitted: per-call cost, per-step cost and link efficiency are the
 topology's calibrated costs.
 """
@@ -29,6 +30,7 @@ MODEL_CHANNELS = 4
 SLICE_BYTES = 4 << 20
 MAX_CHUNKS = 4
 RING_KINDS = (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER)
+TREE_KINDS = (Kind.ALL_REDUCE,)     # NCCL's tree is for all-reduce only
 
 
 def library_model(topology: Topology, spec: CollectiveSpec) -> Schedule:
@@ -38,4 +40,10 @@ def library_model(topology: Topology, spec: CollectiveSpec) -> Schedule:
     channels = topology.gpus_per_node if topology.num_nodes > 1 else MODEL_CHANNELS
     per_channel = spec.total_bytes // max(channels, 1)
     chunks = max(1, min(MAX_CHUNKS, per_channel // SLICE_BYTES))
-    return plan(topology, spec, "ring", {"channels": channels, "chunks": chunks})
+    ring = plan(topology, spec, "ring", {"channels": channels, "chunks": chunks})
+    if spec.kind not in TREE_KINDS or topology.num_nodes == 1:
+        return ring             # NCCL's tree is for several nodes (NVLS or the ring on one)
+    from hiercoll.sim import simulate
+    tree = plan(topology, spec, "tree", {"chunks": max(1, min(MAX_CHUNKS,
+                                                                spec.total_bytes // SLICE_BYTES))})
+    return min((ring, tree), key=lambda s: simulate(s, topology).time_us)

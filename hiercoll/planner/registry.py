@@ -14,6 +14,7 @@ from hiercoll.planner.direct import Direct
 from hiercoll.planner.hier.hier import Hier
 from hiercoll.planner.hier.hier_2d import Hier2D
 from hiercoll.planner.ring import Ring
+from hiercoll.planner.tree import Tree
 from hiercoll.planner.two_shot import TwoShot
 from hiercoll.schedule import Schedule, ScheduleMeta
 from hiercoll.topology import Topology
@@ -27,7 +28,7 @@ def register(algo: Algorithm[ParamsT]) -> Algorithm[ParamsT]:
     return algo
 
 
-_BUILT_IN: tuple[Algorithm[Any], ...] = (Ring(), Direct(), TwoShot(), Hier(), Hier2D())
+_BUILT_IN: tuple[Algorithm[Any], ...] = (Ring(), Direct(), TwoShot(), Hier(), Hier2D(), Tree())
 for _algo in _BUILT_IN:
     register(_algo)
 

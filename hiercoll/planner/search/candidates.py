@@ -52,6 +52,8 @@ def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None 
         if only is not None and name not in only:
             continue
         algo = algorithms()[name]
+        if not getattr(algo, "searched", True):
+            continue     # plannable by name only (NCCL's tree stands for the library)
         fields = algo.Params.model_fields
         channels = sorted(set(CHANNEL_CHOICES) | ({topology.gpus_per_node} if topology.num_nodes > 1 else set()))
         axes: dict[str, list[Any]] = {"chunks": chunk_opts, "channels": channels}
