@@ -213,19 +213,22 @@ class FoldLabel(NamedTuple):
 
 
 class LogStepLabel(NamedTuple):
-    """Step `step` of phase `phase` (rhd's reduce-scatter / all-gather, rd's exchange): my send
-    to that step's partner."""
+    """Step `step` of phase `phase` (rhd's reduce-scatter / all-gather, rd's exchange), chunk
+    `chunk`: my send to that step's partner."""
 
     phase: Literal["rs", "ag", "rd"]
     step: int
+    chunk: int
     family: Literal["log"] = "log"
 
 
 class BruckLabel(NamedTuple):
-    """Bruck all-to-all step `step`: block `block` (destined to origin + block) sent onwards."""
+    """Bruck all-to-all step `step`: chunk `chunk` of block `block` (destined to origin +
+    block) sent onwards."""
 
     step: int
     block: int
+    chunk: int
     family: Literal["bruck"] = "bruck"
 
 

@@ -9,10 +9,13 @@ from pydantic import ValidationError
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, format_validation_error
+from hiercoll.planner.bruck import Bruck
 from hiercoll.planner.context import Algorithm, BaseParams, ParamsT, PlanContext, RecipeOps, params_dict
 from hiercoll.planner.direct import Direct
+from hiercoll.planner.halving_doubling import HalvingDoubling
 from hiercoll.planner.hier.hier import Hier
 from hiercoll.planner.hier.hier_2d import Hier2D
+from hiercoll.planner.recursive_doubling import RecursiveDoubling
 from hiercoll.planner.ring import Ring
 from hiercoll.planner.tree import Tree
 from hiercoll.planner.two_shot import TwoShot
@@ -28,7 +31,8 @@ def register(algo: Algorithm[ParamsT]) -> Algorithm[ParamsT]:
     return algo
 
 
-_BUILT_IN: tuple[Algorithm[Any], ...] = (Ring(), Direct(), TwoShot(), Hier(), Hier2D(), Tree())
+_BUILT_IN: tuple[Algorithm[Any], ...] = (Ring(), Direct(), TwoShot(), Hier(), Hier2D(), Tree(),
+                                        HalvingDoubling(), RecursiveDoubling(), Bruck())
 for _algo in _BUILT_IN:
     register(_algo)
 

@@ -82,7 +82,9 @@ class SimCache:
 
     # Bump when the simulator's timing changes (engine, bounds, cost terms): old entries then
     # miss instead of returning times the current model would not give.
-    MODEL_VERSION = 2     # 2: host launches by kind, copy-engine op starts
+    # 2: host launches by kind, copy-engine op starts; 3: direct's node-aware peer order (the key
+    # names the candidate, not its ops: a planner change that re-times a candidate bumps it too)
+    MODEL_VERSION = 3
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]
 
     def __init__(self, path: Path | None):
@@ -202,8 +204,10 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
             pool.append(lib_us)
         best_us = min(pool, default=math.inf)
         must = cand.algorithm == base and not have_base
-        # stage 1: one rank's bound (cheap); stage 2: the contention-free critical path
-        if prune and not must and (bound >= best_us or _critical_path_bound(topology, sched) >= best_us):
+        # stage 1: one rank's bound (cheap); stage 2: the contention-free critical path. Strictly
+        # above: a candidate whose bound equals the best time may tie it, and a tie is decided
+        # by label below, so pruning it could change the pick (not only its time)
+        if prune and not must and (bound > best_us or _critical_path_bound(topology, sched) > best_us):
             pruned += 1
         else:
             scored.append(_simulate(topology, spec, cand, cache, sched))
