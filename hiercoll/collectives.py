@@ -276,9 +276,21 @@ def _validate_splits(kind: Kind, world: int, splits: GroupSplits) -> None:
                              f"output splits expect {g} from rank {src}; make the sizes match")
 
 
-def _ranges_for(splits: list[Split], peer: int) -> list[tuple[int, int]]:
-    offs = _offsets(splits)
-    return [(offs[i], s.size) for i, s in enumerate(splits) if peer in s.peers and s.size > 0]
+def _ranges_by_peer(splits: list[Split]) -> dict[int, list[tuple[int, int]]]:
+    """Every peer's (offset, size) ranges of one rank's splits, in split order, in one pass:
+    O(splits x peers) for a rank, not once per peer (a dense all-to-all-v has W of each)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    pos = 0
+    for sp in splits:
+        if sp.size > 0:
+            for p in sp.peers:
+                ranges = out.get(p)
+                if ranges is None:
+                    out[p] = [(pos, sp.size)]
+                else:
+                    ranges.append((pos, sp.size))
+        pos += sp.size
+    return out
 
 
 def _zip_ranges(src: list[tuple[int, int]], dst: list[tuple[int, int]]) -> list[Segment]:
@@ -303,12 +315,14 @@ def _zip_ranges(src: list[tuple[int, int]], dst: list[tuple[int, int]]) -> list[
 
 
 def _pair_streams(world: int, splits: GroupSplits) -> dict[tuple[int, int], PairStream]:
+    """(src, dst) -> what src sends dst, for every pair that exchanges data. Each rank's splits
+    are read once per side (O(W x splits)); pairs in (src, dst) order."""
+    received = [_ranges_by_peer(splits.ranks[d].output) for d in range(world)]
     out: dict[tuple[int, int], PairStream] = {}
     for s in range(world):
-        dsts = sorted({p for sp in splits.ranks[s].input for p in sp.peers if sp.size > 0})
-        for d in dsts:
-            segs = _zip_ranges(_ranges_for(splits.ranks[s].input, d),
-                               _ranges_for(splits.ranks[d].output, s))
+        sent = _ranges_by_peer(splits.ranks[s].input)
+        for d in sorted(sent):
+            segs = _zip_ranges(sent[d], received[d].get(s, []))
             out[(s, d)] = PairStream(s, d, tuple(segs), sum(x.count for x in segs))
     return out
 

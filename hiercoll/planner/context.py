@@ -70,6 +70,10 @@ class PlanContext(Generic[ParamsT]):
     params: ParamsT
     algorithm: Algorithm[ParamsT]
     _labels: OrderedDict[int, dict[Label, int]] = field(default_factory=OrderedDict, repr=False)
+    # tables every rank's build reads that depend on the whole plan (group layouts' relay
+    # slots): computed once per plan, in one pass, not once per rank built
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
+    _label_count: int = field(default=0, repr=False)
 
     @property
     def world(self) -> int:
@@ -95,8 +99,12 @@ class PlanContext(Generic[ParamsT]):
         b = self.new_builder(rank)
         self.algorithm.build_rank(self, b)
         self._labels[rank] = b.labels
-        if len(self._labels) > 256:
-            self._labels.popitem(last=False)
+        self._label_count += len(b.labels)
+        # bounded by labels held, not ranks: a group layout's ranks each carry a few labels, and
+        # resolving W ranks' deps on random peers through a 256-rank LRU rebuilt each peer ~W/256
+        # times
+        while len(self._labels) > 256 and self._label_count > LABELS_HELD:
+            self._label_count -= len(self._labels.popitem(last=False)[1])
         return b.labels
 
     def build(self, rank: int) -> tuple[list[Op], dict[str, int]]:
@@ -106,23 +114,38 @@ class PlanContext(Generic[ParamsT]):
         return ops, b.buffers
 
 
+LABELS_HELD = 1 << 20     # label maps kept (their labels in total) beyond the last 256 ranks
+OPS_HELD = 1 << 22        # ops a recipe keeps built beyond its LRU size once it sees a re-scan
+
+
 class RecipeOps(Generic[ParamsT]):
-    """OpSource that builds each rank's ops from the recipe on demand (small LRU cache)."""
+    """OpSource that builds each rank's ops from the recipe on demand (LRU cache).
+
+    The cache starts small (`cache` ranks) and grows to every rank once a rank built before is
+    asked for again after being dropped: a consumer that walks every rank more than once (an unfolded
+    simulation: timing, predecessors, op counts, host launches) then builds each rank once,
+    not once per walk; OPS_HELD bounds what that keeps."""
 
     def __init__(self, ctx: PlanContext[ParamsT], cache: int = 64):
         self.ctx = ctx
         self._cache: OrderedDict[int, tuple[list[Op], dict[str, int]]] = OrderedDict()
         self._size = cache
+        self._built: set[int] = set()
+        self._held = 0          # ops in the cache
 
     def _get(self, rank: int) -> tuple[list[Op], dict[str, int]]:
         hit = self._cache.get(rank)
         if hit is not None:
             self._cache.move_to_end(rank)
             return hit
+        if rank in self._built:          # dropped and asked for again: a re-scan
+            self._size = self.ctx.world
+        self._built.add(rank)
         built = self.ctx.build(rank)
         self._cache[rank] = built
-        if len(self._cache) > self._size:
-            self._cache.popitem(last=False)
+        self._held += len(built[0])
+        while len(self._cache) > 1 and (len(self._cache) > self._size or self._held > OPS_HELD):
+            self._held -= len(self._cache.popitem(last=False)[1][0])
         return built
 
     def rank_ops(self, rank: int) -> Sequence[Op]:

@@ -1,5 +1,6 @@
 """The simulator: validate a schedule (deadlock, races, postcondition) and time it
-(simpy processes per rank and channel, max-min fair fluid flows over the topology's links)."""
+(a cursor per rank and channel on an event clock, max-min fair fluid flows over the
+topology's links)."""
 
 from hiercoll.sim.bounds import lower_bound
 from hiercoll.sim.check import CheckReport, check

@@ -1,31 +1,44 @@
-"""Fluid flows sharing links max-min fairly, driven by a simpy Environment.
+"""Fluid flows sharing links max-min fairly, on the simulator's own event clock.
 
 A transfer is a flow that uses several links at once, each with a weight (bytes on that link
 per byte moved: a reduce reads HBM once per local source). Rates are recomputed by progressive
-filling whenever flows start or end — but only for the connected component of links the change
-touches, and once per simulated instant however many flows changed in it (a ring step starts
-thousands of flows at the same time).
+filling once per simulated instant however many flows started or ended in it (a ring step
+starts thousands at the same time), and only for the flows a change can reach.
+
+What a change can reach: a link that cannot fill — the flows on it could not use all of it even
+each at its best rate alone (`Flow.ceiling`: its tightest link) — never limits anyone, so
+progressive filling never picks it and it can be left out of the problem without changing a
+single rate. The flows then fall apart into components joined only by links that can fill: an
+HBM that a ring's flows all touch (in at one rank, out at the next) no longer makes the whole
+ring one problem, so a flow's end re-solves its neighbours, not every flow.
+
+The clock is a heap of (time, sequence, what); `EventClock.run` hands each instant's events to
+their callbacks in order and then lets the network settle that instant's changes.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-
-import simpy
+from typing import Any
 
 from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
+
+# a link whose flows' summed best rates stay below this share of its capacity cannot fill; far
+# above float noise in the running sums (they gain and lose terms as flows come and go)
+SLACK_MARGIN = 1e-6
 
 
 @dataclass(eq=False, slots=True)
 class Flow:
     links: tuple[tuple[int, float], ...]   # (link id, weight)
     remaining: float                      # bytes left at time `t_ref`
-    done: simpy.Event
+    token: object = None                  # handed back to the network's owner when it ends
     rate: float = 0.0                     # bytes per microsecond
     t_ref: float = 0.0
     version: int = 0
-    ids: tuple[int, ...] = ()             # link ids alone (the component search walks them)
+    ceiling: float = 0.0                  # its rate alone: min over links of capacity / weight
 
 
 @dataclass
@@ -39,111 +52,155 @@ class LinkUsage:
     record: list[list[tuple[float, float]]] | None  # (time, utilisation) steps when tracing
 
 
+class EventClock:
+    """Time and a heap of (time, seq, callback, argument): callbacks at one instant run in the
+    order they were scheduled; after each instant `settle` runs (the network's rate update),
+    which may schedule more at that same instant."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
+        self._seq = 0
+
+    def at(self, time: float, fn: Callable[[Any], None], arg: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (time, self._seq, fn, arg))
+
+    def run(self, settle: Callable[[], None]) -> None:
+        heap, pop = self._heap, heapq.heappop
+        while heap:
+            t = heap[0][0]
+            self.now = t
+            while heap and heap[0][0] == t:
+                _, _, fn, arg = pop(heap)
+                fn(arg)
+            settle()
+
+
 class FluidNetwork:
-    def __init__(self, env: simpy.Environment, capacities: list[float], record: bool = False):
-        self.env = env
+    """Flows on links. `transfer` starts one; when it ends, `on_done(token)` runs (at the
+    instant it ends, before that instant's rates are settled)."""
+
+    def __init__(self, clock: EventClock, capacities: list[float], on_done: Callable[[Any], None],
+                 record: bool = False):
+        self.clock = clock
         self.cap = capacities
+        self.on_done = on_done
         n = len(capacities)
         self.flows_on: list[set[Flow]] = [set() for _ in range(n)]
+        # summed weight x ceiling of the flows on each link, and the share below which it is slack
+        # (tracing records every link's utilisation, so nothing is left out then)
+        self.demand = [0.0] * n
+        self.slack_below = [c * (1.0 - SLACK_MARGIN) if not record else -1.0 for c in capacities]
         self.usage = LinkUsage([0.0] * n, [0.0] * n, [0] * n, [0.0] * n,
                                [[] for _ in range(n)] if record else None)
         self._dirty: set[int] = set()
-        self._pending = False
 
-    def transfer(self, links: tuple[tuple[int, float], ...], nbytes: float) -> simpy.Event:
-        done = self.env.event()
+    def transfer(self, links: tuple[tuple[int, float], ...], nbytes: float, token: object) -> bool:
+        """Start a flow; False when there is nothing to move (it ended at once, no callback)."""
         if nbytes <= EPS_BYTES or not links:
-            done.succeed()
-            return done
-        flow = Flow(links, float(nbytes), done, t_ref=self.env.now, ids=tuple(l for l, _ in links))
-        now = self.env.now
+            return False
+        now, cap = self.clock.now, self.cap
+        ceiling = min(cap[lid] / w for lid, w in links)
+        flow = Flow(links, float(nbytes), token, t_ref=now, ceiling=ceiling)
+        usage, demand = self.usage, self.demand
         for lid, w in links:
             self.flows_on[lid].add(flow)
-            self.usage.bytes[lid] += w * nbytes
-            if self.usage.active[lid] == 0:
-                self.usage.busy_since[lid] = now
-            self.usage.active[lid] += 1
+            usage.bytes[lid] += w * nbytes
+            if usage.active[lid] == 0:
+                usage.busy_since[lid] = now
+            usage.active[lid] += 1
+            demand[lid] += w * ceiling
             self._dirty.add(lid)
-        self._schedule_recompute()
-        return done
+        return True
 
     # ---- rate computation --------------------------------------------------------------------
-    def _schedule_recompute(self) -> None:
-        if not self._pending:
-            self._pending = True
-            ev = self.env.timeout(0)
-            ev.callbacks.append(self._recompute)
-
     def _component(self) -> tuple[set[Flow], set[int]]:
+        """Flows a change can reach and the links that can fill among theirs: every flow on a
+        changed link, then through links that can fill only."""
         flows: set[Flow] = set()
         links: set[int] = set()
+        seen: set[int] = set()
+        demand, slack_below, flows_on = self.demand, self.slack_below, self.flows_on
         stack = list(self._dirty)
         self._dirty.clear()
+        seen.update(stack)
         while stack:
             lid = stack.pop()
-            if lid in links:
-                continue
-            links.add(lid)
-            for f in self.flows_on[lid]:
+            if demand[lid] > slack_below[lid]:
+                links.add(lid)
+            for f in flows_on[lid]:
                 if f not in flows:
                     flows.add(f)
-                    stack.extend(f.ids)
+                    for l2, _ in f.links:
+                        if l2 not in seen and demand[l2] > slack_below[l2]:
+                            seen.add(l2)
+                            stack.append(l2)
         return flows, links
 
-    def _recompute(self, _event: object = None) -> None:
-        self._pending = False
+    def settle(self) -> None:
+        """Re-solve the rates a change of this instant can reach; reschedule the flows whose
+        rate moved (the others' pending end stays right)."""
+        if not self._dirty:
+            return
         flows, links = self._component()
         if not flows:
             return
-        now = self.env.now
+        now = self.clock.now
         for f in flows:                      # settle bytes moved at the old rate
             f.remaining -= f.rate * (now - f.t_ref)
             f.t_ref = now
         rates = max_min_rates(flows, links, self.cap)
+        at = self.clock.at
         for f in flows:
             rate = rates[f]
             if f.rate > 0 and abs(rate - f.rate) <= RATE_RTOL * f.rate:
                 continue                     # same rate: its pending wake-up is still right
             f.rate = rate
             f.version += 1
-            delay = max(f.remaining, 0.0) / f.rate if f.rate > 0 else float("inf")
-            ev = self.env.timeout(delay)
-            ev.callbacks.append(partial(self._finish, f, f.version))
+            if rate > 0:
+                at(now + max(f.remaining, 0.0) / rate, self._finish, (f, f.version))
         if self.usage.record is not None:
             for lid in links:
                 used = sum(f.rate * w for f in self.flows_on[lid] for l, w in f.links if l == lid)
                 self.usage.record[lid].append((now, used / self.cap[lid]))
 
-    def _finish(self, flow: Flow, version: int, _wake_up: simpy.Event) -> None:
+    def _finish(self, arg: tuple[Flow, int]) -> None:
+        flow, version = arg
         if flow.version != version:
             return                            # its rate changed since this wake-up was set
-        now = self.env.now
-        for lid, _ in flow.links:
-            self.flows_on[lid].discard(flow)
-            self.usage.active[lid] -= 1
-            if self.usage.active[lid] == 0:
-                self.usage.busy_us[lid] += now - self.usage.busy_since[lid]
-                if self.usage.record is not None:
-                    self.usage.record[lid].append((now, 0.0))
+        now = self.clock.now
+        usage, demand = self.usage, self.demand
+        for lid, w in flow.links:
+            on = self.flows_on[lid]
+            on.discard(flow)
+            usage.active[lid] -= 1
+            if usage.active[lid] == 0:
+                usage.busy_us[lid] += now - usage.busy_since[lid]
+                if usage.record is not None:
+                    usage.record[lid].append((now, 0.0))
+            demand[lid] = demand[lid] - w * flow.ceiling if on else 0.0   # no drift when idle
             self._dirty.add(lid)
         flow.rate, flow.remaining = 0.0, 0.0
-        flow.done.succeed()
-        self._schedule_recompute()
+        self.on_done(flow.token)
 
 
 def max_min_rates(flows: set[Flow], links: set[int], cap: list[float]) -> dict[Flow, float]:
     """Weighted progressive filling: raise every unfrozen flow's rate together; when a link
-    fills, freeze its flows at the current level. Unique max-min fair allocation.
+    fills, freeze its flows at the current level. Unique max-min fair allocation. Links of a
+    flow that are not in `links` do not constrain it (the caller leaves out links that cannot
+    fill; every flow has at least one that can: its tightest).
 
-    Hot (called at every flow start/end): plain dicts and lists, only links that still carry
-    unfrozen flows are scanned."""
+    Hot (called at every instant that starts or ends flows): plain dicts and lists, only links
+    that still carry unfrozen flows are scanned."""
     remaining = {lid: cap[lid] for lid in links}
     weight_sum = dict.fromkeys(links, 0.0)
     members: dict[int, list[Flow]] = {lid: [] for lid in links}
     for f in flows:
         for lid, w in f.links:
-            weight_sum[lid] += w
-            members[lid].append(f)
+            if lid in weight_sum:
+                weight_sum[lid] += w
+                members[lid].append(f)
     rates: dict[Flow, float] = {}
     active = [lid for lid in links if weight_sum[lid] > 1e-12]
     level = 0.0
@@ -162,8 +219,10 @@ def max_min_rates(flows: set[Flow], links: set[int], cap: list[float]) -> dict[F
                 if f not in rates:
                     rates[f] = level
                     for l2, w in f.links:
-                        weight_sum[l2] -= w
-        active = [lid for lid in active if weight_sum[lid] > 1e-12 and lid not in bottlenecks]
+                        if l2 in weight_sum:
+                            weight_sum[l2] -= w
+        done = set(bottlenecks)
+        active = [lid for lid in active if weight_sum[lid] > 1e-12 and lid not in done]
     for f in flows:
         if f not in rates:
             rates[f] = level

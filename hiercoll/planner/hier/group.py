@@ -70,17 +70,29 @@ def _cast_segments(spec: CollectiveSpec, src: int, dst: int, split_offset: int,
 def _cast_relay_table(ctx: PlanContext[ParamsT], pl: Place, node: int,
                       gateway: int) -> tuple[dict[SplitKey, int], int]:
     """Relay slots on gateway (node, gateway): one per (source, split) from another node served
-    by that gateway, with a destination on `node`."""
+    by that gateway, with a destination on `node` (in source, then split order)."""
+    if GC_RELAY not in ctx.memo:
+        ctx.memo[GC_RELAY] = _cast_relay_tables(ctx, pl)
+    tables: dict[tuple[int, int], tuple[dict[SplitKey, int], int]] = ctx.memo[GC_RELAY]
+    return tables.get((node, gateway), ({}, 0))
+
+
+def _cast_relay_tables(ctx: PlanContext[ParamsT],
+                       pl: Place) -> dict[tuple[int, int], tuple[dict[SplitKey, int], int]]:
+    """Every gateway's relay table in one pass over the splits (O(W x splits x peers); one
+    pass per gateway and node was O(W^2) per rank built). The gateway map is the plan's, not
+    the rank's, so any rank's `pl` gives it."""
     spec, topo = ctx.spec, ctx.topology
     assert spec.splits is not None
-    entries: list[tuple[SplitKey, int]] = []
+    entries: dict[tuple[int, int], list[tuple[SplitKey, int]]] = {}
     for s in range(ctx.world):
-        if topo.node_of(s) == node or pl.gateway_of(topo.local_rank_of(s)) != gateway:
-            continue
+        own, gateway = topo.node_of(s), pl.gateway_of(topo.local_rank_of(s))
         for i, sp in enumerate(spec.splits.ranks[s].input):
-            if sp.size and any(topo.node_of(d) == node for d in sp.peers):
-                entries.append(((s, i), sp.size))
-    return slot_table(entries)
+            if not sp.size:
+                continue
+            for node in sorted({topo.node_of(d) for d in sp.peers} - {own}):
+                entries.setdefault((node, gateway), []).append(((s, i), sp.size))
+    return {key: slot_table(e) for key, e in entries.items()}
 
 
 def _cast_stage_table(ctx: PlanContext[ParamsT], pl: Place,
@@ -112,8 +124,8 @@ def build_group_cast(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> No
         if not sp.size:
             continue
         local = [d for d in local_order if d in sp.peers]
-        remote = [t for t in pl.target_nodes(include_own=False)
-                  if any(topo.node_of(d) == t for d in sp.peers)]
+        dst_nodes = {topo.node_of(d) for d in sp.peers}
+        remote = [t for t in pl.target_nodes(include_own=False) if t in dst_nodes]
         segs = {d: _cast_segments(spec, r, d, offs[i], sp.size) for d in local}
         for c in range(k):
             lo, n = chunk_bounds(sp.size, k, c)
@@ -145,14 +157,18 @@ def _forward_casts(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> None
     table, total = _cast_relay_table(ctx, pl, pl.node, pl.local_rank)
     b.alloc(GC_RELAY, total)
     b.alloc(GC_STAGE, _cast_stage_table(ctx, pl, pl.local_rank)[1])
+    relayed: dict[int, list[int]] = {}      # source rank -> its relayed split indices
+    for s, i in table:
+        relayed.setdefault(s, []).append(i)
     for src_node in pl.source_nodes():
         for x in pl.clients(pl.local_rank):
             s = pl.at(src_node, x)
+            if s not in relayed:
+                continue
             splits = spec.splits.ranks[s].input
             offs = _offsets([sp.size for sp in splits])
-            for i, sp in enumerate(splits):
-                if (s, i) not in table:
-                    continue
+            for i in relayed[s]:
+                sp = splits[i]
                 pieces = [(d, seg) for d in sp.peers if topo.node_of(d) == pl.node
                           for seg in _cast_segments(spec, s, d, offs[i], sp.size)]
                 for c in range(k):
