@@ -56,6 +56,7 @@ def _run(args: argparse.Namespace) -> int:
             ["ops", f"{res.num_ops}"], ["costs", plan.topology.calibration_label()]]
     if res.shortcut:
         rows.append(["shortcut", res.shortcut])
+    rows += [["note", note] for note in res.notes]
     print_table(f"{s.meta.algorithm} {s.spec.kind.value} of {s.spec.total_bytes} B on "
                 f"{plan.topology.name}", ["field", "value"], rows)
     print_table("busiest links", ["link", "utilization", "MiB", "busy us"],

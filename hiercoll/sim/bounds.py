@@ -1,7 +1,8 @@
 """Lower bound of a collective on a topology, whatever the schedule: the bytes that must cross
-the most loaded cut (one GPU against the rest, one node against the rest) over that cut's
-bandwidth, plus one launch and one hop of latency. Every simulated time must be at least this
-(a property test checks it); the ratio says how much a better schedule could still gain."""
+the most loaded cut (one GPU against the rest, one node against the rest, one full group of a
+fabric tier against the rest) over that cut's bandwidth, plus one launch and one hop of latency.
+Every simulated time must be at least this (a property test checks it); the ratio says how much
+a better schedule could still gain."""
 
 from __future__ import annotations
 
@@ -15,77 +16,126 @@ from hiercoll.topology import Topology
 @dataclass(frozen=True)
 class Bound:
     time_us: float
-    cut: str          # which cut binds: "gpu" or "node"
+    cut: str          # which cut binds: "gpu", "node" or a fabric tier's name ("leaf", "spine")
     bytes: float      # bytes over that cut
 
 
-def _gpu_capacity(t: Topology) -> float:
-    """GB/s a GPU can push out (or take in) over every path at once."""
-    path = t.inter.gpu_path_gbps() if t.num_nodes > 1 and t.inter is not None else 0.0
-    return t.gpu_intra_gbps() + path
+@dataclass(frozen=True)
+class Cut:
+    """Equal parts of the ranks (a GPU, a node, a full group of a fabric tier): every byte a
+    part must send or receive crosses its boundary, at most `gbps[p]` per direction."""
+
+    name: str
+    ranks_per_part: int
+    gbps: list[float]        # per part
+
+    def part_of(self, rank: int) -> int:
+        return rank // self.ranks_per_part
 
 
-def _node_capacity(t: Topology) -> float:
-    assert t.inter is not None
-    return t.inter.num_nics * t.inter.nic_gbps / t.inter.oversubscription
+def cuts(t: Topology) -> list[Cut]:
+    """The cuts a collective's bytes must cross: each GPU (its scale-up port plus its path to a
+    NIC), each node (its NICs, over the schema-1 oversubscription), and each group of every
+    fabric tier below the outermost when the groups are full (the group's uplinks). Node
+    overrides set their parts' capacities."""
+    from hiercoll.topology.fabric import layout
+    l, n = t.gpus_per_node, t.num_nodes
+    path = t.inter.gpu_path_gbps() if n > 1 and t.inter is not None else 0.0
+    gpu = t.gpu_intra_gbps()
+    per_node = [gpu + path] * n
+    for o in t.node_overrides:      # (only where they are: x * y / y is not always x)
+        per_node[o.node] = gpu * t.intra_gbps_of(o.node) / t.intra.gbps + path
+    out = [Cut("gpu", 1, [c for c in per_node for _ in range(l)])]
+    if n > 1 and t.inter is not None:
+        inter = t.inter
+        nics = [inter.num_nics * inter.nic_gbps / inter.oversubscription] * n
+        for o in t.node_overrides:
+            nics[o.node] = sum(t.nic_gbps_of(o.node, k)
+                               for k in range(inter.num_nics)) / inter.oversubscription
+        out.append(Cut("node", l, nics))
+        for tl in layout(t)[:-1]:
+            if n % tl.span == 0 and tl.groups > 1:
+                out.append(Cut(tl.name, tl.span * l, [tl.group_uplink_gbps] * tl.groups))
+    return out
 
 
-def _group_cut_bytes(spec: CollectiveSpec, t: Topology) -> tuple[float, float]:
-    """(max bytes into/out of one GPU from other GPUs, max into/out of one node): every remote
-    destination GPU must receive its piece; every remote destination node must get it once."""
+def _part_bytes(spec: CollectiveSpec, ranks_per_part: int) -> float:
+    """Bytes each of the equal parts of `ranks_per_part` ranks must move across its boundary in
+    one direction (symmetric collectives: every part alike)."""
+    w, k, s = spec.world_size, ranks_per_part, float(spec.total_bytes)
+    parts = w // k
+    kind = spec.kind
+    if kind == Kind.ALL_REDUCE:
+        return 2 * (parts - 1) / parts * s
+    if kind in (Kind.REDUCE_SCATTER, Kind.ALL_GATHER):
+        return (parts - 1) / parts * s
+    if kind == Kind.ALL_TO_ALL:
+        return k * s * (w - k) / w
+    # broadcast / reduce: the root's data must reach (leave) every other part once
+    return s if parts > 1 else 0.0
+
+
+def _group_part_bytes(spec: CollectiveSpec, cut: Cut) -> list[float]:
+    """Per part, bytes that must cross its boundary in its busier direction (group ops): every
+    remote destination GPU must receive its piece; every remote part must get it once."""
     isz = spec.dtype.itemsize
-    gpu_in = [0.0] * spec.world_size
-    gpu_out = [0.0] * spec.world_size
-    node_in = [0.0] * t.num_nodes
-    node_out = [0.0] * t.num_nodes
-    for (s, d), ps in spec.pair_streams.items():
-        if s != d:
-            gpu_in[d] += ps.total * isz
-            gpu_out[s] += ps.total * isz
-    assert spec.splits is not None
+    parts = spec.world_size // cut.ranks_per_part
     cast = spec.kind == Kind.GROUP_CAST
+    into, out = [0.0] * parts, [0.0] * parts
+    if cut.ranks_per_part == 1:
+        for (src, dst), ps in spec.pair_streams.items():
+            if src != dst:
+                into[dst] += ps.total * isz
+                out[src] += ps.total * isz
+        if not cast:   # group_reduce sources can pre-reduce: only the output side is certain
+            out = [0.0] * parts
+        return [max(a, b) for a, b in zip(into, out)]
+    assert spec.splits is not None
     for r, rs in enumerate(spec.splits.ranks):
         for sp in (rs.input if cast else rs.output):
-            nodes = {t.node_of(p) for p in sp.peers} - {t.node_of(r)}
-            for n in nodes:   # the piece crosses into (cast) / out of (reduce) node n at least once
-                (node_in if cast else node_out)[n] += sp.size * isz
-                (node_out if cast else node_in)[t.node_of(r)] += sp.size * isz
-    gpu_out_max = max(gpu_out, default=0.0)
-    if not cast:   # group_reduce sources can pre-reduce: only the output side is certain
-        gpu_out_max = 0.0
-    return max(max(gpu_in, default=0.0), gpu_out_max), max(max(node_in), max(node_out))
+            remote = {cut.part_of(p) for p in sp.peers} - {cut.part_of(r)}
+            for q in remote:   # crosses into (cast) / out of (reduce) part q at least once
+                (into if cast else out)[q] += sp.size * isz
+                (out if cast else into)[cut.part_of(r)] += sp.size * isz
+    return [max(a, b) for a, b in zip(into, out)]
 
 
 def cut_bytes(spec: CollectiveSpec, t: Topology) -> tuple[float, float]:
     """(bytes across the busiest one-GPU cut, bytes across the busiest one-node cut)."""
-    w, n, s = spec.world_size, t.num_nodes, float(spec.total_bytes)
-    k = spec.kind
-    if k in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
-        return _group_cut_bytes(spec, t)
-    if k == Kind.ALL_REDUCE:
-        return 2 * (w - 1) / w * s, 2 * (n - 1) / n * s
-    if k in (Kind.REDUCE_SCATTER, Kind.ALL_GATHER):
-        return (w - 1) / w * s, (n - 1) / n * s
-    if k == Kind.ALL_TO_ALL:
-        l = t.gpus_per_node
-        return (w - 1) / w * s, l * s * (w - l) / w
-    # broadcast / reduce: the root's data must reach (leave) every other GPU and node once
-    return (s if w > 1 else 0.0), (s if n > 1 else 0.0)
+    gpu, node = Cut("gpu", 1, []), Cut("node", t.gpus_per_node, [])
+    if spec.kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
+        return (max(_group_part_bytes(spec, gpu), default=0.0),
+                max(_group_part_bytes(spec, node), default=0.0))
+    return _part_bytes(spec, 1), _part_bytes(spec, t.gpus_per_node)
+
+
+def _cut_time(spec: CollectiveSpec, cut: Cut) -> tuple[float, float]:
+    """(us the cut needs at least, bytes of the part that needs them)."""
+    if spec.kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
+        per = _group_part_bytes(spec, cut)
+        busy = [p for p in range(len(per)) if per[p]]
+        if not busy:
+            return 0.0, 0.0
+        worst = max(busy, key=lambda p: per[p] / cut.gbps[p])
+        return per[worst] / (cut.gbps[worst] * 1e3), per[worst]
+    b = _part_bytes(spec, cut.ranks_per_part)
+    return (b / (min(cut.gbps) * 1e3) if b else 0.0), b
 
 
 def lower_bound(spec: CollectiveSpec, t: Topology) -> Bound:
-    gpu_bytes, node_bytes = cut_bytes(spec, t)
-    gpu_time = gpu_bytes / (_gpu_capacity(t) * 1e3) if gpu_bytes else 0.0
-    node_time = node_bytes / (_node_capacity(t) * 1e3) if t.num_nodes > 1 and node_bytes else 0.0
-    if not gpu_bytes and not node_bytes:
+    """The slowest cut (ties: the innermost), plus one launch and one hop of latency."""
+    times = [(cut.name, *_cut_time(spec, cut)) for cut in cuts(t)]
+    if not any(nbytes for _, _, nbytes in times):
         return Bound(0.0, "gpu", 0.0)
+    name, time, nbytes = times[0]
+    for other in times[1:]:
+        if other[1] > time:
+            name, time, nbytes = other
     latency = 0.0
-    if gpu_bytes:
+    if times[0][2]:      # bytes cross GPUs: at least one hop
         latency = t.intra.latency_us if t.num_nodes == 1 or t.inter is None else min(
             t.intra.latency_us if t.gpus_per_node > 1 else t.inter.latency_us, t.inter.latency_us)
-    if node_time > gpu_time:
-        return Bound(node_time + latency + t.costs.min_launch_us(), "node", node_bytes)
-    return Bound(gpu_time + latency + t.costs.min_launch_us(), "gpu", gpu_bytes)
+    return Bound(time + latency + t.costs.min_launch_us(), name, nbytes)
 
 
 def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: bool = True) -> float:
@@ -97,13 +147,14 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
     the declared symmetry here to stay cheap; the simulation itself always checks it."""
     from hiercoll.sim.engine import LinkCache
     from hiercoll.sim.links import Network
-    from hiercoll.sim.symmetry import find_symmetry
+    from hiercoll.sim.symmetry import fabric_fold, find_symmetry
 
     if verify_symmetry:
         sym = find_symmetry(schedule, topology)
         fold = sym.period if sym else None
     else:   # trust the planner's declaration (tests check every algorithm's claim exhaustively)
         fold = declared_period(schedule, topology)
+    fold, _ = fabric_fold(topology, fold)    # a tiered fabric repeats less often; overrides never
     # unfolded: one op alone sees real links (a folded HBM has weight 2)
     paths = LinkCache(Network(topology, itemsize=schedule.spec.dtype.itemsize))
     ranks = range(fold if fold else schedule.world_size)

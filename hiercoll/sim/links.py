@@ -2,8 +2,11 @@
 
 Inside a node: each GPU's NVSwitch port (egress, ingress), or one link per ordered GPU pair
 (mesh), or PCIe up/down plus the host bridge. Between nodes: the GPU's PCIe path to its NIC, the
-NIC's tx/rx, and (when oversubscribed) the node's uplink/downlink into the fabric. Every GPU's HBM
-is a link too: copies and reductions read and write it, so they share it.
+NIC's tx/rx, and (when oversubscribed) the node's uplink/downlink into the fabric; with
+`inter.tiers`, the switch ports of every tier a flow crosses instead (topology/fabric.py: leaf
+uplinks, spine downlinks, ..., chosen by ECMP or sprayed). Every GPU's HBM is a link too: copies
+and reductions read and write it, so they share it. `node_overrides` set the capacities of the
+links of the nodes they name (NICs, HBM, scale-up ports).
 
 With a translation symmetry of period P (rank r and r+P run the same program), links are folded
 onto their orbit representative: a flow's weight on a folded link is how many links of that
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hiercoll.topology import IntraKind, Topology
+from hiercoll.topology.fabric import TierLayout, extra_latency_us, layout, route, turn_tier
 
 LinkKey = tuple[str, *tuple[int, ...]]   # kind, then GPU/node/NIC numbers: ("nic_tx", 1, 3)
 
@@ -44,6 +48,10 @@ class Network:
     links: list[LinkInfo] = field(default_factory=list)
     _ids: dict[LinkKey, int] = field(default_factory=dict)
     _paths: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    _tiers: list[TierLayout] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._tiers = layout(self.topology)
 
     # ---- folding -----------------------------------------------------------------------------
     def _gpu(self, g: int) -> int:
@@ -68,7 +76,7 @@ class Network:
         """GPU g's HBM; with `shared_gpu` every rank's is the one GPU's (never folded)."""
         t = self.topology
         key = ("hbm", 0) if t.shared_gpu else ("hbm", self._gpu(g))
-        return self._link(key, Tier.MEMORY, t.gpu.hbm_gbps * t.costs.reduce_efficiency)
+        return self._link(key, Tier.MEMORY, t.hbm_gbps_of(t.node_of(g)) * t.costs.reduce_efficiency)
 
     def engine(self, rank: int, channel: int, engine: str, gbps: float) -> int:
         """What one op of (rank, channel) can move on `engine` (sm or ce) at most: a channel runs
@@ -83,45 +91,53 @@ class Network:
             return hit
         path = self._intra(a, b) if self.topology.same_node(a, b) else self._inter(a, b)
         merged: dict[int, float] = {}
-        for lid in path:
-            merged[lid] = merged.get(lid, 0.0) + 1.0
+        for lid, w in path:
+            merged[lid] = merged.get(lid, 0.0) + w
         out = tuple(merged.items())
         self._paths[key] = out
         return out
 
-    def _intra(self, a: int, b: int) -> list[int]:
+    def _intra(self, a: int, b: int) -> list[tuple[int, float]]:
         t, f = self.topology, self.topology.intra
-        gbps = f.gbps * t.costs.intra_efficiency
+        gbps = t.intra_gbps_of(t.node_of(a)) * t.costs.intra_efficiency
         if a == b:
             return []
         if f.kind == IntraKind.NVSWITCH:
-            return [self._link(("nvl_out", self._gpu(a)), Tier.INTRA, gbps, True),
-                    self._link(("nvl_in", self._gpu(b)), Tier.INTRA, gbps)]
+            return [(self._link(("nvl_out", self._gpu(a)), Tier.INTRA, gbps, True), 1.0),
+                    (self._link(("nvl_in", self._gpu(b)), Tier.INTRA, gbps), 1.0)]
         if f.kind == IntraKind.MESH:
-            return [self._link(("xgmi", self._gpu(a), self._gpu(b)), Tier.INTRA,
-                               gbps * f.links_per_pair, True)]
-        path = [self._link(("pcie_up", self._gpu(a)), Tier.INTRA, gbps, True),
-                self._link(("pcie_down", self._gpu(b)), Tier.INTRA, gbps)]
+            return [(self._link(("xgmi", self._gpu(a), self._gpu(b)), Tier.INTRA,
+                                gbps * f.links_per_pair, True), 1.0)]
+        path = [(self._link(("pcie_up", self._gpu(a)), Tier.INTRA, gbps, True), 1.0),
+                (self._link(("pcie_down", self._gpu(b)), Tier.INTRA, gbps), 1.0)]
         if f.bridge_gbps is not None:
-            path.append(self._link(("bridge", self._node(t.node_of(a))), Tier.INTRA, f.bridge_gbps))
+            path.append((self._link(("bridge", self._node(t.node_of(a))), Tier.INTRA,
+                                    f.bridge_gbps), 1.0))
         return path
 
-    def _inter(self, a: int, b: int) -> list[int]:
+    def _inter(self, a: int, b: int) -> list[tuple[int, float]]:
         t = self.topology
         inter = t.inter
         assert inter is not None
         na, nb = t.node_of(a), t.node_of(b)
-        nic_a, nic_b = t.nic_of_local_rank(t.local_rank_of(a)), t.nic_of_local_rank(t.local_rank_of(b))
+        la, lb = t.local_rank_of(a), t.local_rank_of(b)
+        nic_a, nic_b = t.nic_of_local_rank(la), t.nic_of_local_rank(lb)
         g2n = inter.gpu_path_gbps()
-        nic = inter.nic_gbps * t.costs.nic_efficiency
-        path = [self._link(("gpu_to_nic", self._gpu(a)), Tier.INTER, g2n),
-                self._link(("nic_tx", self._node(na), nic_a), Tier.INTER, nic, True),
-                self._link(("nic_rx", self._node(nb), nic_b), Tier.INTER, nic),
-                self._link(("nic_to_gpu", self._gpu(b)), Tier.INTER, g2n)]
-        if inter.oversubscription > 1.0:
-            uplink = inter.num_nics * nic / inter.oversubscription
-            path += [self._link(("fabric_up", self._node(na)), Tier.INTER, uplink),
-                     self._link(("fabric_down", self._node(nb)), Tier.INTER, uplink)]
+        eff = t.costs.nic_efficiency
+        path = [(self._link(("gpu_to_nic", self._gpu(a)), Tier.INTER, g2n), 1.0),
+                (self._link(("nic_tx", self._node(na), nic_a), Tier.INTER,
+                            t.nic_gbps_of(na, nic_a) * eff, True), 1.0),
+                (self._link(("nic_rx", self._node(nb), nic_b), Tier.INTER,
+                            t.nic_gbps_of(nb, nic_b) * eff), 1.0),
+                (self._link(("nic_to_gpu", self._gpu(b)), Tier.INTER, g2n), 1.0)]
+        if self._tiers:
+            fold_nodes = None if self.fold is None else max(self.fold // t.gpus_per_node, 1)
+            ports, _ = route(t, self._tiers, (na, nic_a, la), (nb, nic_b, lb), fold_nodes)
+            path += [(self._link(key, Tier.INTER, gbps * eff), w) for key, gbps, w in ports]
+        elif inter.oversubscription > 1.0:
+            uplink = inter.num_nics * inter.nic_gbps * eff / inter.oversubscription
+            path += [(self._link(("fabric_up", self._node(na)), Tier.INTER, uplink), 1.0),
+                     (self._link(("fabric_down", self._node(nb)), Tier.INTER, uplink), 1.0)]
         return path
 
     def latency_us(self, a: int, b: int) -> float:
@@ -131,4 +147,9 @@ class Network:
         if t.same_node(a, b):
             return t.intra.latency_us
         assert t.inter is not None
-        return t.inter.latency_us
+        if not self._tiers:
+            return t.inter.latency_us
+        la, lb = t.local_rank_of(a), t.local_rank_of(b)
+        turn = turn_tier(self._tiers, (t.node_of(a), t.nic_of_local_rank(la), la),
+                         (t.node_of(b), t.nic_of_local_rank(lb), lb))
+        return t.inter.latency_us + extra_latency_us(self._tiers, turn)

@@ -33,6 +33,7 @@ class SimResult:
     critical_path: list[str] = field(repr=False)
     ranks_simulated: list[int] = field(repr=False)
     shortcut: str | None = None          # e.g. "translation symmetry, period 8 (...)"
+    notes: list[str] = field(default_factory=list)   # e.g. why a symmetry was not folded
     num_ops: int = 0
     # with record=True: link names and, per link, (time, utilisation) steps (for traces)
     link_names: list[str] = field(default_factory=list, repr=False)
@@ -52,7 +53,7 @@ class SimResult:
                 "bound_ratio": self.bound_ratio, "bound_cut": self.bound_cut,
                 "bytes_intra": self.bytes_intra, "bytes_inter": self.bytes_inter,
                 "num_ops": self.num_ops, "ranks_simulated": len(self.ranks_simulated),
-                "shortcut": self.shortcut, "critical_path": self.critical_path[:64],
+                "shortcut": self.shortcut, "notes": self.notes, "critical_path": self.critical_path[:64],
                 "busiest_links": [vars(l) for l in self.busiest_links(8)]}
 
 

@@ -13,7 +13,7 @@ from hiercoll.sim.bounds import declared_period, lower_bound
 from hiercoll.sim.engine import on_copy_engine, run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
-from hiercoll.sim.symmetry import Symmetry, find_symmetry
+from hiercoll.sim.symmetry import Symmetry, fabric_fold, find_symmetry
 from hiercoll.topology import Topology
 
 Mode = Literal["auto", "exact", "trusted"]
@@ -69,7 +69,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
         sym = Symmetry(period, 0, False) if period else None
     else:
         sym = find_symmetry(schedule, topology) if mode == "auto" else None
-    fold = sym.period if sym else None
+    fold, fold_note = fabric_fold(topology, sym.period if sym else None)
     ranks = list(range(fold if fold else schedule.world_size))
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize)
     timing, fluid = run_timing(schedule, net, ranks, record)
@@ -89,10 +89,10 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     algbw, busbw = schedule.spec.bandwidths_gbps(end)
     preds = predecessor_map(schedule, ranks, fold)
     shortcut = None
-    if sym:
+    if sym and fold:
         how = ("every rank" if sym.exhaustive else f"{sym.checked_ranks} ranks (sampled orbits)"
                if sym.checked_ranks else "nothing (declared by the planner, trusted)")
-        shortcut = (f"translation symmetry: period {sym.period}, {len(ranks)} of "
+        shortcut = (f"translation symmetry: period {fold}, {len(ranks)} of "
                     f"{schedule.world_size} ranks simulated; symmetry checked on {how}")
     result = SimResult(time_us=end, algbw_gbps=algbw, busbw_gbps=busbw,
                        lower_bound_us=bound.time_us, bound_cut=bound.cut,
@@ -100,6 +100,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
                        links=links, op_start=timing.start, op_end=timing.end,
                        critical_path=critical_path(preds, timing.start, timing.end),
                        ranks_simulated=ranks, shortcut=shortcut,
+                       notes=[fold_note] if fold_note else [],
                        num_ops=sum(len(schedule.rank_ops(r)) for r in ranks) * copies)
     if record:
         result.link_record = fluid.usage.record

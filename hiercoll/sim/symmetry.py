@@ -10,6 +10,7 @@ built in full); a mismatch falls back to the exact simulation.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hiercoll.schedule import Op, OpKind, Schedule
@@ -66,3 +67,32 @@ def find_symmetry(schedule: Schedule, topology: Topology) -> Symmetry | None:
             if not _matches(schedule, rep, k, period):
                 return None
     return Symmetry(period, len(ks) * period, schedule.is_expanded)
+
+
+def fabric_fold(topology: Topology, period: int | None) -> tuple[int | None, str | None]:
+    """The fold period a schedule's symmetry `period` allows on this topology's network, and a
+    note when the network does not allow the schedule's own.
+
+    A schedule symmetric under shifts by P is symmetric under shifts by every multiple of P; the
+    network must be too. Identical nodes under one switch (schema 1): any whole-node shift is.
+    Tiered fabrics: only shifts by whole groups of the outermost tier's children map leaves onto
+    leaves and ECMP paths onto paths (topology.fabric.translation_span), so P grows to the least
+    common multiple. Nodes with overrides differ from their orbit: never folded."""
+    if period is None:
+        return None, None
+    if not topology.symmetric_nodes:
+        return None, ("not folded: node_overrides make nodes differ (a shifted rank would not "
+                      "see the same links); every rank simulated")
+    from hiercoll.topology.fabric import translation_span
+    span = translation_span(topology) if topology.num_nodes > 1 else 1
+    if span is None:
+        return None, ("not folded: the outermost tier's groups are not all full, so no shift "
+                      "maps the fabric onto itself; every rank simulated")
+    fold = math.lcm(period, span * topology.gpus_per_node)
+    if fold >= topology.world_size or topology.world_size % fold:
+        return None, (f"not folded: the fabric repeats every {span} nodes, the schedule every "
+                      f"{period} ranks; no smaller period holds for both")
+    if fold != period:
+        return fold, (f"folded by {fold} ranks, not the schedule's {period}: the fabric repeats "
+                      f"every {span} nodes")
+    return fold, None

@@ -50,6 +50,32 @@ class IntraFabric(_Strict):
 DEFAULT_GPU_NIC_PER_NIC_RATIO = 2.0
 
 
+class FabricTier(_Strict):
+    """One scale-out switch layer above the NICs (leaf, spine, super-spine). A tier's *group* is
+    what one set of its switches joins: `group_size` nodes (scale-up domains) for the first tier,
+    `group_size` groups of the tier below for the others. Every switch of a group has `uplinks`
+    ports, one to each switch of the tier above (a folded Clos); the outermost tier joins all."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="e.g. leaf, spine, super_spine")
+    group_size: int | None = Field(default=None, ge=1, description="nodes (first tier) or groups "
+                                   "of the tier below under one group of this tier; the outermost "
+                                   "tier may leave it out (everything)")
+    uplinks: int | None = Field(default=None, ge=1, description="ports per switch toward the "
+                                "tier above, one per parent switch (default 1; none on the "
+                                "outermost tier)")
+    uplink_gbps: float | None = Field(default=None, gt=0, description="per uplink port per "
+                                      "direction, 1e9 B/s; default from oversubscription")
+    oversubscription: float | None = Field(default=None, ge=1.0, description="a switch's "
+                                           "downlink over uplink capacity (default 1: "
+                                           "non-blocking); or give uplink_gbps")
+    latency_us: float = Field(default=0.0, ge=0, description="added per extra hop through a "
+                              "switch of this tier (inter.latency_us counts one leaf)")
+    radix: int | None = Field(default=None, ge=2, description="ports per switch; checked "
+                              "against the downlinks plus uplinks the layout needs")
+    rails: bool = Field(default=False, description="first tier only: one leaf per NIC rail in "
+                        "each group (rail-optimised): NIC i of every node meets on leaf i")
+
+
 class InterFabric(_Strict):
     num_nics: int = Field(ge=1, description="NICs per node")
     nic_gbps: float = Field(gt=0, description="per-NIC bandwidth per direction (400 Gb/s = 50)")
@@ -61,10 +87,67 @@ class InterFabric(_Strict):
         default=None, gt=0, description="GPU<->NIC path (PCIe switch) per direction; default nic_gbps*2")
     oversubscription: float = Field(default=1.0, ge=1.0,
                                     description="switch fabric oversubscription: 1.0 = non-blocking")
+    tiers: list[FabricTier] | None = Field(
+        default=None, description="scale-out switch tiers from the leaf outwards (outermost last; "
+        "schema_version 2); absent: one switch joins every node (the schema-1 fabric, with "
+        "`oversubscription` on each node's uplink). docs/topology.md")
+    routing: Literal["ecmp", "spray"] = Field(
+        default="ecmp", description="with tiers: a flow takes one uplink per tier by a seeded "
+        "hash of its endpoints (ecmp), or splits evenly over all of them (spray)")
+    ecmp_seed: int = Field(default=0, ge=0, description="with tiers and ecmp: the hash's seed")
+
+    @model_validator(mode="after")
+    def _check_tiers(self) -> InterFabric:
+        if self.tiers is None:
+            if self.routing != "ecmp" or self.ecmp_seed != 0:
+                raise ValueError("routing/ecmp_seed: only meaningful with tiers; add inter.tiers "
+                                 "or remove them")
+            return self
+        if not self.tiers:
+            raise ValueError("tiers: an empty list; give at least one tier (a leaf) or remove it")
+        if self.oversubscription != 1.0:
+            raise ValueError("oversubscription: with tiers, give each tier's oversubscription "
+                             "instead of inter.oversubscription")
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tiers: names {names} repeat; name each tier once")
+        last = len(self.tiers) - 1
+        for i, tier in enumerate(self.tiers):
+            where = f"tiers[{i}] ({tier.name})"
+            if i == last:
+                if (tier.uplinks, tier.uplink_gbps, tier.oversubscription) != (None, None, None):
+                    raise ValueError(f"{where}: the outermost tier has no uplinks; remove "
+                                     "uplinks/uplink_gbps/oversubscription")
+            else:
+                if tier.group_size is None:
+                    raise ValueError(f"{where}: group_size is required below the outermost tier")
+                if tier.uplink_gbps is not None and tier.oversubscription is not None:
+                    raise ValueError(f"{where}: give uplink_gbps or oversubscription, not both")
+            if tier.rails and i != 0:
+                raise ValueError(f"{where}: rails: only the first (leaf) tier can be "
+                                 "rail-optimised")
+        if self.tiers[0].rails and len(self.tiers) == 1:
+            raise ValueError("tiers[0]: rails: a rail-optimised leaf needs a tier above it "
+                             "(cross-rail traffic crosses it); add a spine tier")
+        return self
 
     def gpu_path_gbps(self) -> float:
         """GB/s of one GPU's path to its NIC (the file's value, else the default ratio)."""
         return self.gpu_nic_gbps or DEFAULT_GPU_NIC_PER_NIC_RATIO * self.nic_gbps
+
+
+class NodeOverride(_Strict):
+    """One node that differs from the rest (a slower NIC, a degraded link, another GPU bin):
+    what breaks symmetry in real clusters. Enters the simulator's link capacities and the bounds;
+    the planners plan as if every node were alike."""
+
+    node: int = Field(ge=0, description="the node (scale-up domain) index")
+    nic: int | None = Field(default=None, ge=0, description="only this NIC of the node "
+                            "(nic_gbps only); default every NIC")
+    nic_gbps: float | None = Field(default=None, gt=0, description="per-NIC bandwidth per direction")
+    hbm_gbps: float | None = Field(default=None, gt=0, description="each GPU's HBM bandwidth")
+    intra_gbps: float | None = Field(default=None, gt=0, description="each GPU's scale-up "
+                                     "port (mesh: link) bandwidth per direction")
 
 
 class ModeCosts(_Strict):
@@ -150,6 +233,7 @@ class Calibration(BaseModel):
 # holds each rank's buffers), so 10^6 nodes of 8 GPUs would run for minutes and take GBs before
 # failing; refused when the topology is made instead.
 MAX_WORLD_SIZE = 1 << 20
+SCHEMA_VERSION: Literal[2] = 2
 
 
 class Topology(_Strict):
@@ -164,13 +248,23 @@ class Topology(_Strict):
                              "(the one-GPU harness): one HBM for all, one host thread launching")
     calibration: Calibration | None = Field(default=None, description="provenance of fitted "
                                             "costs (hiercoll calibrate); absent: uncalibrated")
-    schema_version: Literal[1] = 1
+    node_overrides: list[NodeOverride] = Field(default_factory=list, description="nodes that "
+                                               "differ from the rest (schema_version 2)")
+    schema_version: Literal[1, 2] = Field(default=SCHEMA_VERSION, description="2 (files "
+                                          "without it or with 1 are read as version 1 and "
+                                          "converted: topology.versions)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: object) -> object:
+        from hiercoll.topology.versions import upgrade
+        return upgrade(data)
 
     @field_validator("schema_version", mode="before")
     @classmethod
     def _version_not_bool(cls, v: object) -> object:
         if isinstance(v, bool):      # True == 1 would pass the Literal
-            raise ValueError("should be the integer 1")
+            raise ValueError("should be the integer 1 or 2")
         return v
 
     @model_validator(mode="after")
@@ -195,7 +289,60 @@ class Topology(_Strict):
             raise ValueError("shared_gpu: every rank on one GPU means one node; set num_nodes: 1")
         if self.intra.kind != IntraKind.MESH and self.intra.links_per_pair != 1:
             raise ValueError("intra.links_per_pair: only meaningful for kind 'mesh'; remove it")
+        if self.inter is not None and self.inter.tiers is not None:
+            from hiercoll.topology.fabric import check_layout
+            check_layout(self)
+        self._check_overrides()
         return self
+
+    def _check_overrides(self) -> None:
+        seen: set[tuple[int, int | None]] = set()
+        for i, o in enumerate(self.node_overrides):
+            where = f"node_overrides[{i}]"
+            if o.node >= self.num_nodes:
+                raise ValueError(f"{where}.node: {o.node} is not a node of 0..{self.num_nodes - 1}")
+            if (o.node, o.nic) in seen:
+                raise ValueError(f"{where}: node {o.node} (nic {o.nic}) is overridden twice; "
+                                 "merge them")
+            seen.add((o.node, o.nic))
+            if o.nic is not None:
+                if self.inter is None or o.nic >= self.inter.num_nics:
+                    raise ValueError(f"{where}.nic: {o.nic} is not a NIC of the node")
+                if o.hbm_gbps is not None or o.intra_gbps is not None or o.nic_gbps is None:
+                    raise ValueError(f"{where}: with nic, give nic_gbps alone (the NIC's speed)")
+            if (o.nic_gbps, o.hbm_gbps, o.intra_gbps) == (None, None, None):
+                raise ValueError(f"{where}: give at least one of nic_gbps, hbm_gbps, intra_gbps")
+            if o.nic_gbps is not None and self.inter is None:
+                raise ValueError(f"{where}.nic_gbps: the topology has no inter section")
+
+    def node_override(self, node: int, nic: int | None = None) -> NodeOverride | None:
+        """The override of `node` (with `nic`: the one of that NIC, else the node's)."""
+        found = None
+        for o in self.node_overrides:
+            if o.node == node and o.nic is None:
+                found = found or o
+            if o.node == node and nic is not None and o.nic == nic:
+                return o
+        return found
+
+    def nic_gbps_of(self, node: int, nic: int) -> float:
+        """A NIC's bandwidth per direction, overrides included."""
+        assert self.inter is not None
+        o = self.node_override(node, nic)
+        return o.nic_gbps if o is not None and o.nic_gbps is not None else self.inter.nic_gbps
+
+    def hbm_gbps_of(self, node: int) -> float:
+        o = self.node_override(node)
+        return o.hbm_gbps if o is not None and o.hbm_gbps is not None else self.gpu.hbm_gbps
+
+    def intra_gbps_of(self, node: int) -> float:
+        o = self.node_override(node)
+        return o.intra_gbps if o is not None and o.intra_gbps is not None else self.intra.gbps
+
+    @property
+    def symmetric_nodes(self) -> bool:
+        """Every node alike (no overrides): what translation folding needs."""
+        return not self.node_overrides
 
     # ---- ranks -------------------------------------------------------------------------------
     @property
@@ -264,6 +411,8 @@ class Topology(_Strict):
         data = self.model_dump(mode="json", exclude={"name", "calibration"})
         if not self.shared_gpu:
             data.pop("shared_gpu")      # files from before the field hash as they always did
+        from hiercoll.topology.versions import fingerprint_view
+        data = fingerprint_view(data)   # what schema 1 could say hashes as schema 1 did
         costs = data["costs"]
         for mode in ("eager", "graph"):
             if costs[mode].get("ce_issue_us") == 0.0:

@@ -3,7 +3,10 @@
 Bandwidths are what transfers reach, not marketing numbers, where we have a measurement:
 `h200x4` uses the copy-engine peer bandwidth measured on the 4xH200 host in
 shared/measurements (380.5 GB/s of the 478 GB/s NVLink port); the NVSwitch presets apply the same
-0.80 efficiency to their nominal NVLink bandwidth, and 0.92 to the NICs' line rate.
+0.80 efficiency to their nominal NVLink bandwidth, and 0.92 to the NICs' line rate. A node is
+one scale-up domain (gb200-nvl72: 72 GPUs). The tiered presets (dgx-b200, gb200-nvl72,
+h100-rail-3tier) describe their scale-out fabric with `inter.tiers`; every value's public source
+is in the comment above it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,61 @@ _NODE_TYPES: dict[str, dict[str, Any]] = {
         "inter": {"num_nics": 2, "nic_gbps": 12.5 * NIC_EFFICIENCY, "latency_us": 5.0,
                   "nic_affinity": [0, 4], "gpu_nic_gbps": 25.0},
     },
+    # DGX B200: 8 x B200 (180 GB, 8 TB/s HBM3e each: 1,440 GB and 64 TB/s per system), NVLink 5
+    # at 1.8 TB/s per GPU (900 GB/s per direction) through 2 NVSwitch chips (14.4 TB/s aggregate),
+    # 8 x ConnectX-7 400 Gb/s single-port cards for the compute fabric (NVIDIA DGX B200 user
+    # guide, "Introduction to NVIDIA DGX B200 Systems"; nvidia.com/en-us/data-center/dgx-b200).
+    # 148 SMs per B200 (Blackwell architecture whitepaper). Fabric: the DGX SuperPOD B200
+    # reference architecture's rail-optimised compute fabric: a scalable unit (SU) of 32 nodes
+    # with one leaf per rail (8 leaves per SU), as many leaf-spine as node-leaf cables
+    # (non-blocking: 2 SU = 512 + 512 cables, 16 leaves, 8 spines); 64-port leaves (32 down, 32
+    # up; Quantum-2 QM9700). The extra per-hop latency is an assumption.
+    "dgx-b200": {
+        "gpus_per_node": 8,
+        "gpu": {"name": "B200", "hbm_gbps": 8000.0, "num_sms": 148, "memory_gib": 180.0},
+        "intra": {"kind": "nvswitch", "gbps": round(900.0 * NVLINK_EFFICIENCY, 1), "latency_us": 1.0},
+        "inter": _RAILS_8 | {"tiers": [
+            {"name": "leaf", "group_size": 32, "rails": True, "uplinks": 32, "radix": 64,
+             "latency_us": 0.5},
+            {"name": "spine", "latency_us": 0.5}]},
+    },
+    # GB200 NVL72: one node = one NVLink domain of 72 B200 GPUs (36 GB200 superchips, 18 compute
+    # trays) joined by NVLink 5 switch trays at 1.8 TB/s per GPU (900 GB/s per direction), 130
+    # TB/s aggregate; about 13.4-13.8 TB HBM3e per rack (~186 GB per GPU), 8 TB/s per GPU
+    # (nvidia.com/en-us/data-center/gb200-nvl72; DGX SuperPOD GB200 reference architecture).
+    # Scale-out: one ConnectX-7 400 Gb/s NIC per GPU (72 per domain) into an NDR InfiniBand
+    # compute fabric; the SuperPOD's scalable unit is 8 racks (576 GPUs). Modelled as a
+    # non-blocking rail-optimised leaf per SU and a spine above (the RA's switch counts per SU
+    # are not encoded); per-hop latencies are assumptions.
+    "gb200-nvl72": {
+        "gpus_per_node": 72,
+        "gpu": {"name": "B200", "hbm_gbps": 8000.0, "num_sms": 148, "memory_gib": 186.0},
+        "intra": {"kind": "nvswitch", "gbps": round(900.0 * NVLINK_EFFICIENCY, 1), "latency_us": 1.5},
+        "inter": {"num_nics": 72, "nic_gbps": 50.0 * NIC_EFFICIENCY, "latency_us": 3.0,
+                  "nic_affinity": list(range(72)), "gpu_nic_gbps": 55.0, "tiers": [
+                      {"name": "leaf", "group_size": 8, "rails": True, "uplinks": 8,
+                       "latency_us": 0.5},
+                      {"name": "spine", "latency_us": 0.5}]},
+    },
+    # A rail-optimised three-layer Clos of H100 nodes (4096-24576 GPUs with --nodes 512-3072), the
+    # shape of the clusters published for large training runs: rail-optimised leaves per SU of 32
+    # DGX H100 nodes (one 64-port leaf per rail, 32 down / 32 up: DGX SuperPOD H100/B200 RA),
+    # non-blocking pods of 8 SUs (2048 GPUs, the RA's two-tier limit of 256 nodes; Meta's pods
+    # are 3072 GPUs, Llama 3 paper sec. 3.3.1), and an aggregation layer oversubscribed 7:1 as
+    # in Meta's 24K-GPU RoCE cluster ("network connectivity at the aggregation layer ... has an
+    # oversubscription ratio of 1:7", The Llama 3 Herd of Models, 2024). Nodes: dgx-h100's.
+    # 8 spine uplinks per pod switch is a modelling choice (their speed follows from 7:1).
+    "h100-rail-3tier": {
+        "gpus_per_node": 8,
+        "gpu": {"name": "H100", "hbm_gbps": 3350.0, "num_sms": 132, "memory_gib": 80.0},
+        "intra": {"kind": "nvswitch", "gbps": round(450.0 * NVLINK_EFFICIENCY, 1), "latency_us": 1.0},
+        "inter": _RAILS_8 | {"tiers": [
+            {"name": "leaf", "group_size": 32, "rails": True, "uplinks": 32, "radix": 64,
+             "latency_us": 0.5},
+            {"name": "spine", "group_size": 8, "uplinks": 8, "oversubscription": 7.0,
+             "latency_us": 0.5},
+            {"name": "aggregation", "latency_us": 0.5}]},
+    },
     # The one-GPU harness (`hiercoll stress/bench --one-gpu`): 4 ranks as processes on ONE H200,
     # sharing its HBM and SMs and launched by one host thread. A rank's "port" is what its
     # kernels (4 CTAs each) push; a guess of a quarter of HBM until calibrated
@@ -67,7 +125,7 @@ _NODE_TYPES: dict[str, dict[str, Any]] = {
     },
 }
 
-DEFAULT_NODES = {"h200x4": 1, "one-gpu-h200x4": 1}
+DEFAULT_NODES = {"h200x4": 1, "one-gpu-h200x4": 1, "h100-rail-3tier": 512}
 
 
 def preset_names() -> list[str]:

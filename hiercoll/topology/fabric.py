@@ -1,0 +1,169 @@
+"""The scale-out fabric of a tiered topology: its switch layout and the paths flows take.
+
+A node is one scale-up domain (8 GPUs of a DGX, 72 of an NVL72). Above the NICs, `inter.tiers`
+lists switch layers from the leaf outwards, laid out as a folded Clos: a tier's *group* joins
+`group_size` groups of the tier below (nodes, for the leaf); every switch of a group has
+`uplinks` ports, port k to switch k of the tier above in its group; the outermost tier joins
+everything. So a group of tier i has `prod(uplinks of tiers < i)` switches (tier 0: one per rail
+when rail-optimised, else one), and a tier-i switch has one downlink per child switch that
+reaches it. A flow goes up from its source's leaf to the lowest tier whose group holds both ends
+(a rail-optimised leaf only joins NICs of one rail: different rails meet a tier higher) and back
+down, taking at each tier one uplink (ECMP: a seeded hash of the endpoints) or all of them in
+equal shares (spray). The port it goes up through and the port it comes down through (the
+parent switch's downlink into the destination's group) are the links it loads.
+
+The ECMP hash reads the endpoints relative to the outermost tier's child groups (position inside
+its group, distance to the destination): shifting every rank by one such group maps paths onto
+paths, which keeps the translation folding of `sim/symmetry.py` exact on tiered fabrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from hiercoll.topology.model import Topology
+
+
+@dataclass(frozen=True, slots=True)
+class TierLayout:
+    index: int
+    name: str
+    span: int            # nodes under one group of this tier
+    groups: int          # groups of this tier (the last one may be partial)
+    switches: int        # switches in one group
+    down_ports: int      # per switch: toward the NICs (leaf) or the tier below
+    uplinks: int         # per switch: toward the tier above (0 on the outermost)
+    port_gbps: float     # per uplink port per direction (0 on the outermost)
+    latency_us: float
+    rails: bool
+
+    @property
+    def group_uplink_gbps(self) -> float:
+        """What one group can send out of itself at once (all its switches' uplinks)."""
+        return self.switches * self.uplinks * self.port_gbps
+
+
+def layout(t: Topology) -> list[TierLayout]:
+    """Every tier's layout (empty without tiers). Values only: check_layout says what is wrong."""
+    if t.inter is None or not t.inter.tiers:
+        return []
+    inter, n, tiers = t.inter, t.num_nodes, t.inter.tiers
+    out: list[TierLayout] = []
+    last = len(tiers) - 1
+    for i, tier in enumerate(tiers):
+        below = out[-1] if out else None
+        size = tier.group_size
+        if size is None:                       # the outermost tier: everything
+            size = n if below is None else math.ceil(n / below.span)
+        span = size if below is None else below.span * size
+        if below is None:
+            switches = inter.num_nics if tier.rails else 1
+            down = size * (1 if tier.rails else inter.num_nics)
+            down_gbps = down * inter.nic_gbps
+        else:
+            switches = below.switches * below.uplinks if below.index > 0 else below.uplinks
+            down = size * (below.switches if below.index == 0 else 1)
+            down_gbps = down * below.port_gbps
+        uplinks = 0 if i == last else (tier.uplinks or 1)
+        if i == last:
+            port = 0.0
+        elif tier.uplink_gbps is not None:
+            port = tier.uplink_gbps
+        else:
+            port = down_gbps / (tier.oversubscription or 1.0) / uplinks
+        out.append(TierLayout(i, tier.name, span, math.ceil(n / span), switches, down, uplinks,
+                              port, tier.latency_us, tier.rails))
+    return out
+
+
+def check_layout(t: Topology) -> None:
+    """Raise ValueError (one line) when the tiers cannot join the topology's nodes."""
+    assert t.inter is not None and t.inter.tiers is not None
+    lay = layout(t)
+    top = lay[-1]
+    if top.groups > 1:
+        raise ValueError(f"inter.tiers[{top.index}] ({top.name}).group_size: joins "
+                         f"{top.span} of {t.num_nodes} nodes; the outermost tier must join every "
+                         "node (raise group_size or leave it out)")
+    for tl, tier in zip(lay, t.inter.tiers):
+        need = tl.down_ports + tl.uplinks
+        if tier.radix is not None and need > tier.radix:
+            raise ValueError(f"inter.tiers[{tl.index}] ({tl.name}).radix: a switch needs "
+                             f"{tl.down_ports} down + {tl.uplinks} up = {need} ports, above its "
+                             f"radix {tier.radix}; use fewer nodes, a smaller group_size or "
+                             "fewer uplinks")
+
+
+def translation_span(t: Topology) -> int | None:
+    """Nodes by which a shift of every rank maps the fabric onto itself (links onto links,
+    ECMP paths onto paths): the widest tier group below the outermost that is not the whole
+    cluster (1 when there is none). None when such groups are not all full (then only a shift
+    by the whole cluster does)."""
+    spans = [tl.span for tl in layout(t)[:-1] if tl.span < t.num_nodes]
+    if any(t.num_nodes % s for s in spans):
+        return None
+    return max(spans, default=1)
+
+
+# (link key, GB/s per direction, weight) of each fabric port a flow uses
+PortUse = tuple[tuple[str, int, int, int], float, float]
+
+
+def ecmp_choice(seed: int, tier: int, key: tuple[int, ...], ways: int) -> int:
+    """A deterministic hash of a flow's endpoints onto one of `ways` uplinks (stable across
+    processes and Python versions, unlike hash())."""
+    text = f"{seed}:{tier}:{key}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") % ways
+
+
+def turn_tier(lay: list[TierLayout], src: tuple[int, int, int], dst: tuple[int, int, int]) -> int:
+    """The lowest tier whose switch joins both (node, nic, local rank) ends: 0 = the same leaf."""
+    (na, ra, _), (nb, rb, _) = src, dst
+    return next(tl.index for tl in lay
+                if na // tl.span == nb // tl.span and (tl.index > 0 or not tl.rails or ra == rb))
+
+
+def extra_latency_us(lay: list[TierLayout], turn: int) -> float:
+    """Switch hops beyond the one leaf inter.latency_us counts: the other leaf, every tier
+    below the turn twice, the turning tier once."""
+    if turn == 0:
+        return 0.0
+    return lay[0].latency_us + 2 * sum(tl.latency_us for tl in lay[1:turn]) + lay[turn].latency_us
+
+
+def route(t: Topology, lay: list[TierLayout], src: tuple[int, int, int], dst: tuple[int, int, int],
+          fold_nodes: int | None = None) -> tuple[list[PortUse], float]:
+    """Fabric ports from (node, nic, local rank) `src` to `dst`, with weights, and the latency
+    the extra switch hops add. `fold_nodes`: the symmetry period in nodes (keys of folded ports)."""
+    assert t.inter is not None
+    (na, ra, la), (nb, rb, lb) = src, dst
+    turn = turn_tier(lay, src, dst)
+    if turn == 0:
+        return [], 0.0
+    extra = extra_latency_us(lay, turn)
+    fa, fb = (na, nb) if fold_nodes is None else (na % fold_nodes, nb % fold_nodes)
+    mode: Literal["ecmp", "spray"] = t.inter.routing
+    if mode == "spray":
+        choices = list(itertools.product(*(range(tl.uplinks) for tl in lay[:turn])))
+    else:
+        span = translation_span(t) or t.num_nodes
+        key = (na % span, la, (nb - na) % t.num_nodes, lb)
+        choices = [tuple(ecmp_choice(t.inter.ecmp_seed, tl.index, key, tl.uplinks)
+                         for tl in lay[:turn])]
+    share = 1.0 / len(choices)
+    uses: dict[tuple[str, int, int, int], list[float]] = {}
+    for ks in choices:
+        prefix = 0
+        for tl, k in zip(lay[:turn], ks):
+            s_up = (ra if tl.rails else 0) if tl.index == 0 else prefix
+            s_down = (rb if tl.rails else 0) if tl.index == 0 else prefix
+            for key4 in ((f"{tl.name}_up", fa // tl.span, s_up, k),
+                         (f"{tl.name}_down", fb // tl.span, s_down, k)):
+                uses.setdefault(key4, [tl.port_gbps, 0.0])[1] += share
+            prefix = k if tl.index == 0 else prefix * tl.uplinks + k
+    return [(key4, gw[0], gw[1]) for key4, gw in uses.items()], extra
