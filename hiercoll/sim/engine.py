@@ -121,10 +121,11 @@ class LinkCache:
 class _Channel:
     """One (rank, channel): its ops and the position of the one it runs or waits for."""
 
-    __slots__ = ("ops", "i")
+    __slots__ = ("ops", "paths", "i")
 
-    def __init__(self, ops: list[Op]):
+    def __init__(self, ops: list[Op], paths: list[tuple[tuple[tuple[int, float], ...], float]]):
         self.ops = ops
+        self.paths = paths      # per op: (links with weights, launch + first byte's flight us)
         self.i = 0
 
 
@@ -154,9 +155,7 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
             else:
                 now = clock.now
                 start[op.ref] = now
-                _, latency = cached(op)
-                # launch, then the first byte's flight
-                clock.at(now + (cached.launch_us(op) + latency), begin, ch)
+                clock.at(now + ch.paths[ch.i][1], begin, ch)
 
     def finished(ch: _Channel) -> None:
         ref = ch.ops[ch.i].ref
@@ -169,20 +168,22 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
         drain()
 
     def begin(ch: _Channel) -> None:
-        op = ch.ops[ch.i]
-        links, _ = cached(op)
-        if not fluid.transfer(links, op.dst.count * isz, ch):
+        if not fluid.transfer(ch.paths[ch.i][0], ch.ops[ch.i].dst.count * isz, ch):
             finished(ch)               # nothing to move: ends at once
 
     total = 0
     for r in ranks:
         ops = schedule.rank_ops(r)
         total += len(ops)
-        by_channel: dict[int, list[Op]] = {}
+        by_channel: dict[int, _Channel] = {}
         for op in ops:
-            by_channel.setdefault(op.channel, []).append(op)
-            cached(op)                 # every link exists before the network is sized
-        ready.extend(_Channel(by_channel[c]) for c in sorted(by_channel))
+            ch = by_channel.get(op.channel)
+            if ch is None:
+                ch = by_channel[op.channel] = _Channel([], [])
+            links, latency = cached(op)        # every link exists before the network is sized
+            ch.ops.append(op)
+            ch.paths.append((links, cached.launch_us(op) + latency))   # launch, first byte's flight
+        ready.extend(by_channel[c] for c in sorted(by_channel))
     fluid = FluidNetwork(clock, [l.bytes_per_us for l in net.links], finished, record)
     ready.reverse()                    # drain pops from the end: start in rank, channel order
     drain()

@@ -101,7 +101,11 @@ class FluidNetwork:
         if nbytes <= EPS_BYTES or not links:
             return False
         now, cap = self.clock.now, self.cap
-        ceiling = min(cap[lid] / w for lid, w in links)
+        ceiling = float("inf")
+        for lid, w in links:
+            c = cap[lid] / w
+            if c < ceiling:
+                ceiling = c
         flow = Flow(links, float(nbytes), token, t_ref=now, ceiling=ceiling)
         usage, demand = self.usage, self.demand
         for lid, w in links:
