@@ -159,3 +159,14 @@ def test_a_tie_is_broken_by_label_with_or_without_pruning(monkeypatch):
     full = pick_one(topo, spec, SimCache(None), prune=False)
     assert exact["bruck"] == exact["bruck_twin"]
     assert (pruned.algorithm, pruned.params) == (full.algorithm, full.params) == ("bruck", params)
+
+
+@pytest.mark.parametrize("nodes,gpus", [(2, 8), (3, 4), (1, 5)])
+def test_op_estimate_covers_bruck(nodes, gpus):
+    """The HIERCOLL_MAX_OPS guard estimates before building: bruck's popcount hops included."""
+    topo = small_topology(nodes, gpus)
+    spec = make_spec(Kind.ALL_TO_ALL, topo.world_size, 4 * topo.world_size, "bf16", 1)
+    s = hc.plan(topo, spec, "bruck")
+    algo = registry.get_algorithm("bruck")
+    built = sum(len(s.rank_ops(r)) for r in range(topo.world_size))
+    assert registry.estimate_ops(topo, spec, algo, algo.Params()) >= built

@@ -107,6 +107,8 @@ def estimate_ops(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
     channels = max(int(getattr(params, "channels", 1) or 1), 1)
     if algo.name.startswith("hier"):
         peers = topology.gpus_per_node + topology.num_nodes
+    elif algo.name == "bruck":     # block i hops popcount(i) times: ~W/2 x log2 W copies per rank
+        peers = world * (world - 1).bit_length() // 4 + 2
     else:
         peers = world
     return world * 2 * max(peers - 1, 1) * chunks * channels
