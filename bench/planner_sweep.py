@@ -13,14 +13,14 @@ import time
 from common import command_line, stamp, write_results
 
 from hiercoll.collectives import CollectiveSpec, Kind
-from hiercoll.planner import applicable
+from hiercoll.planner import algorithms, applicable
 from hiercoll.planner.search.autopick import SimCache, default_cache_path, pick_one, spec_for_size
 from hiercoll.topology import preset
 from hiercoll.units import format_size, parse_size_range
 
 KINDS = [Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE, Kind.ALL_TO_ALL]
 COLOURS = {"ring": "tab:red", "direct": "tab:blue", "two_shot": "tab:purple", "hier": "tab:orange",
-           "hier_2d": "tab:green"}
+           "hier_2d": "tab:green", "rhd": "tab:brown", "rd": "tab:pink", "bruck": "tab:olive"}
 
 
 def run(nodes: list[int], sizes: list[int], preset_name: str) -> dict:
@@ -35,6 +35,8 @@ def run(nodes: list[int], sizes: list[int], preset_name: str) -> dict:
                 t0 = time.perf_counter()
                 per_algo = {}
                 for algo in applicable(topo, spec):
+                    if not getattr(algorithms()[algo], "searched", True):
+                        continue       # plannable by name only (NCCL's tree stands for the library)
                     row = pick_one(topo, spec, cache, only=[algo])
                     per_algo[algo] = {"time_us": row.time_us, "busbw_gbps": row.busbw_gbps,
                                       "params": row.params, "lower_bound_us": row.lower_bound_us}
