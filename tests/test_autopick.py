@@ -28,6 +28,7 @@ def test_pruning_never_changes_the_choice(kind, nbytes):
     pruned = pick_one(topo, spec, SimCache(None))
     full = pick_one(topo, spec, SimCache(None), prune=False)
     assert pruned.time_us == pytest.approx(full.time_us, rel=1e-12)
+    assert (pruned.algorithm, pruned.params) == (full.algorithm, full.params)   # the plan, not a tie
     assert pruned.simulated + pruned.pruned == full.simulated
 
 
