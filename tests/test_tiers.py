@@ -348,3 +348,27 @@ def test_tiered_presets_load() -> None:
     spec = CollectiveSpec(kind="all_reduce", world_size=small.world_size, dtype="bf16", nbytes=1 << 20)
     res = simulate(hc.plan(small, spec, "hier"), small)
     assert res.time_us >= res.lower_bound_us
+
+
+def test_topo_upgrade_writes_version_2_with_the_same_fingerprint(tmp_path: Path) -> None:
+    src, dst = tmp_path / "old.json", tmp_path / "new.yaml"
+    src.write_text(json.dumps(V1_FILE))
+    out = subprocess.run([sys.executable, "-m", "hiercoll", "topo", "upgrade", str(src), "-o", str(dst),
+                          "--json"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["schema_version"] == 2 and report["fingerprint"] == "f68073161450a232"
+    assert "schema_version: 2" in dst.read_text() and "tiers" not in dst.read_text()
+    assert load_topology(str(dst)).fingerprint() == "f68073161450a232"
+
+
+def test_docs_tier_example_loads() -> None:
+    """The YAML block of docs/simulator.md's tiers section is a valid inter + node_overrides."""
+    import yaml
+    text = (Path(__file__).parent.parent / "docs" / "simulator.md").read_text()
+    block = text.split("## Scale-out fabrics", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    doc = yaml.safe_load(block)
+    base = preset("h100-rail-3tier").model_dump(mode="json")
+    t = topology_from_dict(base | {"inter": doc["inter"], "node_overrides": doc["node_overrides"]}, "doc")
+    assert [tl.name for tl in layout(t)] == ["leaf", "spine", "aggregation"]
+    assert t.nic_gbps_of(9, 3) == 12.5 and t.nic_gbps_of(9, 2) == 46.0 and t.hbm_gbps_of(2) == 2800.0

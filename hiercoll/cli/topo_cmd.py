@@ -26,6 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     schema = tsub.add_parser("schema", help="JSON schema of the topology file format")
     add_json_flag(schema)
     schema.set_defaults(func=_schema)
+    upg = tsub.add_parser("upgrade", help="rewrite a topology file in the current schema "
+                          "version (old files load as they are; this makes the version explicit)")
+    upg.add_argument("topology", help="YAML/JSON topology file")
+    upg.add_argument("-o", "--output", required=True, help="file to write (YAML, or JSON for .json)")
+    add_json_flag(upg)
+    upg.set_defaults(func=_upgrade)
     lst = tsub.add_parser("list", help="built-in presets")
     add_json_flag(lst)
     lst.set_defaults(func=_list)
@@ -64,6 +70,20 @@ def summary_rows(t: Topology) -> list[list[str]]:
         rows.append(["inter-node", f"{t.inter.num_nics} NICs x {t.inter.nic_gbps:g} GB/s per direction, "
                      f"{t.inter.latency_us:g} us, rails at local ranks {t.nic_affinity()}, "
                      f"oversubscription {t.inter.oversubscription:g}"])
+    from hiercoll.topology.fabric import layout
+    for tl in layout(t):
+        up = (f", {tl.uplinks} uplinks x {tl.port_gbps:.4g} GB/s each" if tl.uplinks else
+              ", outermost")
+        rows.append([f"tier {tl.index}: {tl.name}",
+                     f"{tl.groups} group(s) of {tl.span} node(s), {tl.switches} switch(es) per "
+                     f"group{' (one per rail)' if tl.rails else ''}, {tl.down_ports} down{up}"])
+    if t.inter is not None and t.inter.tiers:
+        rows.append(["routing", t.inter.routing + (f", seed {t.inter.ecmp_seed}"
+                                                   if t.inter.routing == "ecmp" else "")])
+    for o in t.node_overrides:
+        what = ", ".join(f"{k} {v:g}" for k, v in (("nic_gbps", o.nic_gbps), ("hbm_gbps", o.hbm_gbps),
+                                                   ("intra_gbps", o.intra_gbps)) if v is not None)
+        rows.append([f"node {o.node}" + (f" nic {o.nic}" if o.nic is not None else ""), what])
     rows.append(["costs", f"launch {t.costs.launch_us:g} us/op, reduce at "
                  f"{t.costs.reduce_efficiency:.0%} of HBM"])
     return rows
@@ -84,6 +104,30 @@ def _schema(args: argparse.Namespace) -> int:
         print_json(Topology.model_json_schema())
     else:
         console.print_json(json.dumps(Topology.model_json_schema()))
+    return 0
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    """The file's own fields, validated and converted (topology.versions), with its version."""
+    import yaml
+
+    from hiercoll.files import write_atomic
+    from hiercoll.topology.load import read_structured_file, topology_from_dict
+    source = Path(args.topology)
+    if not source.is_file():
+        raise HiercollError(f"topology: {args.topology!r} is not a file; give a YAML/JSON "
+                            "topology file (presets need no upgrade)")
+    t = topology_from_dict(read_structured_file(source), str(source))
+    data = t.model_dump(mode="json", exclude_unset=True) | {"schema_version": t.schema_version}
+    text = (json.dumps(data, indent=2) + "\n" if str(args.output).endswith(".json")
+            else yaml.safe_dump(data, sort_keys=False))
+    write_atomic(args.output, text)
+    if args.json:
+        print_json({"output": args.output, "schema_version": t.schema_version,
+                    "fingerprint": t.fingerprint()})
+    else:
+        console.print(f"wrote {args.output} (schema_version {t.schema_version}, fingerprint "
+                      f"{t.fingerprint()}, unchanged)")
     return 0
 
 
