@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hiercoll.schedule import Op, OpKind, OpRef, Schedule
+from hiercoll.schedule import Op, OpKind, OpRef, OpSource, Schedule
 from hiercoll.sim.fluid import EventClock, FluidNetwork
 from hiercoll.sim.links import Network
 
@@ -116,6 +116,30 @@ class LinkCache:
         """Bytes/us the op could move alone on the network (its tightest weighted link)."""
         links, _ = self(op)
         return min((self.net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
+
+
+@dataclass(frozen=True)
+class PinnedOps:
+    """An op source holding some ranks' ops built once (the ranks a simulation walks: timing,
+    predecessors, op counts, host launches), the rest from the schedule's own source."""
+
+    held: dict[int, Sequence[Op]]
+    source: OpSource
+
+    def rank_ops(self, rank: int) -> Sequence[Op]:
+        ops = self.held.get(rank)
+        return self.source.rank_ops(rank) if ops is None else ops
+
+    def rank_buffers(self, rank: int) -> dict[str, int]:
+        return self.source.rank_buffers(rank)
+
+
+def pinned(schedule: Schedule, ranks: Sequence[int]) -> Schedule:
+    """`schedule` with `ranks`' ops built once and held (a lazy recipe's LRU would rebuild a
+    large world's ranks on every walk over them)."""
+    if schedule.is_expanded:
+        return schedule
+    return Schedule(schedule.meta, PinnedOps({r: schedule.rank_ops(r) for r in ranks}, schedule.source))
 
 
 class _Channel:

@@ -10,7 +10,7 @@ from typing import Literal
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import Op, Schedule, predecessor_map
 from hiercoll.sim.bounds import declared_period, lower_bound
-from hiercoll.sim.engine import on_copy_engine, run_timing
+from hiercoll.sim.engine import on_copy_engine, pinned, run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
 from hiercoll.sim.symmetry import Symmetry, fabric_fold, find_symmetry
@@ -71,6 +71,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
         sym = find_symmetry(schedule, topology) if mode == "auto" else None
     fold, fold_note = fabric_fold(topology, sym.period if sym else None)
     ranks = list(range(fold if fold else schedule.world_size))
+    schedule = pinned(schedule, ranks)      # every walk below reads the same built ops
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize)
     timing, fluid = run_timing(schedule, net, ranks, record)
     end = call_time_us(schedule, topology, ranks, max(timing.end.values(), default=0.0), call_mode)
