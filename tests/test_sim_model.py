@@ -67,10 +67,8 @@ def test_max_min_fair_share():
 
 def test_weighted_progressive_filling():
     """A reduce reading two local sources uses HBM with weight 3 (2 reads + 1 write)."""
-    import simpy
-    env = simpy.Environment()
-    f1 = Flow(((0, 3.0),), 1.0, env.event())
-    f2 = Flow(((0, 1.0), (1, 1.0)), 1.0, env.event())
+    f1 = Flow(((0, 3.0),), 1.0)
+    f2 = Flow(((0, 1.0), (1, 1.0)), 1.0)
     rates = max_min_rates({f1, f2}, {0, 1}, [100.0, 10.0])
     assert rates[f2] == pytest.approx(10.0)             # bottlenecked on link 1
     assert rates[f1] == pytest.approx((100.0 - 10.0) / 3)
