@@ -170,3 +170,14 @@ def test_op_estimate_covers_bruck(nodes, gpus):
     algo = registry.get_algorithm("bruck")
     built = sum(len(s.rank_ops(r)) for r in range(topo.world_size))
     assert registry.estimate_ops(topo, spec, algo, algo.Params()) >= built
+
+
+@pytest.mark.parametrize("world,chunks", [(2, 1), (5, 2), (12, 3), (16, 1)])
+def test_bruck_label_formula_matches_the_built_lists(world, chunks):
+    topo = small_topology(1, world)
+    spec = make_spec(Kind.ALL_TO_ALL, world, 6 * world, "bf16", 1)
+    s = hc.plan(topo, spec, "bruck", {"chunks": chunks})
+    ctx = s.source.ctx
+    for r in (0, world - 1):
+        for label, index in ctx.label_map(r).items():
+            assert Bruck().index_of(ctx, r, label) == index

@@ -16,7 +16,7 @@ from __future__ import annotations
 from hiercoll.collectives import Kind
 from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
-from hiercoll.planner.labels import BruckLabel
+from hiercoll.planner.labels import BruckLabel, Label
 from hiercoll.schedule import Region
 
 RECV = "bruck_recv"
@@ -27,6 +27,12 @@ def bruck_steps(world: int) -> int:
     return (world - 1).bit_length()
 
 
+def _with_bit(n: int, bit: int) -> int:
+    """How many of 0 .. n-1 have `bit` set."""
+    period = 1 << (bit + 1)
+    return (n // period) * (1 << bit) + max(0, n % period - (1 << bit))
+
+
 class Bruck(Algorithm[BaseParams]):
     name = "bruck"
     kinds = frozenset({Kind.ALL_TO_ALL})
@@ -34,6 +40,16 @@ class Bruck(Algorithm[BaseParams]):
 
     def symmetry_period(self, ctx: PlanContext[BaseParams]) -> int | None:
         return node_period(ctx)   # every peer is rank-relative (r + 2^k)
+
+    def index_of(self, ctx: PlanContext[BaseParams], rank: int, label: Label) -> int:
+        """Every rank's layout is the same: k own-block copies, then per step the blocks with
+        that bit set, k chunks each (by formula: a 4096-rank plan never builds a peer's list)."""
+        if not isinstance(label, BruckLabel):
+            raise KeyError(label)
+        w, k = ctx.world, ctx.params.chunks
+        before = sum(_with_bit(w, b) for b in range(label.step)) + \
+            _with_bit(label.block, label.step) - _with_bit(1 << label.step, label.step)
+        return k + before * k + label.chunk
 
     def build_rank(self, ctx: PlanContext[BaseParams], b: RankBuilder) -> None:
         w, r, k, chans = ctx.world, b.rank, ctx.params.chunks, ctx.params.channels
