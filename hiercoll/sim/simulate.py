@@ -70,6 +70,13 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     else:
         sym = find_symmetry(schedule, topology) if mode == "auto" else None
     fold, fold_note = fabric_fold(topology, sym.period if sym else None)
+    if sym and fold and fold != sym.period and mode == "auto":
+        # implied by the period when it holds; re-checked on the new period's own orbits,
+        # which a lazy schedule's sampled check of the shorter period did not all visit
+        sym = find_symmetry(schedule, topology, fold)
+        if sym is None:
+            fold, fold_note = None, (f"not folded: the schedule is not symmetric under the "
+                                     f"fabric's period of {fold} ranks; every rank simulated")
     ranks = list(range(fold if fold else schedule.world_size))
     schedule = pinned(schedule, ranks)      # every walk below reads the same built ops
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize)

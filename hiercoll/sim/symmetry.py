@@ -52,8 +52,10 @@ def _matches(schedule: Schedule, rep: int, k: int, period: int) -> bool:
     return all(timing_view(x, by, w) == timing_view(y, 0, w) for x, y in zip(a, b))
 
 
-def find_symmetry(schedule: Schedule, topology: Topology) -> Symmetry | None:
-    period = schedule.meta.symmetry_period
+def find_symmetry(schedule: Schedule, topology: Topology, period: int | None = None) -> Symmetry | None:
+    """The schedule's declared period (or `period`), checked: every rank of an expanded
+    schedule, sampled orbits of a lazy one."""
+    period = schedule.meta.symmetry_period if period is None else period
     w, l = schedule.world_size, topology.gpus_per_node
     if not period or period >= w or w % period or period % l:
         return None

@@ -124,8 +124,9 @@ def ecmp_choice(seed: int, tier: int, key: tuple[int, ...], ways: int) -> int:
 def turn_tier(lay: list[TierLayout], src: tuple[int, int, int], dst: tuple[int, int, int]) -> int:
     """The lowest tier whose switch joins both (node, nic, local rank) ends: 0 = the same leaf."""
     (na, ra, _), (nb, rb, _) = src, dst
-    return next(tl.index for tl in lay
-                if na // tl.span == nb // tl.span and (tl.index > 0 or not tl.rails or ra == rb))
+    return next((tl.index for tl in lay
+                 if na // tl.span == nb // tl.span and (tl.index > 0 or not tl.rails or ra == rb)),
+                len(lay) - 1)    # the outermost joins all (a copy with more nodes, unchecked)
 
 
 def extra_latency_us(lay: list[TierLayout], turn: int) -> float:

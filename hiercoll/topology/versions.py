@@ -34,7 +34,7 @@ def upgrade(data: object) -> object:
     if not isinstance(data, dict):
         return data
     version = data.get("schema_version")
-    if version is not None and (type(version) is not int or version != 1):
+    if isinstance(version, bool) or version not in (None, 1):
         return data          # 2 as it is; a bool, string or unknown number: the field says so
     used = v2_fields(data)
     if version == 1 and used:
