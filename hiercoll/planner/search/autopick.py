@@ -257,7 +257,10 @@ def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Sc
             and c.eager.ce_issue_us == 0.0:
         return {}                     # the simulator times both engines alike
     chosen: dict[str, int] = {}
-    order = sorted(range(len(scored)), key=lambda i: (scored[i].time_us, i))[:TUNE_TOP]
+    # ties by label, as the final choice: which candidates get tuned must not depend on the
+    # order they were simulated in (that changes with pruning and the cache)
+    order = sorted(range(len(scored)),
+                   key=lambda i: (scored[i].time_us, scored[i].candidate.label()))[:TUNE_TOP]
     for i in order:
         best = scored[i]
         cand = best.candidate
