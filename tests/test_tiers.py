@@ -389,4 +389,24 @@ def test_docs_tier_example_loads() -> None:
     base = preset("h100-rail-3tier").model_dump(mode="json")
     t = topology_from_dict(base | {"inter": doc["inter"], "node_overrides": doc["node_overrides"]}, "doc")
     assert [tl.name for tl in layout(t)] == ["leaf", "spine", "aggregation"]
+    t = topology_from_dict(base | {k: doc[k] for k in ("inter", "node_overrides", "degraded_links")}, "doc")
     assert t.nic_gbps_of(9, 3) == 12.5 and t.nic_gbps_of(9, 2) == 46.0 and t.hbm_gbps_of(2) == 2800.0
+    assert not t.symmetric_nodes and t.degraded_links[0].link == "leaf_up[3,2,17]"
+
+
+def test_degraded_link_slows_exactly_the_flows_on_it() -> None:
+    """leaf 0's uplink at half speed: A (0->2) and B (1->3) share 5 GB/s instead of 10 (their
+    transfers take twice as long); D (2->0) comes down the other direction, untouched."""
+    tiers = [{"name": "leaf", "group_size": 2, "uplink_gbps": 10.0}, {"name": "spine"}]
+    flows, count, fixed = [(0, 2), (1, 3), (2, 0)], 1 << 20, 1 + 2
+    base = end_times(toy(tiers), flows, count)
+    slow = end_times(toy(tiers, degraded_links=[{"link": "leaf_up[0,0,0]", "factor": 0.5}]), flows, count)
+    assert slow[0] - fixed == pytest.approx(2 * (base[0] - fixed), rel=1e-12)
+    assert slow[1] == slow[0] and slow[2] == base[2]
+    data = toy(tiers).model_dump(mode="json")
+    for bad, match in (([{"link": "spine_up[0,0,0]", "factor": 0.5}], "'spine_up' is no link kind"),
+                       ([{"link": "leaf_up[0]", "factor": 0.0}], "factor"),
+                       ([{"link": "leaf_up", "factor": 0.5}], "link"),
+                       ([{"link": "nic_tx[1,0]", "factor": 0.5}] * 2, "appears twice")):
+        with pytest.raises(HiercollError, match=match):
+            topology_from_dict(data | {"degraded_links": bad}, "t.yaml")

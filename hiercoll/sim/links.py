@@ -6,7 +6,7 @@ NIC's tx/rx, and (when oversubscribed) the node's uplink/downlink into the fabri
 `inter.tiers`, the switch ports of every tier a flow crosses instead (topology/fabric.py: leaf
 uplinks, spine downlinks, ..., chosen by ECMP or sprayed). Every GPU's HBM is a link too: copies
 and reductions read and write it, so they share it. `node_overrides` set the capacities of the
-links of the nodes they name (NICs, HBM, scale-up ports).
+links of the nodes they name (NICs, HBM, scale-up ports); `degraded_links` scale single links.
 
 With a translation symmetry of period P (rank r and r+P run the same program), links are folded
 onto their orbit representative: a flow's weight on a folded link is how many links of that
@@ -50,8 +50,11 @@ class Network:
     _paths: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
     _tiers: list[TierLayout] = field(default_factory=list)
 
+    _degraded: dict[str, float] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
         self._tiers = layout(self.topology)
+        self._degraded = {d.link: d.factor for d in self.topology.degraded_links}
 
     # ---- folding -----------------------------------------------------------------------------
     def _gpu(self, g: int) -> int:
@@ -68,7 +71,7 @@ class Network:
             lid = len(self.links)
             self._ids[key] = lid
             name = key[0] + "[" + ",".join(str(k) for k in key[1:]) + "]"
-            self.links.append(LinkInfo(name, tier, gbps * 1e3, counts))
+            self.links.append(LinkInfo(name, tier, gbps * 1e3 * self._degraded.get(name, 1.0), counts))
         return lid
 
     # ---- paths -------------------------------------------------------------------------------

@@ -83,8 +83,8 @@ def fabric_fold(topology: Topology, period: int | None) -> tuple[int | None, str
     if period is None:
         return None, None
     if not topology.symmetric_nodes:
-        return None, ("not folded: node_overrides make nodes differ (a shifted rank would not "
-                      "see the same links); every rank simulated")
+        return None, ("not folded: node_overrides / degraded_links make nodes differ (a "
+                      "shifted rank would not see the same links); every rank simulated")
     from hiercoll.topology.fabric import translation_span
     span = translation_span(topology) if topology.num_nodes > 1 else 1
     if span is None:

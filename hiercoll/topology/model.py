@@ -150,6 +150,20 @@ class NodeOverride(_Strict):
                                      "port (mesh: link) bandwidth per direction")
 
 
+# Link kinds of the simulator's network (sim/links.py names links KIND[indices]); a tier's ports
+# are TIERNAME_up / TIERNAME_down.
+LINK_KINDS = ("hbm", "nvl_out", "nvl_in", "xgmi", "pcie_up", "pcie_down", "bridge", "gpu_to_nic",
+              "nic_tx", "nic_rx", "nic_to_gpu", "fabric_up", "fabric_down")
+
+
+class DegradedLink(_Strict):
+    """One link running below its speed (a flapping cable, a port down to a lower rate)."""
+
+    link: str = Field(pattern=r"^[a-z][a-z0-9_]*\[\d+(,\d+)*\]$", description="the link as "
+                      "`hiercoll simulate` names it, e.g. leaf_up[0,3,5] or nic_tx[2,1]")
+    factor: float = Field(gt=0, le=1.0, description="fraction of its speed it still has")
+
+
 class ModeCosts(_Strict):
     """Costs that depend on how a call is launched: eagerly by the host, or replayed from a CUDA
     graph. Calls are timed back to back (as benchmarks and nccl-tests do): an eager call takes
@@ -250,6 +264,8 @@ class Topology(_Strict):
                                             "costs (hiercoll calibrate); absent: uncalibrated")
     node_overrides: list[NodeOverride] = Field(default_factory=list, description="nodes that "
                                                "differ from the rest (schema_version 2)")
+    degraded_links: list[DegradedLink] = Field(default_factory=list, description="links below "
+                                               "their speed (schema_version 2)")
     schema_version: Literal[1, 2] = Field(default=SCHEMA_VERSION, description="2 (files "
                                           "without it or with 1 are read as version 1 and "
                                           "converted: topology.versions)")
@@ -293,7 +309,21 @@ class Topology(_Strict):
             from hiercoll.topology.fabric import check_layout
             check_layout(self)
         self._check_overrides()
+        self._check_degraded()
         return self
+
+    def _check_degraded(self) -> None:
+        tiers = self.inter.tiers if self.inter is not None and self.inter.tiers else []
+        kinds = set(LINK_KINDS) | {f"{t.name}_{d}" for t in tiers[:-1] for d in ("up", "down")}
+        seen: set[str] = set()
+        for i, d in enumerate(self.degraded_links):
+            kind = d.link.split("[", 1)[0]
+            if kind not in kinds:
+                raise ValueError(f"degraded_links[{i}].link: {kind!r} is no link kind of this "
+                                 f"topology; use one of {', '.join(sorted(kinds))}")
+            if d.link in seen:
+                raise ValueError(f"degraded_links[{i}].link: {d.link} appears twice; keep one")
+            seen.add(d.link)
 
     def _check_overrides(self) -> None:
         seen: set[tuple[int, int | None]] = set()
@@ -341,8 +371,9 @@ class Topology(_Strict):
 
     @property
     def symmetric_nodes(self) -> bool:
-        """Every node alike (no overrides): what translation folding needs."""
-        return not self.node_overrides
+        """Every node and link alike (no overrides, nothing degraded): what translation
+        folding needs."""
+        return not self.node_overrides and not self.degraded_links
 
     # ---- ranks -------------------------------------------------------------------------------
     @property

@@ -3,7 +3,7 @@
 Version 1 had one scale-out switch joining every node (NICs, an optional per-node oversubscribed
 uplink). Version 2 adds what is needed for real fabrics and real clusters: `inter.tiers` (leaf,
 spine, super-spine with ports, bandwidths, oversubscription, rails), `inter.routing` /
-`inter.ecmp_seed`, and `node_overrides` (heterogeneous nodes). Everything is additive, so the
+`inter.ecmp_seed`, `node_overrides` (heterogeneous nodes) and `degraded_links`. Everything is additive, so the
 converter only checks that a version-1 file uses no version-2 field and stamps the version; a
 topology that uses none of them is the same cluster as before and keeps its fingerprint (plans,
 tuning files and simulation caches made before the bump stay valid).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-V2_TOP = ("node_overrides",)
+V2_TOP = ("node_overrides", "degraded_links")
 V2_INTER = ("tiers", "routing", "ecmp_seed")
 INTER_DEFAULTS: dict[str, Any] = {"tiers": None, "routing": "ecmp", "ecmp_seed": 0}
 
@@ -46,8 +46,9 @@ def fingerprint_view(dump: dict[str, Any]) -> dict[str, Any]:
     """A topology's JSON dump as its fingerprint hashes it: without version-2 fields at their
     defaults, and as version 1 when nothing else is left (what a version-1 file hashed)."""
     out = dict(dump)
-    if out.get("node_overrides") == []:
-        out.pop("node_overrides")
+    for key in V2_TOP:
+        if out.get(key) == []:
+            out.pop(key)
     inter = out.get("inter")
     if isinstance(inter, dict):
         inter = dict(inter)
