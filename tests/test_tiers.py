@@ -20,6 +20,7 @@ from hiercoll.errors import HiercollError
 from hiercoll.planner import applicable
 from hiercoll.schedule import ExpandedOps, Op, OpKind, Region, Schedule, ScheduleMeta, Transport
 from hiercoll.sim import simulate
+from hiercoll.sim.bounds import contention_free_us
 from hiercoll.sim.links import Network
 from hiercoll.topology import Topology, load_topology, preset
 from hiercoll.topology.fabric import ecmp_choice, layout, translation_span
@@ -340,6 +341,7 @@ def test_bounds_never_exceed_simulated_time_on_tiered_fabrics(topo: Topology, ki
     sched = hc.plan(topo, spec, algo, {})
     res = simulate(sched, topo)
     assert res.time_us >= res.lower_bound_us * (1 - 1e-9)
+    assert res.time_us >= contention_free_us(sched, topo) * (1 - 1e-9)
     if res.shortcut:
         assert simulate(sched, topo, mode="exact").time_us == pytest.approx(res.time_us, rel=1e-9)
 
