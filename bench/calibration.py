@@ -101,16 +101,20 @@ def main() -> int:
             "point-to-point all-to-all).")
     else:
         print(f"skipped h200x4: {args.baseline} not found", flush=True)
-    one_gpu = sorted(str(p) for p in (OUT / "one_gpu_h200").glob("*-w4.json"))
+    one_gpu = sorted(str(p) for p in (OUT / "one_gpu_h200").glob("r*/*-w4.json"))
     run("one_gpu_h200", one_gpu, "one-gpu-h200x4",
         ROOT / "hiercoll" / "data" / "one-gpu-h200x4.calibrated.yaml", meta,
         "hiercoll's cuda backend on ONE H200, every rank a slab of one allocation "
-        "(bench/gpu/one_gpu_calibration.sh: the four benches in one process, torch 2.11, "
-        "triton 3.6, bound kernel launches). Graph rows time the device; eager rows below a few "
-        "MiB are host-bound (one Python thread launches four ranks' work: about 210-330 us per "
-        "call, bench/results/gpu/host_launch_gpu.md) and the host's speed wanders: one plan's "
-        "eager time steps between about 210 and 350 us over neighbouring sizes (all-gather "
-        "direct, 32 -> 64 KiB), which no per-launch cost can follow.")
+        "(bench/gpu/one_gpu_calibration.sh: the benches in one process held to two cores, "
+        "Python's GC paused while timing, torch 2.11, triton 3.6, bound kernel launches). Graph "
+        "rows time the device; eager rows below a few MiB are host-bound (one Python thread "
+        "launches four ranks' work: about 200-320 us per call) and were swept three times (r0 "
+        "is the full eager+graph sweep, r1/r2 eager 8 KiB-4 MiB); each point is the median of "
+        "its rounds. Before pinning and the GC pause, one plan's eager time stepped between "
+        "about 210 and 350 us over neighbouring sizes; now a round's outlier (all-to-all 32 KiB "
+        "at 347 us against 203/207) is outvoted. one_gpu_h200/probe.log times four neighbouring points alternately: "
+        "within a trial they agree within 4 %, and they move together between trials (203-226 "
+        "us), so what remains is the host's speed of the moment, not a size effect.")
     return 0
 
 

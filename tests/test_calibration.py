@@ -51,6 +51,22 @@ def test_alltoall_with_only_out_of_place_columns_and_no_validation() -> None:
     assert {r.wrong for r in rows} == {0}
 
 
+def test_a_point_measured_several_times_is_one_row_at_its_median() -> None:
+    """Three runs of one log (times x1, x1.1, x3): one row per point, at the middle run's time,
+    in the first run's order; in-place and out-of-place stay apart."""
+    from hiercoll.calibration.measurements import merge_repeats
+    once = load_measurements([DATA / "all_reduce_perf.log"])
+    runs = [r.model_copy(update={"time_us": r.time_us * f, "source": f"run{k}"})
+            for k, f in enumerate((1.0, 3.0, 1.1)) for r in once]
+    merged = merge_repeats(runs)
+    assert len(merged) == len(once) == 8
+    for m, o in zip(merged, once, strict=True):
+        assert (m.nbytes, m.in_place) == (o.nbytes, o.in_place)
+        assert m.time_us == pytest.approx(o.time_us * 1.1)
+        assert m.source == "run0 (median of 3 repeats)" and m.iters == 3 * o.iters
+    assert merge_repeats(once) == once                # nothing repeated: unchanged
+
+
 def test_a_wrong_row_is_refused_unless_allowed_and_then_flagged() -> None:
     with pytest.raises(HiercollError, match=r"reduce_scatter_perf.wrong.log:\d+: 12 wrong"):
         load_measurements([DATA / "reduce_scatter_perf.wrong.log"])

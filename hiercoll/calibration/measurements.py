@@ -8,6 +8,7 @@ error names the file (and line or row) and the fix, in one line.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -71,6 +72,37 @@ def load_measurements(paths: Sequence[str | Path], *, allow_wrong: bool = False,
             rows += parse_nccl_tests(text, str(path), allow_wrong=allow_wrong,
                                      collective=collective)
     return rows
+
+
+# What tells one timed point from another; everything else (where it came from, its time and
+# spread) is what repeats of the point differ in
+_REPEAT_VARIES = {"source", "time_us", "p90_us", "p99_us", "iters"}
+
+
+def merge_repeats(rows: Sequence[Measurement]) -> list[Measurement]:
+    """One row per point: a point measured in several files or sweeps (repeated to average out a
+    host whose speed wanders, or nccl-tests run twice) becomes its median, so the fit weighs
+    each point once and its held-out error is not a comparison of repeats. First-seen order."""
+    groups: dict[str, list[Measurement]] = {}
+    for m in rows:
+        key = json.dumps(m.model_dump(mode="json", exclude=_REPEAT_VARIES), sort_keys=True)
+        groups.setdefault(key, []).append(m)
+    out = []
+    for same in groups.values():
+        if len(same) == 1:
+            out.append(same[0])
+            continue
+
+        def median(values: list[float | None]) -> float | None:
+            known = [v for v in values if v is not None]
+            return statistics.median(known) if len(known) == len(values) else None
+
+        out.append(same[0].model_copy(update={
+            "source": f"{same[0].source} (median of {len(same)} repeats)",
+            "time_us": statistics.median(m.time_us for m in same),
+            "p90_us": median([m.p90_us for m in same]), "p99_us": median([m.p99_us for m in same]),
+            "iters": sum(m.iters for m in same) if all(m.iters for m in same) else None}))
+    return out
 
 
 def _from_json(text: str, source: str) -> list[Measurement]:

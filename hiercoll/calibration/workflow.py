@@ -17,7 +17,7 @@ import yaml
 
 from hiercoll.calibration.compat import check_rows
 from hiercoll.calibration.fit import FitResult, RowError, fit, geomean_error, worst_error
-from hiercoll.calibration.measurements import load_measurements
+from hiercoll.calibration.measurements import load_measurements, merge_repeats
 from hiercoll.calibration.predict import Case, build_case, predict_us
 from hiercoll.calibration.report import summary
 from hiercoll.collectives import Kind
@@ -27,8 +27,9 @@ from hiercoll.topology.model import Calibration
 
 def load_rows(paths: Sequence[str | Path], topology: Topology, *,
               collective: Kind | None = None, allow_wrong: bool = False) -> list[Case]:
-    """Every row of every file, each with the schedule that reproduces it on `topology`."""
-    rows = load_measurements(paths, allow_wrong=allow_wrong, collective=collective)
+    """Every point of every file (repeats merged to their median), each with the schedule that
+    reproduces it on `topology`."""
+    rows = merge_repeats(load_measurements(paths, allow_wrong=allow_wrong, collective=collective))
     check_rows(rows, topology)
     return [build_case(m, topology) for m in rows]
 

@@ -7,6 +7,7 @@ On CPU (gloo) wall-clock time per call. Bandwidths follow nccl-tests (Collective
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -127,13 +128,20 @@ def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: M
 
 def event_times_us(call: Callable[[], None], iters: int) -> list[float]:
     """Microseconds of each of `iters` back-to-back calls, from CUDA events around each (the
-    caller has warmed up and synchronised)."""
+    caller has warmed up and synchronised). Python's garbage collector is paused meanwhile: a
+    collection inside a host-bound eager call is the harness's cost, not the plan's."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        call()
-        ends[i].record()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for i in range(iters):
+            starts[i].record()
+            call()
+            ends[i].record()
+    finally:
+        if was_enabled:
+            gc.enable()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
 
