@@ -146,3 +146,39 @@ def test_a_hundred_thousand_gpus_per_node_is_refused_by_the_op_bound_except_the_
                      "-o", str(tmp_path / "lib.json"))
     assert code == 0, err                 # one library call: 100,000 ranks' buffers, no ops
     assert load_plan(tmp_path / "lib.json").schedule.world_size == 100_000
+
+
+BILLION_LAUGHS = """\
+a: &a [x, x, x, x, x, x, x, x, x, x]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
+"""
+
+
+@pytest.mark.parametrize(("text", "what"), [(BILLION_LAUGHS, "billion laughs"),
+                                            ("a: &a [1, *a]\n", "cycle")])
+def test_yaml_aliases_that_expand_without_bound_are_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, what: str) -> None:
+    """10^7 values from 7 lines (or a list containing itself): refused before pydantic walks it."""
+    path = tmp_path / "topo.yaml"
+    path.write_text(text)
+    with pytest.raises(HiercollError, match=what):
+        hc.load_topology(str(path))
+    assert main(["topo", "show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and what in err
+
+
+def test_yaml_aliases_within_bounds_still_load(tmp_path: Path) -> None:
+    """A topology naming one value twice through an alias (what aliases are for) still loads."""
+    path = tmp_path / "topo.yaml"
+    path.write_text("name: t\nnum_nodes: 2\ngpus_per_node: 2\n"
+                    "gpu: {name: T, hbm_gbps: 1000, num_sms: 100}\n"
+                    "intra: {kind: nvswitch, gbps: 100, latency_us: &lat 1.5}\n"
+                    "inter: {num_nics: 1, nic_gbps: 40, latency_us: *lat}\n")
+    topo = hc.load_topology(str(path))
+    assert topo.intra.latency_us == topo.inter.latency_us == 1.5

@@ -108,7 +108,11 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
-def test_a_stopped_gloo_rank_ends_the_job_with_one_line_naming_op_and_peer(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
+def test_a_stopped_or_killed_gloo_rank_ends_the_job_with_one_line_naming_op_and_peer(tmp_path, sig):
+    """SIGSTOP: rank 1 times out waiting for rank 0. SIGKILL: rank 1's wait fails at once (the
+    connection closed); either way one line naming rank 1, the op and rank 0, not only
+    torchrun's ChildFailedError."""
     from tests.test_exec_cli import _topo2
     topo = _topo2()
     path = tmp_path / "plan.json"
@@ -131,7 +135,7 @@ def test_a_stopped_gloo_rank_ends_the_job_with_one_line_naming_op_and_peer(tmp_p
         else:
             pytest.fail("the two ranks never connected")
         time.sleep(1.0)
-        os.kill(workers[0], signal.SIGSTOP)
+        os.kill(workers[0], sig)
         stopped = time.monotonic()
         while _alive(workers[1]) and time.monotonic() - stopped < 60:
             time.sleep(0.1)
@@ -146,8 +150,12 @@ def test_a_stopped_gloo_rank_ends_the_job_with_one_line_naming_op_and_peer(tmp_p
     assert proc.returncode != 0
     ours = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(ours) == 1, err[-3000:]
-    assert re.fullmatch(r"error: rank 1: op \d+\.\d+ timed out after 3 s waiting for rank 0",
-                        ours[0]), ours
+    if sig == signal.SIGSTOP:
+        assert re.fullmatch(r"error: rank 1: op \d+\.\d+ timed out after 3 s waiting for "
+                            r"rank 0", ours[0]), ours
+    else:
+        assert re.match(r"error: rank 1: op \d+\.\d+ (failed|timed out after 3 s) (waiting for|sending "
+                        r"to) rank 0", ours[0]), ours
     assert "hiercoll" not in "".join(ln for ln in err.splitlines() if "File \"" in ln)
 
 

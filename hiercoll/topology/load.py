@@ -62,6 +62,42 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# A YAML document may stand for this many values (lists, mappings and scalars, aliases expanded)
+# or 10 per character of its text, whichever is more; without aliases it is at most 1 per character.
+MIN_VALUE_LIMIT = 1_000_000
+
+
+def _refuse_alias_blowup(data: object, path: Path, limit: int) -> None:
+    """YAML aliases share one object between places: a few lines can stand for billions of
+    values ("billion laughs") or contain themselves (`&a [*a]`), and pydantic or json.dumps
+    expands them (minutes and GBs, or a traceback). Counted here with one visit per distinct
+    object, before anything walks the document."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: object) -> int:
+        if not isinstance(node, (list, dict)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise HiercollError(f"{path}: a YAML alias refers to the value that contains it (a "
+                                "cycle); write the value out instead of the alias")
+        open_.add(key)
+        total = 1
+        for child in (node.values() if isinstance(node, dict) else node):
+            total += size(child)
+            if total > limit:
+                raise HiercollError(f"{path}: its YAML aliases expand to more than {limit} values "
+                                    "(a 'billion laughs' document); write the values out")
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    size(data)
+
+
 def read_structured_file(path: Path) -> object:
     """Parse a YAML or JSON file (UTF-8, no key twice in a mapping), turning every problem into one
     line naming the file."""
@@ -70,7 +106,9 @@ def read_structured_file(path: Path) -> object:
     try:
         if path.suffix == ".json":
             return json.loads(text, object_pairs_hook=_unique_pairs)
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        _refuse_alias_blowup(data, path, limit=max(MIN_VALUE_LIMIT, 10 * len(text)))
+        return data
     except _DuplicateKey as exc:
         where = f" (line {exc.line + 1})" if exc.line is not None else ""
         raise HiercollError(f"{path}: {exc.what}{where}; keep one") from None

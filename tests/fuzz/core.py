@@ -27,7 +27,8 @@ KNOWN_HANGS: list[str] = []
 
 KINDS = ["reduce_scatter", "all_gather", "all_reduce", "all_to_all", "broadcast", "reduce",
          "group_cast", "group_reduce"]
-ALGOS = ["ring", "direct", "two_shot", "hier", "hier_2d", "auto", "nccl", "bogus"]
+ALGOS = ["ring", "direct", "two_shot", "hier", "hier_2d", "rhd", "rd", "bruck", "tree", "auto", "nccl",
+         "bogus"]
 SIZES = ["0", "1", "2", "7", "64", "1000", "4KiB", "64KiB", "1MiB", "-1", "1e3", "abc", "1.5KiB",
          "99999999999999999999999", "1 KiB", "", "4kib", "0x10", "nan", "1TiB", "3B"]
 JUNK: list[Any] = [None, -1, 0, 1, 2, 3, 1e309, -1e9, 10**12, "x", "", [], {}, [1, 2], True,
@@ -160,12 +161,18 @@ def rng_indices(n: int) -> list[int]:
     return sorted({0, n // 2, n - 1})
 
 
+def _junk(rng: random.Random) -> Any:
+    """A fresh copy of a junk value: a shared list or dict put in two places (or mutated later
+    inside the document) would make the document refer to itself, or change JUNK itself."""
+    return copy.deepcopy(rng.choice(JUNK))
+
+
 def mutate_doc(doc: Any, rng: random.Random, times: int = 1) -> Any:
     doc = copy.deepcopy(doc)
     for _ in range(times):
         paths = [p for p in _paths(doc) if p]
         if not paths:
-            return rng.choice(JUNK)
+            return _junk(rng)
         path = rng.choice(paths)
         parent = doc
         for k in path[:-1]:
@@ -175,13 +182,13 @@ def mutate_doc(doc: Any, rng: random.Random, times: int = 1) -> Any:
         if r < 0.2 and isinstance(parent, dict):
             del parent[key]
         elif r < 0.3 and isinstance(parent, dict):
-            parent[key + "_x" if isinstance(key, str) else key] = rng.choice(JUNK)
+            parent[key + "_x" if isinstance(key, str) else key] = _junk(rng)
         elif r < 0.5 and isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
             v = parent[key]
             parent[key] = rng.choice([v + 1, v - 1, -v, v * 1000, 0, v // 2 if isinstance(v, int)
                                       else v / 2])
         else:
-            parent[key] = rng.choice(JUNK)
+            parent[key] = _junk(rng)
     return doc
 
 
@@ -327,6 +334,31 @@ def check_accepted(argv: list[str], o: Outcome) -> None:
         o.wrong_accepted = f"accepted plan fails verify: {str(report.to_json())[:300]}"
 
 
+def judge(argv: list[str], case_timeout: float) -> Outcome:
+    """One case: the CLI under the time limit, then the accepted plan's check under it too."""
+    o = run_cli(argv, case_timeout)
+    if not o.hang and o.exc is None:
+        try:
+            with _time_limit(case_timeout):
+                check_accepted(argv, o)
+        except CaseTimeout:
+            o.hang = True
+    return o
+
+
+def failure(o: Outcome) -> str | None:
+    """What is wrong with a case's outcome (the Summary's categories), or None."""
+    if o.hang:
+        return None if o.known else "hang"
+    if o.exc is not None:
+        return None if o.known else f"traceback: {o.exc}"
+    if o.rc not in (0, 1, 2):
+        return f"exit code {o.rc}"
+    if o.rc == 2 and len([ln for ln in o.stderr.splitlines() if ln.strip()]) != 1:
+        return f"not one line: {o.stderr!r}"
+    return f"wrong-accepted: {o.wrong_accepted}" if o.wrong_accepted else None
+
+
 def run_cases(cases: int, seed: int, case_timeout: float = 20.0,
               budget_s: float | None = None) -> Summary:
     summary = Summary()
@@ -340,25 +372,21 @@ def run_cases(cases: int, seed: int, case_timeout: float = 20.0,
                 argv = fz.next_case()
             except Exception as exc:  # noqa: BLE001 - a seed the harness could not build
                 raise RuntimeError(f"fuzzer seed failed: {exc}") from exc
-            o = run_cli(argv, case_timeout)
-            if not o.hang and o.exc is None:
-                try:
-                    with _time_limit(case_timeout):
-                        check_accepted(argv, o)
-                except CaseTimeout:
-                    o.hang = True
-            summary.cases += 1
-            summary.by_rc[str(o.rc)] = summary.by_rc.get(str(o.rc), 0) + 1
+            o = judge(argv, case_timeout)
             if o.hang and any(re.search(p, " ".join(argv)) for p in KNOWN_HANGS):
                 o.known = True
+            summary.cases += 1
+            summary.by_rc[str(o.rc)] = summary.by_rc.get(str(o.rc), 0) + 1
+            what = failure(o)
+            if o.known:
                 summary.known.append(o)
-            elif o.hang:
+            elif what == "hang":
                 summary.hangs.append(o)
-            elif o.exc is not None:
-                (summary.known if o.known else summary.tracebacks).append(o)
-            elif o.rc not in (0, 1, 2):
+            elif what is not None and what.startswith("traceback"):
+                summary.tracebacks.append(o)
+            elif what is not None and what.startswith("exit code"):
                 summary.bad_rc.append(o)
-            elif o.rc == 2 and len([ln for ln in o.stderr.splitlines() if ln.strip()]) != 1:
+            elif what is not None and what.startswith("not one line"):
                 summary.multiline.append(o)
             if o.wrong_accepted:
                 summary.wrong_accepted.append(o)
