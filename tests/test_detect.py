@@ -65,6 +65,14 @@ def test_pcie_box_two_ethernet_nics_at_their_sockets():
     assert t.inter is not None and t.nic_affinity() == [0, 4] and t.inter.nic_gbps == pytest.approx(12.5 * 0.92)
 
 
+def test_more_nics_than_gpus_become_one_faster_nic_per_gpu():
+    """A GPU sends through one NIC in the model: 8 NICs of 25 GB/s on 4 GPUs are 4 of 50."""
+    d = _detect("h200x4", num_nics=8, nic_gbps=25.0)
+    t = topology_from_dict(d.topology, "h200x4")
+    assert t.inter is not None and (t.inter.num_nics, t.inter.nic_gbps) == (4, 50.0)
+    assert any("8 NICs for 4 GPUs" in a for a in d.assumed)
+
+
 def test_recorded_on_the_h200_vm_matches_the_committed_result():
     """The fixture is the raw output committed in bench/results/detect; it must give the file the
     device wrote (same fingerprint)."""

@@ -182,3 +182,17 @@ def test_yaml_aliases_within_bounds_still_load(tmp_path: Path) -> None:
                     "inter: {num_nics: 1, nic_gbps: 40, latency_us: *lat}\n")
     topo = hc.load_topology(str(path))
     assert topo.intra.latency_us == topo.inter.latency_us == 1.5
+
+
+def test_more_nics_than_gpus_per_node_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The long fuzz run's one hang: num_nics 10^12 on 4 GPUs built a 10^12-entry NIC list."""
+    path = tmp_path / "topo.yaml"
+    path.write_text("name: t\nnum_nodes: 2\ngpus_per_node: 4\n"
+                    "gpu: {name: T, hbm_gbps: 3000, num_sms: 100}\n"
+                    "intra: {kind: nvswitch, gbps: 300, latency_us: 1}\n"
+                    "inter: {num_nics: 1000000000000, nic_gbps: 40, latency_us: 3}\n")
+    assert main(["autopick", "-t", str(path), "-c", "all_gather", "--sizes", "4KiB:1MiB:2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "inter.num_nics" in err and "at most gpus_per_node" in err
+    path.write_text(path.read_text().replace("1000000000000", "4"))
+    assert hc.load_topology(str(path)).inter.num_nics == 4

@@ -292,6 +292,11 @@ class Topology(_Strict):
         if self.num_nodes > 1 and self.inter is None:
             raise ValueError("inter: a topology with num_nodes > 1 needs an 'inter' section "
                              "(num_nics, nic_gbps, latency_us)")
+        if self.inter is not None and self.inter.num_nics > self.gpus_per_node:
+            raise ValueError(f"inter.num_nics: {self.inter.num_nics} NICs for {self.gpus_per_node} "
+                             "GPUs per node; a GPU sends through one NIC here, so give at most "
+                             "gpus_per_node NICs (several NICs per GPU: one NIC with their summed "
+                             "nic_gbps)")
         if self.inter is not None and self.inter.nic_affinity is not None:
             aff = self.inter.nic_affinity
             if len(aff) != self.inter.num_nics:

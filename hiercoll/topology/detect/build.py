@@ -204,6 +204,11 @@ def _inter(facts: NodeFacts, n: int, o: Overrides, d: Detected) -> dict[str, Any
         d.seen.append(f"{len(nics)} NIC(s): {', '.join(x.name for x in nics)} at {line:g} GB/s line rate")
     if o.nic_gbps is None:
         d.assumed.append(f"inter.nic_gbps = {gbps:g} (line rate x {NIC_EFFICIENCY}; --nic-gbps)")
+    if num > n:     # the model sends each GPU through one NIC: NICs beyond one per GPU add rate
+        gbps = round(gbps * num / n, 2)
+        d.assumed.append(f"{num} NICs for {n} GPUs: one NIC per GPU at {num / n:g}x a NIC's rate "
+                         "(a GPU sends through one NIC in hiercoll's model)")
+        num, nics = n, []
     out: dict[str, Any] = {"num_nics": num, "nic_gbps": gbps}
     latency = o.inter_latency_us if o.inter_latency_us is not None else INTER_LATENCY_US
     out["latency_us"] = latency
