@@ -62,9 +62,13 @@ PARAMS: tuple[FitParam, ...] = (
        "most one SM-driven op (a kernel's CTAs) moves; unset: only links limit it"),
     _p("costs.ce_op_gbps", "GB/s", 1.0, 20000.0,
        "most one copy-engine copy moves; unset: only links limit it"),
+    _p("costs.ce_concurrent_gbps", "GB/s", 1.0, 20000.0,
+       "what a GPU's copy engines move in all while two or more of its copies run at once; "
+       "unset: no such limit"),
 )
 # Where a parameter is unset (None: no limit) the fit starts here.
-START = {"costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0}
+START = {"costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0,
+         "costs.ce_concurrent_gbps": 200.0}
 BY_PATH = {p.path: p for p in PARAMS}
 
 

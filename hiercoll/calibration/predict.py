@@ -15,7 +15,7 @@ from hiercoll.calibration.measurements import Measurement
 from hiercoll.collectives import CollectiveSpec, valid_nbytes
 from hiercoll.errors import HiercollError
 from hiercoll.planner import plan
-from hiercoll.planner.library_model import library_model
+from hiercoll.planner.library_model import library_model, sm_only
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.sim import simulate
 from hiercoll.topology import Topology
@@ -63,5 +63,7 @@ def build_case(m: Measurement, topology: Topology) -> Case:
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
     """Simulated time of the case's schedule (planned on `base`) with the costs of `timed_on`
     (a variant of `base` with other bandwidths/latencies/costs), in the row's mode."""
+    if case.measurement.algorithm == LIBRARY_ALGORITHM:     # NCCL: SM kernels, no copy engine
+        timed_on = sm_only(timed_on)
     result = simulate(case.schedule, base, costs_from=timed_on, call_mode=case.measurement.mode)
     return result.time_us

@@ -15,6 +15,9 @@ Model (NCCL 2.2x, NVLS and CollNet off, the Simple protocol's bandwidth):
   (`planner/tree.py`) by its own cost model; the library model simulates both with the
   topology's costs and takes the faster (`TREE_KINDS`), so small and medium all-reduces across
   nodes are timed as the tree NCCL runs for them, large ones as the ring.
+- engines: NCCL's kernels move every byte with SMs, never a copy engine; its model is timed
+  with `sm_only(topology)`'s costs (the copy-engine threshold out of reach), or its large copies would
+  take the copy engines' caps and concurrency limit instead of the SMs'.
 What it does not model is fitted: per-call cost, per-step cost and link efficiency are the
 topology's calibrated costs.
 """
@@ -31,6 +34,13 @@ SLICE_BYTES = 4 << 20
 MAX_CHUNKS = 4
 RING_KINDS = (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER)
 TREE_KINDS = (Kind.ALL_REDUCE,)     # NCCL's tree is for all-reduce only
+NO_COPY_ENGINE_BYTES = 1 << 62      # a copy-engine threshold no copy reaches
+
+
+def sm_only(topology: Topology) -> Topology:
+    """`topology` with no copy moved by a copy engine: how NCCL's model is timed."""
+    costs = topology.costs.model_copy(update={"ce_threshold_bytes": NO_COPY_ENGINE_BYTES})
+    return topology.model_copy(update={"costs": costs})
 
 
 def library_model(topology: Topology, spec: CollectiveSpec) -> Schedule:
@@ -46,4 +56,5 @@ def library_model(topology: Topology, spec: CollectiveSpec) -> Schedule:
     from hiercoll.sim import simulate
     tree = plan(topology, spec, "tree", {"chunks": max(1, min(MAX_CHUNKS,
                                                                 spec.total_bytes // SLICE_BYTES))})
-    return min((ring, tree), key=lambda s: simulate(s, topology).time_us)
+    timed = sm_only(topology)
+    return min((ring, tree), key=lambda s: simulate(s, topology, costs_from=timed).time_us)

@@ -55,6 +55,9 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
         add([(net.hbm(op.dst.rank), 1.0)])
         add(net.net_path(i, op.dst.rank))
         latency += net.latency_us(i, op.dst.rank)
+    ce_all = net.topology.costs.ce_concurrent_gbps
+    if ce_all is not None and on_copy_engine(op, net.itemsize, net.topology.costs.ce_threshold_bytes):
+        add([(net.copy_engines(op.rank, ce_all), 1.0)])
     cap = op_engine_cap(net, op)
     if cap is not None:
         # the cap is on what the engine loads and stores: a copy loads one byte per byte it
@@ -89,7 +92,8 @@ class LinkCache:
     def __init__(self, net: Network):
         self.net = net
         c = net.topology.costs
-        self._capped = c.sm_op_gbps is not None or c.ce_op_gbps is not None
+        self._capped = (c.sm_op_gbps is not None or c.ce_op_gbps is not None
+                        or c.ce_concurrent_gbps is not None)
         self._by_shape: dict[OpShape, tuple[tuple[tuple[int, float], ...], float]] = {}
 
     def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
@@ -101,7 +105,8 @@ class LinkCache:
         return hit
 
     def channel_key(self, op: Op) -> tuple[int, bool] | None:
-        """With per-op engine caps, an op's links depend on its channel and engine too."""
+        """With per-op engine caps (or a GPU's copy engines shared), an op's links depend on its
+        channel and engine too."""
         if not self._capped:
             return None
         return (op.channel, on_copy_engine(op, self.net.itemsize,
@@ -208,7 +213,9 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
             ch.ops.append(op)
             ch.paths.append((links, cached.launch_us(op) + latency))   # launch, first byte's flight
         ready.extend(by_channel[c] for c in sorted(by_channel))
-    fluid = FluidNetwork(clock, [l.bytes_per_us for l in net.links], finished, record)
+    crowded = {i: l.crowded_bytes_per_us for i, l in enumerate(net.links)
+               if l.crowded_bytes_per_us is not None}
+    fluid = FluidNetwork(clock, [l.bytes_per_us for l in net.links], finished, record, crowded)
     ready.reverse()                    # drain pops from the end: start in rank, channel order
     drain()
     clock.run(fluid.settle)

@@ -82,9 +82,15 @@ class FluidNetwork:
     instant it ends, before that instant's rates are settled)."""
 
     def __init__(self, clock: EventClock, capacities: list[float], on_done: Callable[[Any], None],
-                 record: bool = False):
+                 record: bool = False, crowded: dict[int, float] | None = None):
         self.clock = clock
-        self.cap = capacities
+        self.cap = list(capacities)          # as of now: crowded links change theirs
+        # links whose capacity drops to crowded[lid] while two or more flows use them; a flow's
+        # ceiling takes the capacity alone (the higher), so demand never understates what a
+        # link could be asked for and the slack test stays safe
+        self.alone = capacities
+        self.crowded = crowded or {}
+        self.record = record
         self.on_done = on_done
         n = len(capacities)
         self.flows_on: list[set[Flow]] = [set() for _ in range(n)]
@@ -100,7 +106,7 @@ class FluidNetwork:
         """Start a flow; False when there is nothing to move (it ended at once, no callback)."""
         if nbytes <= EPS_BYTES or not links:
             return False
-        now, cap = self.clock.now, self.cap
+        now, cap = self.clock.now, self.alone
         ceiling = float("inf")
         for lid, w in links:
             c = cap[lid] / w
@@ -110,6 +116,8 @@ class FluidNetwork:
         usage, demand = self.usage, self.demand
         for lid, w in links:
             self.flows_on[lid].add(flow)
+            if lid in self.crowded and len(self.flows_on[lid]) == 2:
+                self._set_capacity(lid, self.crowded[lid])
             usage.bytes[lid] += w * nbytes
             if usage.active[lid] == 0:
                 usage.busy_since[lid] = now
@@ -117,6 +125,12 @@ class FluidNetwork:
             demand[lid] += w * ceiling
             self._dirty.add(lid)
         return True
+
+    def _set_capacity(self, lid: int, capacity: float) -> None:
+        """A crowded link's capacity as its flow count crosses two (the caller marks it dirty)."""
+        self.cap[lid] = capacity
+        if not self.record:
+            self.slack_below[lid] = capacity * (1.0 - SLACK_MARGIN)
 
     # ---- rate computation --------------------------------------------------------------------
     def _component(self) -> tuple[set[Flow], set[int]]:
@@ -178,6 +192,8 @@ class FluidNetwork:
         for lid, w in flow.links:
             on = self.flows_on[lid]
             on.discard(flow)
+            if lid in self.crowded and len(on) == 1:
+                self._set_capacity(lid, self.alone[lid])
             usage.active[lid] -= 1
             if usage.active[lid] == 0:
                 usage.busy_us[lid] += now - usage.busy_since[lid]

@@ -22,6 +22,8 @@ from hiercoll.topology import IntraKind, Topology
 from hiercoll.topology.fabric import TierLayout, extra_latency_us, layout, route, turn_tier
 
 LinkKey = tuple[str, *tuple[int, ...]]   # kind, then GPU/node/NIC numbers: ("nic_tx", 1, 3)
+# A link's capacity where only its crowded capacity limits (never the tightest alone)
+UNLIMITED_GBPS = 1e9
 
 
 class Tier(StrEnum):
@@ -36,6 +38,7 @@ class LinkInfo:
     tier: Tier
     bytes_per_us: float     # capacity, one direction
     counts_traffic: bool    # the link where a tier's bytes are counted once per transfer
+    crowded_bytes_per_us: float | None = None   # capacity while two or more flows use it
 
 
 @dataclass
@@ -85,6 +88,19 @@ class Network:
         """What one op of (rank, channel) can move on `engine` (sm or ce) at most: a channel runs
         its ops one at a time, so one link per channel and engine caps each op."""
         return self._link((f"{engine}_op", self._gpu(rank), channel), Tier.MEMORY, gbps)
+
+    def copy_engines(self, rank: int, gbps: float) -> int:
+        """A GPU's copy engines together: unlimited for one copy (its per-copy cap and the links
+        bound it), `gbps` in all while two or more of its copies run at once (concurrent
+        copy-engine copies share the engines' bandwidth worse than one uses it alone: H200, one
+        peer 380 GB/s, three peers at once 199 GB/s in all). One GPU's under `shared_gpu`."""
+        key = ("ce_all", 0) if self.topology.shared_gpu else ("ce_all", self._gpu(rank))
+        lid = self._link(key, Tier.MEMORY, UNLIMITED_GBPS)
+        if self.links[lid].crowded_bytes_per_us is None:
+            info = self.links[lid]
+            self.links[lid] = LinkInfo(info.name, info.tier, info.bytes_per_us, info.counts_traffic,
+                                       gbps * 1e3 * self._degraded.get(info.name, 1.0))
+        return lid
 
     def net_path(self, a: int, b: int) -> tuple[tuple[int, float], ...]:
         """Network links (no HBM) from GPU a to GPU b, with weights (1 per link use)."""

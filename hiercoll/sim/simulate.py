@@ -85,7 +85,8 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     copies = schedule.world_size // fold if fold else 1
     links = [LinkStat(name=info.name, tier=info.tier.value, bytes=fluid.usage.bytes[i],
                       busy_us=fluid.usage.busy_us[i],
-                      utilization=(fluid.usage.bytes[i] / (info.bytes_per_us * end)
+                      utilization=(fluid.usage.bytes[i]
+                                   / ((info.crowded_bytes_per_us or info.bytes_per_us) * end)
                                    if end > 0 else 0.0),
                       copies=copies)
              for i, info in enumerate(net.links)]

@@ -204,6 +204,10 @@ class Costs(_Strict):
                                      "only links limit it")
     ce_op_gbps: float | None = Field(default=None, gt=0, description="most one copy-engine copy "
                                      "moves, GB/s; None: only links limit it")
+    ce_concurrent_gbps: float | None = Field(
+        default=None, gt=0, description="what a GPU's copy engines move in all, GB/s, while two "
+        "or more of its copies run at once (copies to three peers at once measured 199 GB/s per "
+        "H200 where one copy moves 380); None: only per-copy caps and links limit them")
     ce_threshold_bytes: int = Field(default=8 << 20, ge=0, description="copies of at least this "
                                     "many bytes run on a copy engine (the cuda backend's "
                                     "--ce-threshold)")
@@ -481,6 +485,7 @@ class Topology(_Strict):
 
 _COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0, "sm_op_gbps": None,
                   "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20, "ce_launch_us": None,
+                  "ce_concurrent_gbps": None,
                   "eager": {"call_us": 0.0, "issue_us": 0.0},
                   "graph": {"call_us": 0.0, "issue_us": 0.0}}
 

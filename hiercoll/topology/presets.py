@@ -30,6 +30,9 @@ _NODE_TYPES: dict[str, dict[str, Any]] = {
         "gpu": {"name": "H200", "hbm_gbps": 4800.0, "num_sms": 132, "memory_gib": 141.0},
         "intra": {"kind": "nvswitch", "gbps": 380.5, "latency_us": 1.0},
         "inter": _RAILS_8 | {"num_nics": 4, "nic_affinity": [0, 1, 2, 3]},
+        # measured on this host (shared/measurements, ce.a2a_put at 256 MiB): copy-engine puts
+        # to the three peers at once moved 199 GB/s per GPU in all, one put alone 380
+        "costs": {"ce_concurrent_gbps": 199.0},
     },
     "dgx-h100": {
         "gpus_per_node": 8,

@@ -307,12 +307,21 @@ def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryT
 
 def _library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache) -> float | None:
     """NCCL's time as the library model simulates it (cached like any candidate)."""
-    from hiercoll.planner.library_model import library_model
+    from hiercoll.planner.library_model import library_model, sm_only
     if spec.kind not in LIBRARY_KINDS:
         return None
     sched = library_model(topology, spec)
-    cand = Candidate(sched.meta.algorithm, dict(sched.meta.params))
-    return _simulate(topology, spec, cand, cache, sched).time_us
+    # NCCL moves every byte with SMs: timed without copy engines, so cached apart from the same
+    # plan as a candidate of ours
+    key = SimCache.key(topology, spec, Candidate(sched.meta.algorithm, dict(sched.meta.params)))
+    key += "|library-model"
+    hit = cache.get(key)
+    if hit is None:
+        from hiercoll.sim import simulate
+        res = simulate(sched, topology, mode="trusted", costs_from=sm_only(topology))
+        hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
+        cache.put(key, hit)
+    return hit[0]
 
 
 def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
