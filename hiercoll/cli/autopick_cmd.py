@@ -8,6 +8,7 @@ import time
 from hiercoll.cli.args import add_spec_args, make_spec, topology_from_args
 from hiercoll.cli.common import add_json_flag, add_topology_args, console, print_json, print_table
 from hiercoll.planner.search.autopick import default_cache_path, rows_to_table, sweep, write_tuning
+from hiercoll.planner.search.workers import Cluster
 from hiercoll.units import format_size, parse_size_range
 
 
@@ -19,6 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", default=None, help="tuning.json to write (merged)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the sim cache")
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--cluster", default=None, metavar="ray[:ADDRESS]",
+                   help="run the sizes as tasks on Ray (the `ray` extra): 'ray' starts a local "
+                   "instance of --jobs CPUs, 'ray:auto' or 'ray:HOST:PORT' joins a running "
+                   "cluster; same results as the worker processes")
     p.add_argument("--library-table", default="auto",
                    help="measured NCCL times that compete with the plans: a `hiercoll bench "
                    "--algorithms nccl` JSON, a library table, 'auto' (the shipped table when this "
@@ -32,11 +37,12 @@ def _run(args: argparse.Namespace) -> int:
     sizes = parse_size_range(args.sizes)
     template = make_spec(args, topology, nbytes=sizes[0])
     only = [a.strip() for a in args.algorithms.split(",")] if args.algorithms else None
+    cluster = Cluster.parse(args.cluster) if args.cluster is not None else None
     t0 = time.perf_counter()
     library = _library(args.library_table, topology)
     rows = sweep(topology, template, sizes, only, progress=not args.json,
                  cache_path=None if args.no_cache else default_cache_path(), jobs=args.jobs,
-                 library=library)
+                 library=library, cluster=cluster)
     elapsed = time.perf_counter() - t0
     if args.output:
         write_tuning(args.output, rows_to_table(topology, template, rows))

@@ -32,6 +32,7 @@ from hiercoll.files import write_atomic
 from hiercoll.planner.registry import plan
 from hiercoll.planner.search.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
 from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, LibraryTable, shipped_table
+from hiercoll.planner.search.workers import Cluster, run_jobs
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
 
@@ -343,30 +344,28 @@ def _pick_in_worker(job: Job) -> tuple[Row, dict[str, list[float]]]:
 
 def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
           only: list[str] | None = None, progress: bool = True, cache_path: Path | None = None,
-          jobs: int | None = None, library: LibraryTable | None = None) -> list[Row]:
+          jobs: int | None = None, library: LibraryTable | None = None,
+          cluster: Cluster | None = None) -> list[Row]:
     """One Row per size (a single row for group kinds, whose sizes come from the splits).
     Sizes are independent searches, so `jobs` worker processes take one size each (default:
-    every core). `library`: measured library times that compete with the plans."""
+    every core), or tasks on a Ray `cluster` (the same rows). `library`: measured library
+    times that compete with the plans."""
     cache = SimCache(cache_path)
     specs = [template] if template.kind in GROUPED else [spec_for_size(template, s) for s in sizes]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
     rows: list[Row | None] = [None] * len(specs)
     with _progress(progress, f"auto-picking {template.kind.value}", len(specs)) as advance:
-        if jobs == 1:
+        if jobs == 1 and cluster is None:
             for i, s in enumerate(specs):
                 rows[i] = pick_one(topology, s, cache, only, library=library, library_model=True)
                 advance()
         else:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_pick_in_worker, (topology, s, only, cache.data, library)): i
-                           for i, s in enumerate(specs)}
-                for fut in as_completed(futures):
-                    row, added = fut.result()
-                    rows[futures[fut]] = row
-                    for key, value in added.items():
-                        cache.put(key, value)
-                    advance()
+            work: list[Job] = [(topology, s, only, cache.data, library) for s in specs]
+            for i, (row, added) in run_jobs(_pick_in_worker, work, jobs, cluster):
+                rows[i] = row
+                for key, value in added.items():
+                    cache.put(key, value)
+                advance()
     cache.save()
     return [r for r in rows if r is not None]
 
