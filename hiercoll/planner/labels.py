@@ -194,6 +194,25 @@ class RailAgLabel(NamedTuple):
     family: Literal["ag"] = "ag"
 
 
+# ---- hier_tiers (hier/tiers.py) ---------------------------------------------------------------
+class TierSendLabel(NamedTuple):
+    """Reduce-scatter: my partial of shard (node `target`, my local rank) chunk `chunk`, sent
+    at the lowest level where `target`'s position differs from mine (once per target)."""
+
+    target: int
+    chunk: int
+    family: Literal["tx"] = "tx"
+
+
+class TierGatherLabel(NamedTuple):
+    """All-gather: shard (node `shard`, my local rank) chunk `chunk` sent to node `target`."""
+
+    target: int
+    shard: int
+    chunk: int
+    family: Literal["tg"] = "tg"
+
+
 # ---- tree (tree.py): NCCL's double binary tree ---------------------------------------------------
 class TreeLabel(NamedTuple):
     """Tree `tree`'s chunk `chunk`: `up` the partial sum this rank passes towards the root (the
@@ -238,5 +257,6 @@ Label = (RingRsLabel | RingRsFinalLabel | RingOwnLabel | RingAgLabel
          | GatherOwnLabel | GatherStageLabel | GatherSendLabel | GatherDistributeLabel
          | A2ASendLabel | CastSendLabel | CombineSendLabel
          | FoldLabel | LogStepLabel | BruckLabel
-         | RailRsLabel | RailOneShotLabel | RailAgLabel | TreeLabel)
+         | RailRsLabel | RailOneShotLabel | RailAgLabel | TreeLabel
+         | TierSendLabel | TierGatherLabel)
 

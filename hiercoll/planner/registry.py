@@ -15,6 +15,7 @@ from hiercoll.planner.direct import Direct
 from hiercoll.planner.halving_doubling import HalvingDoubling
 from hiercoll.planner.hier.hier import Hier
 from hiercoll.planner.hier.hier_2d import Hier2D
+from hiercoll.planner.hier.tiers import HierTiers
 from hiercoll.planner.recursive_doubling import RecursiveDoubling
 from hiercoll.planner.ring import Ring
 from hiercoll.planner.tree import Tree
@@ -31,8 +32,8 @@ def register(algo: Algorithm[ParamsT]) -> Algorithm[ParamsT]:
     return algo
 
 
-_BUILT_IN: tuple[Algorithm[Any], ...] = (Ring(), Direct(), TwoShot(), Hier(), Hier2D(), Tree(),
-                                        HalvingDoubling(), RecursiveDoubling(), Bruck())
+_BUILT_IN: tuple[Algorithm[Any], ...] = (Ring(), Direct(), TwoShot(), Hier(), Hier2D(), HierTiers(),
+                                        Tree(), HalvingDoubling(), RecursiveDoubling(), Bruck())
 for _algo in _BUILT_IN:
     register(_algo)
 

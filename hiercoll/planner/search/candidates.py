@@ -54,6 +54,8 @@ def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None 
         algo = algorithms()[name]
         if not getattr(algo, "searched", True):
             continue     # plannable by name only (NCCL's tree stands for the library)
+        if only is None and getattr(algo, "duplicate_of", lambda _: None)(topology):
+            continue     # plans another candidate's ops here (hier_tiers on one level: hier)
         fields = algo.Params.model_fields
         channels = sorted(set(CHANNEL_CHOICES) | ({topology.gpus_per_node} if topology.num_nodes > 1 else set()))
         axes: dict[str, list[Any]] = {"chunks": chunk_opts, "channels": channels}
