@@ -9,6 +9,7 @@ cross each tier: (groups - 1) x S per tier, against hier's (nodes - nodes per gr
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 import hiercoll as hc
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError
+from hiercoll.plan_file import plan_from_dict, plan_to_json
 from hiercoll.planner.hier.levels import Levels, levels_of
 from hiercoll.planner.registry import algorithms, applicable
 from hiercoll.planner.search.candidates import candidates
@@ -153,6 +155,33 @@ def test_ring_on_one_level_plans_and_verifies(kind: Kind) -> None:
     s = checked(topo, spec, {"inner": "ring", "chunks": 2}, seed=5)
     sends = [op for op in s.rank_ops(0) if op.transport.value == "inter"]
     assert {op.dst.rank for op in sends} == {2}       # node 1, local rank 0: the next on the ring
+
+
+@pytest.mark.parametrize("inner_levels", [["direct", "ring", "direct"], ["ring", "direct", "ring"]])
+@pytest.mark.parametrize("kind", SHARDED)
+def test_an_exchange_per_level(inner_levels: list[str], kind: Kind) -> None:
+    topo = tiered(12, 2, [2, 3])                       # levels (2, 3, 2)
+    spec = make_spec(kind, 24, 24 * 5 + 3, "fp32", 9, "sum")
+    checked(topo, spec, {"inner_levels": inner_levels, "chunks": 2}, seed=9)
+
+
+def test_inner_levels_must_name_every_level() -> None:
+    topo = tiered(12, 2, [2, 3])
+    with pytest.raises(HiercollError, match=r"^--algorithm hier_tiers: inner_levels: 2 values for the "
+                       r"3 scale-out levels of this topology \(2 x 3 x 2 nodes\); give one per "
+                       r"level, leaf first$"):
+        hc.plan(topo, make_spec(Kind.ALL_REDUCE, 24, 240), "hier_tiers", {"inner_levels": ["ring", "ring"]})
+
+
+@pytest.mark.parametrize("form", ["recipe", "expanded"])
+def test_plan_file_round_trip(form: str) -> None:
+    """The recipe (algorithm, params with inner=ring, a schema-2 topology) re-plans the same ops."""
+    topo = tiered(8, 2, [2, 2], rails=True)
+    s = hc.plan(topo, make_spec(Kind.ALL_REDUCE, 16, 333, "bf16", 2), "hier_tiers",
+                {"inner": "ring", "chunks": 2})
+    back = plan_from_dict(json.loads(plan_to_json(s, topo, form)))
+    assert back.schedule.meta.params["inner"] == "ring"
+    assert all(list(back.schedule.rank_ops(r)) == list(s.rank_ops(r)) for r in range(16))
 
 
 def test_auto_pick_searches_it_on_tiered_topologies() -> None:

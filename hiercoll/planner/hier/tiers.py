@@ -40,6 +40,13 @@ class HierTiersParams(SwizzleParams):
     inner: InterAlgo = Field(default=InterAlgo.DIRECT, description="inside every scale-out "
                              "level's group: direct (each rank sends to each of the m-1 others at "
                              "once, as hier does) or ring (m-1 steps to one neighbour)")
+    inner_levels: tuple[InterAlgo, ...] | None = Field(
+        default=None, description="one exchange per scale-out level, leaf first, e.g. "
+        "[\"direct\", \"ring\"]; overrides inner")
+
+    def ring_levels(self, count: int) -> tuple[bool, ...]:
+        """Per level of `count`: whether it runs a ring."""
+        return tuple(x == InterAlgo.RING for x in (self.inner_levels or (self.inner,) * count))
 
 
 Ctx = PlanContext[HierTiersParams]
@@ -49,7 +56,7 @@ def _levels(ctx: Ctx) -> Levels:
     lv = ctx.memo.get("tier_levels")
     if lv is None:
         lv = levels_of(ctx.topology)
-        lv = ctx.memo["tier_levels"] = replace(lv, ring=(ctx.params.inner == InterAlgo.RING,) * lv.count)
+        lv = ctx.memo["tier_levels"] = replace(lv, ring=ctx.params.ring_levels(lv.count))
     assert isinstance(lv, Levels)
     return lv
 
@@ -65,7 +72,14 @@ class HierTiers(Algorithm[HierTiersParams]):
     Params = HierTiersParams
 
     def unsupported(self, topo: Topology, spec: CollectiveSpec, params: HierTiersParams) -> str | None:
-        return super().unsupported(topo, spec, params) or levels_unsupported(topo)
+        why = super().unsupported(topo, spec, params) or levels_unsupported(topo)
+        if why is None and params.inner_levels is not None:
+            radices = levels_of(topo).radices
+            if len(params.inner_levels) != len(radices):
+                why = (f"inner_levels: {len(params.inner_levels)} values for the "
+                       f"{len(radices)} scale-out levels of this topology "
+                       f"({' x '.join(map(str, radices))} nodes); give one per level, leaf first")
+        return why
 
     def duplicate_of(self, topo: Topology) -> str | None:
         """`hier` where the topology has one scale-out level (this plans the same ops there)."""
