@@ -21,6 +21,7 @@ from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError
 from hiercoll.plan_file import plan_from_dict, plan_to_json
 from hiercoll.planner.hier.levels import Levels, levels_of
+from hiercoll.planner.labels import FinalReduceLabel, ScatterLabel, TierGatherLabel, TierSendLabel
 from hiercoll.planner.registry import algorithms, applicable
 from hiercoll.planner.search.candidates import candidates
 from hiercoll.schedule import Schedule
@@ -127,6 +128,31 @@ def test_symmetry_is_claimed_by_the_top_group_and_folds_exactly(inner: str) -> N
     folded = simulate(s, topo)
     assert folded.shortcut is not None and "period 12" in folded.shortcut
     assert simulate(s, topo, mode="exact").time_us == pytest.approx(folded.time_us, rel=1e-9)
+
+
+@pytest.mark.parametrize("params", [{}, {"inner": "ring", "chunks": 2},
+                                    {"chunks": 3, "node_swizzle": False, "rank_swizzle": False},
+                                    {"inner": "ring", "node_swizzle": False},
+                                    {"inner_levels": ["ring", "direct", "ring"]}])
+@pytest.mark.parametrize("nodes,gpus,groups", [(8, 2, [2, 2]), (12, 1, [2, 3]), (12, 3, [2, 3])])
+@pytest.mark.parametrize("kind", SHARDED)
+def test_label_formulas_match_the_labels_built(nodes: int, gpus: int, groups: list[int], kind: Kind,
+                                               params: dict[str, Any]) -> None:
+    """index_of (used at scale: it never builds the peer) agrees with every label peers depend
+    on, as the recipe emits it."""
+    topo = tiered(nodes, gpus, groups)
+    if "inner_levels" in params and levels_of(topo).count != 3:
+        params = {"inner_levels": ["ring"] * levels_of(topo).count}
+    s = hc.plan(topo, make_spec(kind, topo.world_size, 77, "fp32", 1), "hier_tiers", params)
+    ctx = s.source.ctx
+    deps = (ScatterLabel, TierSendLabel, TierGatherLabel, FinalReduceLabel)
+    checked_labels = 0
+    for r in range(topo.world_size):
+        for label, index in ctx.label_map(r).items():
+            if isinstance(label, deps):
+                assert ctx.algorithm.index_of(ctx, r, label) == index, (r, label)
+                checked_labels += 1
+    assert checked_labels > topo.world_size
 
 
 # ---- one level: hier -----------------------------------------------------------------------------

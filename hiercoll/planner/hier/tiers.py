@@ -29,6 +29,7 @@ from hiercoll.planner.hier.common import Place, SwizzleParams
 from hiercoll.planner.hier.hier_2d import InterAlgo
 from hiercoll.planner.hier.levels import Levels, levels_of, levels_unsupported
 from hiercoll.planner.hier.tiers_build import build_all_gather, build_reduce_scatter
+from hiercoll.planner.hier.tiers_index import tiers_index
 from hiercoll.planner.labels import GatherSendLabel, Label
 from hiercoll.topology import Topology
 
@@ -115,8 +116,9 @@ class HierTiers(Algorithm[HierTiersParams]):
                                                                         at_shard_offset=True))
 
     def index_of(self, ctx: Ctx, rank: int, label: Label) -> int:
-        if not _is_hier(_levels(ctx)):
-            return super().index_of(ctx, rank, label)
+        lv = _levels(ctx)
+        if not _is_hier(lv):
+            return tiers_index(ctx, lv, Place.of(ctx, rank), label)
         kind, pl = ctx.spec.kind, Place.of(ctx, rank)     # hier's formulas
         if kind == Kind.ALL_GATHER:
             return hier_ag.ag_index(ctx, pl, label, base=0)

@@ -23,7 +23,7 @@ over NVLink to the node's other GPUs, in arrival order.
 Channels as `hier`: scatter copies and all-gather sends on c % C, reduces, reduce-scatter sends
 and all-gather forwards on C + c % C. Order per rank: reduce-scatter targets by the level they
 leave at, then their relative digits (swizzled: every step of a level is a permutation), own
-shard last. Peers' labels resolve by building the peer (`Algorithm.index_of`): no formula yet.
+shard last. Peers' labels resolve by formula (tiers_index.py).
 """
 
 from __future__ import annotations
@@ -107,6 +107,15 @@ def step_of(lv: Levels, pl: Place, j: int, sender: int, receiver: int) -> int:
     return receiver if receiver < sender else receiver - 1
 
 
+def arrival_index(lv: Levels, pl: Place, j: int, sender: int, receiver: int) -> int:
+    """Tells apart the m_j - 1 level-j senders of shards at one place of their held lists:
+    the step at which `sender` reaches `receiver` (swizzled: a different step for each), or,
+    with plain orders (several senders reach it at once), the sender's digit among the others."""
+    if pl.node_swizzle:
+        return step_of(lv, pl, j, sender, receiver)
+    return step_of(lv, pl, j, receiver, sender)
+
+
 def held_key(lv: Levels, pl: Place, node: int, t: int) -> tuple[int, ...]:
     """All-gather: where shard t stands among those `node` holds, in the order they arrive (and
     are sent on and forwarded): its own first, then by level (the top first), then the place t
@@ -118,7 +127,7 @@ def held_key(lv: Levels, pl: Place, node: int, t: int) -> tuple[int, ...]:
     owner = held_key(lv, pl, lv.with_digit(node, j, d), t)
     if lv.is_ring(j):      # block d passes round the ring in its owner's order
         return (lv.count - j, (lv.digit(node, j) - 1 - d) % lv.radices[j], *owner)
-    return (lv.count - j, *owner, step_of(lv, pl, j, d, lv.digit(node, j)))
+    return (lv.count - j, *owner, arrival_index(lv, pl, j, d, lv.digit(node, j)))
 
 
 def partial(ctx: PlanContext[ParamsT], lv: Levels, pl: Place, target: int,
