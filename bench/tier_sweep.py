@@ -178,7 +178,8 @@ def markdown(payload: dict) -> str:
              "folds by one 72-GPU domain; ring, hier, hier_2d, hier_tiers, direct and two_shot then need "
              "more than the limit (ring on dgx-h100 at 1024 GPUs, folded by 8, takes ~2-8 s). The winners "
              "below are therefore among the families that finished (mostly rd / rhd / tree), not among "
-             "all families.", "", "Fastest finished family per size (busbw):", "", *winners(payload), ""]
+             "all families.", "", *([meta["extra_note"], ""] if meta.get("extra_note") else []),
+             "Fastest finished family per size (busbw):", "", *winners(payload), ""]
     for preset_name, nodes in CONFIGS:
         sel = [t for t in table(payload) if (t["preset"], t["nodes"]) == (preset_name, nodes)]
         algos = sorted({a for t in sel for a in t["rows"]})
