@@ -1,13 +1,18 @@
-"""How long the auto-picker takes: a 21-size sweep (4 KiB to 4 GiB) on 16 nodes x 8 GPUs,
-per collective, with an empty simulation cache.
+"""How long the auto-picker takes: a 21-size sweep (4 KiB to 4 GiB) on dgx-h100 clusters
+(16 nodes = 128 GPUs by default; `--nodes 16,512` adds 4096 GPUs), per collective, with an empty
+simulation cache (1 and 2 worker processes), then a warm rerun on the cache the cold run wrote.
 
-    python bench/autopick_speed.py
+    python bench/autopick_speed.py [--nodes 16,512] [--collectives all_reduce,reduce_scatter]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import tempfile
 import time
+from pathlib import Path
 
 from common import command_line, stamp, write_results
 
@@ -17,34 +22,59 @@ from hiercoll.topology import preset
 from hiercoll.units import parse_size_range
 
 
+def _cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--nodes", type=int, default=16)
+    ap.add_argument("--nodes", default="16", help="node counts, comma list (512: 4096 GPUs)")
     ap.add_argument("--sizes", default="4KiB:4GiB")
     ap.add_argument("--collectives", default="all_reduce,reduce_scatter")
     ap.add_argument("--jobs", default="1,2", help="worker processes to time, comma list")
     args = ap.parse_args()
-    topo = preset("dgx-h100", args.nodes)
     sizes = parse_size_range(args.sizes)
     rows = []
-    for kind, jobs in [(k, int(j)) for k in args.collectives.split(",") for j in args.jobs.split(",")]:
-        template = CollectiveSpec(kind=kind, world_size=topo.world_size, dtype="bf16", nbytes=0)
-        t0 = time.perf_counter()
-        picked = sweep(topo, template, sizes, progress=False, cache_path=None, jobs=jobs)
-        rows.append({"collective": kind, "jobs": jobs, "sizes": len(sizes),
-                     "seconds": round(time.perf_counter() - t0, 1),
-                     "simulated": sum(r.simulated for r in picked), "pruned": sum(r.pruned for r in picked),
-                     "choices": [[r.bytes, r.algorithm, r.params] for r in picked]})
-        print(rows[-1]["collective"], f"jobs={jobs}", rows[-1]["seconds"], "s", rows[-1]["simulated"], "simulated",
-              rows[-1]["pruned"], "pruned", flush=True)
-    payload = {"topology": topo.name, "rows": rows, "meta": stamp(command_line())}
-    md = [f"# Auto-pick speed: {len(sizes)} sizes ({args.sizes}) on {topo.name} "
-          f"({topo.world_size} GPUs), empty cache", "", f"Command: `{payload['meta']['command']}`  ",
-          f"Date: {payload['meta']['date']}; machine: {payload['meta']['machine']}", "",
-          "| collective | worker processes | sizes | seconds | simulated | pruned by bounds |",
-          "|---|---|---|---|---|---|"]
-    md += [f"| {r['collective']} | {r['jobs']} | {r['sizes']} | {r['seconds']} | {r['simulated']} | {r['pruned']} |"
-           for r in rows]
+    for nodes in [int(n) for n in args.nodes.split(",")]:
+        topo = preset("dgx-h100", nodes)
+        for kind in args.collectives.split(","):
+            template = CollectiveSpec(kind=kind, world_size=topo.world_size, dtype="bf16", nbytes=0)
+            for jobs in [int(j) for j in args.jobs.split(",")]:
+                with tempfile.TemporaryDirectory() as tmp:
+                    cache = Path(tmp) / "sim-cache.json"       # cold: a fresh cache per run
+                    t0, c0 = time.perf_counter(), _cpu_s()
+                    picked = sweep(topo, template, sizes, progress=False, cache_path=cache, jobs=jobs)
+                    seconds, cpu = time.perf_counter() - t0, _cpu_s() - c0
+                    t0 = time.perf_counter()
+                    warm = sweep(topo, template, sizes, progress=False, cache_path=cache, jobs=jobs)
+                    warm_s = time.perf_counter() - t0
+                assert [r.to_json() for r in warm] == [r.to_json() for r in picked]
+                rows.append({"topology": topo.name, "gpus": topo.world_size, "collective": kind,
+                             "jobs": jobs, "sizes": len(sizes), "seconds": round(seconds, 1),
+                             "cpu_seconds": round(cpu, 1), "warm_seconds": round(warm_s, 2),
+                             "load_avg_1m": round(os.getloadavg()[0], 1),
+                             "simulated": sum(r.simulated for r in picked),
+                             "pruned": sum(r.pruned for r in picked),
+                             "choices": [[r.bytes, r.algorithm, r.params] for r in picked]})
+                r = rows[-1]
+                print(topo.name, kind, f"jobs={jobs}", r["seconds"], "s", r["cpu_seconds"], "cpu s",
+                      "warm", r["warm_seconds"], "s", r["simulated"], "simulated", r["pruned"],
+                      "pruned", flush=True)
+    payload = {"rows": rows, "meta": stamp(command_line())}
+    md = [f"# Auto-pick speed: {len(sizes)} sizes ({args.sizes}) on dgx-h100, empty cache, then warm",
+          "", f"Command: `{payload['meta']['command']}`  ",
+          f"Date: {payload['meta']['date']}; machine: {payload['meta']['machine']}; "
+          f"git {payload['meta']['git_sha'] or '?'}", "",
+          "Seconds are wall clock on a shared machine (load average at the end of each run "
+          "shown); CPU seconds include the worker processes. Warm: the same sweep again on the "
+          "cache the cold run wrote (identical rows, checked).", "",
+          "| topology | GPUs | collective | worker processes | sizes | seconds | CPU seconds "
+          "| warm seconds | load (1 min) | simulated | pruned by bounds |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    md += [f"| {r['topology']} | {r['gpus']} | {r['collective']} | {r['jobs']} | {r['sizes']} "
+           f"| {r['seconds']} | {r['cpu_seconds']} | {r['warm_seconds']} | {r['load_avg_1m']} "
+           f"| {r['simulated']} | {r['pruned']} |" for r in rows]
     write_results("autopick_speed", payload, "\n".join(md) + "\n")
 
 

@@ -86,7 +86,9 @@ class SimCache:
     # 2: host launches by kind, copy-engine op starts; 3: direct's node-aware peer order (the key
     # names the candidate, not its ops: a planner change that re-times a candidate bumps it too)
     MODEL_VERSION = 3
-    ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]
+    ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
+    # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
+    # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]
 
     def __init__(self, path: Path | None):
         self.path = path
@@ -141,6 +143,10 @@ class SimCache:
         self.dirty = False
 
 
+BOUNDS_SUFFIX = "|bounds"
+CE_SUFFIX = "|ce-threshold"
+
+
 def default_cache_path() -> Path | None:
     if os.environ.get("HIERCOLL_NO_CACHE"):
         return None
@@ -187,18 +193,23 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                             + (f" among {only}" if only else ""))
     base = baseline_algorithm(spec)
     scored: list[Scored] = []
-    pending = []
+    # (rank bound, index, candidate, cache key, schedule or None, critical-path bound or -1)
+    pending: list[tuple[float, int, Candidate, str, Schedule | None, float]] = []
     for i, cand in enumerate(cands):
-        cached = cache.get(SimCache.key(topology, spec, cand))
-        if cached is not None:          # already simulated: no need for a bound
+        key = SimCache.key(topology, spec, cand)
+        if cache.get(key) is not None:          # already simulated: no need for a bound
             scored.append(_simulate(topology, spec, cand, cache))
             continue
-        sched = plan(topology, spec, cand.algorithm, cand.params)
-        pending.append((rank_bound_us(sched, topology), i, cand, sched))
+        known = cache.get(key + BOUNDS_SUFFIX)   # pruned before: its bounds, nothing built
+        if known is not None:
+            pending.append((known[0], i, cand, key, None, known[1]))
+            continue
+        built = plan(topology, spec, cand.algorithm, cand.params)
+        pending.append((rank_bound_us(built, topology), i, cand, key, built, -1.0))
     pending.sort(key=lambda t: (t[0], t[1]))
     pruned = 0
     have_base = any(s.candidate.algorithm == base for s in scored)
-    for bound, _, cand, sched in pending:
+    for bound, _, cand, key, sched, path_bound in pending:
         # the baseline (flat ring) is reported at its own best, so it competes among itself
         pool = [s.time_us for s in scored if cand.algorithm != base or s.candidate.algorithm == base]
         if lib_us is not None and cand.algorithm != base:
@@ -208,11 +219,20 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
         # stage 1: one rank's bound (cheap); stage 2: the contention-free critical path. Strictly
         # above: a candidate whose bound equals the best time may tie it, and a tie is decided
         # by label below, so pruning it could change the pick (not only its time)
-        if prune and not must and (bound > best_us or _critical_path_bound(topology, sched) > best_us):
-            pruned += 1
-        else:
-            scored.append(_simulate(topology, spec, cand, cache, sched))
-            have_base = have_base or cand.algorithm == base
+        if prune and not must:
+            if bound <= best_us and path_bound < 0:
+                sched = sched or plan(topology, spec, cand.algorithm, cand.params)
+                path_bound = _critical_path_bound(topology, sched)
+            if bound > best_us or path_bound > best_us:
+                pruned += 1
+                # both bounds are exact values of this candidate's schedule (-1: not computed),
+                # so a later run prunes it the same way without building it
+                entry = [bound, path_bound, 0.0]
+                if cache.get(key + BOUNDS_SUFFIX) != entry:
+                    cache.put(key + BOUNDS_SUFFIX, entry)
+                continue
+        scored.append(_simulate(topology, spec, cand, cache, sched))
+        have_base = have_base or cand.algorithm == base
     simulated = len(scored)
     thresholds = _tune_ce_threshold(topology, spec, scored, cache)
     if lib_us is not None:    # no schedule of its own: it is held to the best plan's bound
@@ -265,6 +285,15 @@ def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Sc
     for i in order:
         best = scored[i]
         cand = best.candidate
+        ce_key = SimCache.key(topology, spec, cand) + CE_SUFFIX
+        known = cache.get(ce_key)
+        if known is not None:         # tuned before: its pick, and that pick's cached time
+            pick = int(known[0])
+            if pick != own:
+                best = _retime(topology, spec, cand, cache, None, pick)
+            scored[i] = best
+            chosen[cand.label()] = pick
+            continue
         sched = plan(topology, spec, cand.algorithm, cand.params)
         ops = [op for r in range(spec.world_size) for op in sched.rank_ops(r)]
         groups: dict[frozenset[int], int] = {}
@@ -281,19 +310,22 @@ def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Sc
                 best, pick = timed, t
         scored[i] = best
         chosen[cand.label()] = pick
+        cache.put(ce_key, [float(pick), 0.0, 0.0])
     return chosen
 
 
 def _retime(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: SimCache,
-            schedule: Schedule, threshold: int) -> Scored:
-    """`schedule` timed with the copy-engine threshold `threshold` (cached under that topology)."""
+            schedule: Schedule | None, threshold: int) -> Scored:
+    """`schedule` timed with the copy-engine threshold `threshold` (cached under that topology;
+    None: the candidate's, built only on a cache miss)."""
     variant = topology.model_copy(update={"costs": topology.costs.model_copy(
         update={"ce_threshold_bytes": threshold})})
     key = SimCache.key(variant, spec, cand)
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
-        res = simulate(schedule, topology, mode="trusted", costs_from=variant)
+        res = simulate(schedule or plan(topology, spec, cand.algorithm, cand.params), topology,
+                       mode="trusted", costs_from=variant)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2])
@@ -311,6 +343,12 @@ def _library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache)
     from hiercoll.planner.library_model import library_model, sm_only
     if spec.kind not in LIBRARY_KINDS:
         return None
+    # library_model() itself simulates ring and tree to choose (multi-node all-reduce): its
+    # result is cached under the model's name too, so a warm run builds and simulates nothing
+    model_key = SimCache.key(topology, spec, Candidate("library-model", {})) + "|library-model"
+    known = cache.get(model_key)
+    if known is not None:
+        return known[0]
     sched = library_model(topology, spec)
     # NCCL moves every byte with SMs: timed without copy engines, so cached apart from the same
     # plan as a candidate of ours
@@ -322,6 +360,7 @@ def _library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache)
         res = simulate(sched, topology, mode="trusted", costs_from=sm_only(topology))
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
+    cache.put(model_key, hit)
     return hit[0]
 
 

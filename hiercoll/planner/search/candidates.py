@@ -16,7 +16,7 @@ from typing import Any
 
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.builder import transport_between
-from hiercoll.planner.registry import algorithms, applicable, parse_params
+from hiercoll.planner.registry import algorithms, applicable, estimate_ops, max_ops, parse_params
 from hiercoll.schedule import Op, OpKind, Schedule, Transport
 from hiercoll.topology import Topology
 
@@ -48,6 +48,7 @@ def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None 
     out = []
     size = spec.total_bytes
     chunk_opts = [c for c in CHUNK_CHOICES if c == 1 or size // c >= MIN_CHUNK_BYTES]
+    limit = max_ops()
     for name in applicable(topology, spec):
         if only is not None and name not in only:
             continue
@@ -73,6 +74,8 @@ def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None 
             elif params["chunks"] > 1 and size // pieces < MIN_CHUNK_BYTES:
                 continue       # a ring pipelines only pieces that stay large (its channels count)
             p = parse_params(algo, params)
+            if estimate_ops(topology, spec, algo, p) > limit:
+                continue       # plan() would refuse it (HIERCOLL_MAX_OPS): flat direct at 4096
             if algo.unsupported(topology, spec, p) is None:
                 out.append(Candidate(name, p.model_dump(mode="json")))
     return out
