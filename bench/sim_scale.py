@@ -1,8 +1,11 @@
-"""Simulator scale: wall time and peak memory of contention-aware simulations of 1024- and
-4096-GPU all-reduces (dgx-h100 nodes), and exact-versus-folded agreement where exact is
-affordable. Each case runs in its own process so peak RSS is its own.
+"""Simulator scale: CPU seconds and peak memory of contention-aware simulations up to 4096 GPUs
+(dgx-h100 nodes), folded (`auto`: one representative per node-shift orbit) and unfolded
+(`exact`: every rank, what anything that breaks the symmetry costs: an uneven size, a group
+operation, a heterogeneous cluster). Each case runs in its own process, so its peak RSS and CPU
+time are its own; a case that passes --limit CPU seconds is killed and reported as such.
 
-    python bench/sim_scale.py
+    python bench/sim_scale.py                 # every case
+    python bench/sim_scale.py --only 4096     # the cases whose label contains "4096"
 """
 
 from __future__ import annotations
@@ -10,74 +13,249 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import re
 import resource
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+from typing import Any
 
 from common import command_line, stamp, write_results
 
-CASES = [  # (nodes, algorithm, params, mode)
-    (8, "ring", {"channels": 8}, "exact"), (8, "ring", {"channels": 8}, "auto"),
-    (8, "hier", {}, "exact"), (8, "hier", {}, "auto"),
-    (128, "ring", {"channels": 1}, "auto"), (128, "ring", {"channels": 8}, "auto"),
-    (128, "direct", {}, "auto"), (128, "hier", {}, "auto"), (128, "hier_2d", {}, "auto"),
-    (512, "ring", {"channels": 1}, "auto"), (512, "ring", {"channels": 8}, "auto"),
-    (512, "direct", {}, "auto"), (512, "hier", {}, "auto"), (512, "hier_2d", {}, "auto"),
+# (label, collective, topology, nodes, algorithm, params, mode, target CPU s or None); all_reduce
+# of 1 GiB, group kinds below; cheapest first, the big ones last. "slow node": node 5's NICs at
+# half speed (topology node_overrides), which breaks every symmetry.
+TIER3 = "h100-rail-3tier"
+CASES: list[tuple[str, str, str, int, str, dict[str, Any], str, float | None]] = [
+    ("1024 ring exact (one switch)", "all_reduce", "dgx-h100", 128, "ring", {"channels": 1}, "exact", None),
+    ("4096 ring auto", "all_reduce", TIER3, 512, "ring", {"channels": 1}, "auto", 10),
+    ("4096 hier auto", "all_reduce", TIER3, 512, "hier", {}, "auto", 10),
+    ("1024 group_cast hier exact", "group_cast", "dgx-h100", 128, "hier", {}, "exact", 60),
+    ("1024 a2av direct exact", "all_to_all_v", "dgx-h100", 128, "direct", {}, "exact", 60),
+    ("32768 ring auto", "all_reduce", TIER3, 4096, "ring", {"channels": 1}, "auto", 60),
+    ("32768 hier auto", "all_reduce", TIER3, 4096, "hier", {}, "auto", 60),
+    ("4096 hier exact", "all_reduce", TIER3, 512, "hier", {}, "exact", 60),
+    ("4096 ring exact", "all_reduce", TIER3, 512, "ring", {"channels": 1}, "exact", 60),
+    ("4096 ring auto slow node", "all_reduce", TIER3 + "+slow", 512, "ring", {"channels": 1}, "auto", 120),
 ]
 
+# ASTRA-sim's analytical (contention-unaware) backend, every GPU simulated: issue 16's figures
+ASTRA = {"1024 ring": "2.1 s (ring all-reduce, every GPU)",
+         "4096 ring": "41 s, 0.8 GB (ring all-reduce, every GPU)"}
 
-def one(nodes: int, algo: str, params: dict, mode: str, nbytes: int) -> dict:
+
+BEFORE = ("Before (issue 16, same 2-core machine, CPU s): unfolded ring all-reduce 0.5 / 10-17 / "
+          "46 / 248 s at 64 / 256 / 512 / 1024 GPUs (3.1 GB at 1024), not finished in 300 s at 4096 "
+          "(5.9 GB and growing); an irregular 1024-GPU group_cast with `hier` not finished in 300 s; "
+          "a dense all-to-all-v spent 0.7 / 5.5 / 41 s at 128 / 256 / 512 GPUs computing pair "
+          "streams alone (O(W^3)). ASTRA-sim's analytical backend: 4096-GPU ring all-reduce, every "
+          "GPU, 41 s / 0.8 GB.")
+
+
+def irregular_group_cast(world: int, seed: int = 0) -> Any:
+    """Each rank sends 1-3 pieces of 16Ki-256Ki elements, each to 1-8 random ranks (mostly on
+    other nodes): no two ranks alike, so nothing folds."""
+    from hiercoll.collectives import GroupSplits, RankSplits, Split
+    rng = random.Random(seed)
+    inputs: list[list[Split]] = []
+    got: list[dict[int, int]] = [{} for _ in range(world)]
+    for s in range(world):
+        splits = []
+        for _ in range(rng.randint(1, 3)):
+            dsts = sorted(rng.sample(range(world), rng.randint(1, 8)))
+            size = rng.randint(16 << 10, 256 << 10)
+            splits.append(Split(size=size, peers=dsts))
+            for d in dsts:
+                got[d][s] = got[d].get(s, 0) + size
+        inputs.append(splits)
+    outputs = [[Split(size=n, peers=[s]) for s, n in sorted(g.items())] for g in got]
+    return GroupSplits(ranks=[RankSplits(input=i, output=o) for i, o in zip(inputs, outputs)])
+
+
+def dense_all_to_all_v(world: int, seed: int = 0) -> Any:
+    """All-to-all-v as a group_cast: every rank sends every rank (itself included) its own
+    1-2047 elements (W input and W output splits per rank)."""
+    from hiercoll.collectives import GroupSplits, RankSplits, Split
+    rng = random.Random(seed)
+    size = [[rng.randint(1, 2047) for _ in range(world)] for _ in range(world)]
+    return GroupSplits(ranks=[RankSplits(input=[Split(size=size[r][d], peers=[d]) for d in range(world)],
+                                         output=[Split(size=size[s][r], peers=[s]) for s in range(world)])
+                              for r in range(world)])
+
+
+def topology(name: str, nodes: int) -> Any:
     import hiercoll as hc
-    topo = hc.load_topology("dgx-h100", nodes)
-    spec = hc.CollectiveSpec(kind="all_reduce", world_size=topo.world_size, dtype="bf16", nbytes=nbytes)
-    load = os.getloadavg()[0]   # other work on the machine slows wall time; recorded, not hidden
-    t0 = time.perf_counter()
-    res = hc.simulate(hc.plan(topo, spec, algo, params), topo, mode=mode)  # type: ignore[arg-type]
-    wall = time.perf_counter() - t0
-    return {"gpus": topo.world_size, "algorithm": algo, "params": params, "mode": mode,
-            "wall_s": round(wall, 3), "load_avg_1m": round(load, 2),
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "ops": res.num_ops, "ranks_simulated": len(res.ranks_simulated), "shortcut": res.shortcut,
-            "sim_time_us": res.time_us, "busbw_gbps": res.busbw_gbps}
+    from hiercoll.topology.model import NodeOverride
+    if name.endswith("+slow"):
+        topo = hc.load_topology(name.removesuffix("+slow"), nodes)
+        return topo.model_validate(topo.model_dump() | {
+            "node_overrides": [NodeOverride(node=5, nic_gbps=topo.inter.nic_gbps / 2).model_dump()]})
+    return hc.load_topology(name, nodes)
+
+
+def one(label: str, kind: str, topo_name: str, nodes: int, algo: str, params: dict[str, Any],
+        mode: str, target: float | None, nbytes: int) -> dict[str, Any]:
+    import hiercoll as hc
+    t0 = time.process_time()
+    topo = topology(topo_name, nodes)
+    w = topo.world_size
+    if kind == "group_cast":
+        spec = hc.CollectiveSpec(kind="group_cast", world_size=w, dtype="bf16",
+                                 splits=irregular_group_cast(w))
+    elif kind == "all_to_all_v":
+        spec = hc.CollectiveSpec(kind="group_cast", world_size=w, dtype="bf16",
+                                 splits=dense_all_to_all_v(w))
+    else:
+        spec = hc.CollectiveSpec(kind=kind, world_size=w, dtype="bf16", nbytes=nbytes)
+    t1 = time.process_time()
+    sched = hc.plan(topo, spec, algo, params)
+    t2 = time.process_time()
+    res = hc.simulate(sched, topo, mode=mode)  # type: ignore[arg-type]
+    t3 = time.process_time()
+    return {"label": label, "gpus": w, "topology": topo_name, "collective": kind, "algorithm": algo,
+            "params": params, "mode": mode, "target_s": target, "cpu_s": t3 - t0,
+            "spec_cpu_s": t1 - t0, "plan_cpu_s": t2 - t1, "sim_cpu_s": t3 - t2,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "ops": res.num_ops, "ranks_simulated": len(res.ranks_simulated),
+            "shortcut": res.shortcut, "sim_time_us": res.time_us, "busbw_gbps": res.busbw_gbps}
+
+
+def _run_case(i: int, nbytes: int, limit: int) -> dict[str, Any]:
+    label, kind, topo_name, nodes, algo, params, mode, target = CASES[i]
+    row: dict[str, Any] = {"label": label, "gpus": nodes * 8, "topology": topo_name, "collective": kind,
+                           "algorithm": algo, "params": params, "mode": mode, "target_s": target}
+    def cap_cpu() -> None:      # a shared machine: every case stops at `limit` s and 12 GiB
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 5))
+        resource.setrlimit(resource.RLIMIT_AS, (12 << 30, 12 << 30))
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, __file__, "--case", str(i), "--bytes", str(nbytes)],
+                                stdout=out, stderr=err, text=True, preexec_fn=cap_cpu)
+        _, status, usage = os.wait4(proc.pid, 0)     # this child's own peak RSS, even if killed
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        last = (stderr.strip().splitlines() or ["?"])[-1]
+        row.update(error=f"> {limit} CPU s (killed)" if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL)
+                   else f"killed by signal {-proc.returncode}" if proc.returncode < 0
+                   else "out of memory at 12 GiB" if "MemoryError" in last else last[:200],
+                   cpu_s=None, peak_rss_mib=usage.ru_maxrss / 1024,
+                   cpu_s_used=usage.ru_utime + usage.ru_stime)
+        return row
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def error(r: dict[str, Any]) -> str:
+    """A killed case: the CPU seconds it had used (its cap may have been lowered to its target +
+    a margin while it ran, with prlimit, to fit the run in the time there was)."""
+    if r["error"].startswith(">"):
+        return f"> {r['cpu_s_used']:.0f} (killed at its CPU cap)"
+    m = re.search(r"about ([0-9.e+]+) ops .*limit of ([0-9.e+]+)", r["error"])
+    if m:
+        return f"refused by plan(): ~{m[1]} ops > HIERCOLL_MAX_OPS {m[2]}"
+    return str(r["error"])
+
+
+def verdict(r: dict[str, Any]) -> str:
+    t = r.get("target_s")
+    if t is None:
+        return ""
+    if r.get("cpu_s") is None:
+        return (f"<= {t:g} s: **missed** (> {r['cpu_s_used']:.0f} s)" if r["error"].startswith(">")
+                else f"<= {t:g} s: **missed** (not simulated)")
+    return f"<= {t:g} s: {'met' if r['cpu_s'] <= t else '**missed**'}"
+
+
+def render(payload: dict[str, Any]) -> str:
+    """The markdown table of a run (`--render FILE.json` redoes it from the saved rows)."""
+    rows = payload["rows"]
+    meta = payload["meta"]
+    md = ["# Simulator scale: CPU seconds and peak memory, folded and unfolded", "",
+          f"Command: `{meta['command']}`  ",
+          f"Date: {meta['date']}; machine: {meta['machine']} (shared with other jobs: CPU s is "
+          f"process time); one process per case, each capped at a few CPU s past its target (60-125 s); "
+          f"git {meta['git_sha']}", "",
+          "all_reduce of 1 GiB bf16. `h100-rail-3tier`: dgx-h100 nodes under a rail-optimised "
+          "leaf / spine / aggregation Clos (leaf per 32 nodes, pods of 8 leaf groups, aggregation "
+          "7:1), so flows cross the spine; `dgx-h100`: one switch joins every node. `slow node`: "
+          "node 5's NICs at half speed (`node_overrides`), which breaks every symmetry. "
+          "`group_cast` is an irregular one (each rank 1-3 pieces of 16Ki-256Ki elements to 1-8 "
+          "random ranks); `a2av` a dense all-to-all-v as a group_cast (every pair its own 1-2047 "
+          "elements). Mode `auto` folds ranks under a verified translation symmetry (folded); "
+          "`exact` simulates every rank (unfolded). `CPU s` covers building the topology and "
+          "spec, planning, the symmetry check and the simulation; `ranks sim.` is how many ranks "
+          "the simulator ran (fewer than GPUs: folded); `peak RSS` is the case's own process; "
+          "`load` is the machine's 1-minute load average when the case started.", "",
+          "| case | GPUs | topology | algorithm | mode | CPU s | peak RSS MiB | ranks sim. | "
+          "simulated time us | target (CPU s) | load | ASTRA-sim (analytical) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        astra = ASTRA.get(" ".join(r["label"].split()[:2]), "")
+        mode = f"{r['mode']} ({'folded' if r['mode'] == 'auto' else 'unfolded'})"
+        algo = r["algorithm"] if r["collective"] == "all_reduce" else f"{r['algorithm']} ({r['collective']})"
+        if r.get("error"):
+            md.append(f"| {r['label']} | {r['gpus']} | {r['topology']} | {algo} | {mode} | "
+                      f"{error(r)} | {r['peak_rss_mib']:.0f} | | | {verdict(r)} | "
+                      f"{r['load_avg_1m']:.1f} | {astra} |")
+            continue
+        md.append(f"| {r['label']} | {r['gpus']} | {r['topology']} | {algo} | {mode} | "
+                  f"{r['cpu_s']:.1f} | {r['peak_rss_mib']:.0f} | {r['ranks_simulated']} | "
+                  f"{r['sim_time_us']:.1f} | {verdict(r)} | {r['load_avg_1m']:.1f} | {astra} |")
+    md += ["", "A killed case shows the CPU seconds it had spent when its cap stopped it (no "
+           "simulated time: it did not finish); the cases ran four at a time on a machine "
+           "loaded 5-8 (other jobs), so wall time was several times CPU time.", "", BEFORE]
+    return "\n".join(md) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--bytes", type=int, default=1 << 30)
+    ap.add_argument("--bytes", type=int, default=1 << 30, help="all_reduce S")
+    ap.add_argument("--limit", type=int, default=125, help="CPU seconds per case")
+    ap.add_argument("--only", default=None, help="run the cases whose label contains this")
+    ap.add_argument("--cases", default=None, help="comma-separated case indices (0-based) to run")
+    ap.add_argument("--out", default="sim_scale", help="results name (bench/results/NAME.{md,json})")
+    ap.add_argument("--merge", nargs="+", default=None, help="merge these JSON results into --out")
+    ap.add_argument("--render", default=None, help="rewrite the markdown from this JSON")
     ap.add_argument("--case", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            payload = json.load(f)
+        write_results("sim_scale", payload, render(payload))
+        return
+    if args.merge:       # parallel partial runs (--cases/--out) joined, in CASES order
+        parts = []
+        for name in args.merge:
+            with open(name) as f:
+                parts.append(json.load(f))
+        order = {c[0]: i for i, c in enumerate(CASES)}
+        rows = sorted((r for p in parts for r in p["rows"]), key=lambda r: order.get(r["label"], 99))
+        payload = parts[0] | {"rows": rows}
+        payload["meta"]["command"] = " & ".join(p["meta"]["command"] for p in parts)
+        write_results(args.out, payload, render(payload))
+        return
     if args.case is not None:
         print(json.dumps(one(*CASES[args.case], args.bytes)))
         return
     rows = []
-    for i in range(len(CASES)):
-        out = subprocess.run([sys.executable, __file__, "--case", str(i), "--bytes", str(args.bytes)],
-                             capture_output=True, text=True, check=True).stdout
-        rows.append(json.loads(out.strip().splitlines()[-1]))
-        r = rows[-1]
-        print(f"{r['gpus']:5d} GPUs {r['algorithm']:8s} {str(r['params']):16s} {r['mode']:5s} "
-              f"{r['wall_s']:7.2f} s {r['peak_rss_mib']:7.1f} MiB  {r['ops']:>10,d} ops "
-              f"sim {r['sim_time_us']:.1f} us", flush=True)
-    payload = {"rows": rows, "meta": stamp(command_line()), "bytes": args.bytes}
-    md = ["# Simulator scale: all_reduce of 1 GiB (bf16) on dgx-h100 nodes", "",
-          f"Command: `{payload['meta']['command']}`  ",
-          f"Date: {payload['meta']['date']}; machine: {payload['meta']['machine']}; one core per case; "
-          f"git {payload['meta']['git_sha']}", "",
-          "`auto` folds ranks under a verified translation symmetry (one representative per node-"
-          "shift orbit, exact for these schedules); `exact` simulates every rank. Reference point: "
-          "ASTRA-sim's analytical, contention-unaware backend: 2.1 s (1024 GPUs) and 41 s (4096 GPUs) "
-          "for a ring all-reduce. `wall s` covers building the simulated ranks' op lists (plans are lazy: "
-          "the representatives plus the ranks the symmetry check compares them with) and the "
-          "simulation; `load` is the machine's 1-minute load average when the case started.", "",
-          "| GPUs | algorithm | params | mode | wall s | peak RSS MiB | ops | ranks simulated "
-          "| simulated time us | busbw GB/s | load |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        md.append(f"| {r['gpus']} | {r['algorithm']} | {r['params']} | {r['mode']} | {r['wall_s']:.2f} | "
-                  f"{r['peak_rss_mib']:.0f} | {r['ops']:,} | {r['ranks_simulated']} | "
-                  f"{r['sim_time_us']:.1f} | {r['busbw_gbps']:.2f} | {r['load_avg_1m']:.1f} |")
-    write_results("sim_scale", payload, "\n".join(md) + "\n")
+    for i, case in enumerate(CASES):
+        if args.only and args.only not in case[0]:
+            continue
+        if args.cases is not None and str(i) not in args.cases.split(","):
+            continue
+        load = os.getloadavg()[0]
+        r = _run_case(i, args.bytes, args.limit)
+        r["load_avg_1m"] = load
+        rows.append(r)
+        payload = {"rows": rows, "meta": stamp(command_line()), "bytes": args.bytes, "limit": args.limit}
+        write_results(args.out, payload, render(payload))     # after every case: partial results
+        cpu = "-" if r.get("cpu_s") is None else f"{r['cpu_s']:7.1f} s"
+        print(f"{r['label']:30s} {cpu} {r['peak_rss_mib']:8.0f} MiB "
+              f"{r.get('error') or format(r['sim_time_us'], '.1f') + ' us'}", flush=True)
 
 
 if __name__ == "__main__":
