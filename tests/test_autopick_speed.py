@@ -95,5 +95,7 @@ def test_candidates_over_the_op_limit_are_left_out(monkeypatch: pytest.MonkeyPat
     for c in kept:
         algo = get_algorithm(c.algorithm)
         assert estimate_ops(topo, spec, algo, parse_params(algo, c.params)) <= 100
-    row = pick_one(topo, spec, SimCache(None))       # no "size: ..." error from plan()
+    # no "size: ..." error from plan(), nor from the library model's refused ring (a column only)
+    row = pick_one(topo, spec, SimCache(None), library_model=True)
     assert row.algorithm in {c.algorithm for c in kept}
+    assert row.library_model_us is None

@@ -349,7 +349,10 @@ def _library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache)
     known = cache.get(model_key)
     if known is not None:
         return known[0]
-    sched = library_model(topology, spec)
+    try:
+        sched = library_model(topology, spec)
+    except HiercollError:   # its ring refused as too large (HIERCOLL_MAX_OPS: 8 rings on 4096
+        return None         # GPUs): the column is a comparison only, so the pick goes on without it
     # NCCL moves every byte with SMs: timed without copy engines, so cached apart from the same
     # plan as a candidate of ours
     key = SimCache.key(topology, spec, Candidate(sched.meta.algorithm, dict(sched.meta.params)))
