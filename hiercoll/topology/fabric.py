@@ -103,8 +103,13 @@ def translation_span(t: Topology) -> int | None:
     """Nodes by which a shift of every rank maps the fabric onto itself (links onto links,
     ECMP paths onto paths): the widest tier group below the outermost that is not the whole
     cluster (1 when there is none). None when such groups are not all full (then only a shift
-    by the whole cluster does)."""
-    spans = [tl.span for tl in layout(t)[:-1] if tl.span < t.num_nodes]
+    by the whole cluster does). A rail leaf whose one group holds the whole cluster under a
+    tier above it: flows between rails climb through uplinks every node shares (a link no
+    shift moves, used by every shifted copy of a flow), so only the whole cluster repeats."""
+    lay = layout(t)
+    if any(tl.index == 0 and tl.rails and tl.span >= t.num_nodes for tl in lay[:-1]):
+        return t.num_nodes
+    spans = [tl.span for tl in lay[:-1] if tl.span < t.num_nodes]
     if any(t.num_nodes % s for s in spans):
         return None
     return max(spans, default=1)
