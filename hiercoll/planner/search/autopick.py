@@ -29,8 +29,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from hiercoll.collectives import GROUPED, CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.files import write_atomic
-from hiercoll.planner.registry import plan
-from hiercoll.planner.search.candidates import Candidate, baseline_algorithm, candidates, rank_bound_us
+from hiercoll.planner.registry import max_ops, plan
+from hiercoll.planner.search.candidates import (
+    Candidate,
+    baseline_algorithm,
+    candidates_and_oversized,
+    rank_bound_us,
+)
 from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, LibraryTable, shipped_table
 from hiercoll.planner.search.workers import Cluster, run_jobs
 from hiercoll.schedule import Schedule
@@ -186,11 +191,14 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
     (they prune simulations like any known time). `library_model`: also simulate NCCL's model
     for the report where no table applies (a column only: `plan -a auto` does not pay it)."""
     planned_only = [a for a in only if a != LIBRARY] if only else None
-    cands = [] if planned_only == [] else candidates(topology, spec, planned_only)
+    cands, oversized = (([], 0) if planned_only == []
+                        else candidates_and_oversized(topology, spec, planned_only))
     lib_us = _library_time_us(topology, spec, library, only)
     if not cands and lib_us is None:
+        why = (f": {oversized} plan(s) would pass the op limit (HIERCOLL_MAX_OPS="
+               f"{max_ops():.0f}); use fewer ranks or raise HIERCOLL_MAX_OPS" if oversized else "")
         raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
-                            + (f" among {only}" if only else ""))
+                            + (f" among {only}" if only else "") + why)
     base = baseline_algorithm(spec)
     scored: list[Scored] = []
     # (rank bound, index, candidate, cache key, schedule or None, critical-path bound or -1)

@@ -45,7 +45,15 @@ def _choices(annotation: Any) -> list[Any] | None:
 
 
 def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None = None) -> list[Candidate]:
+    return candidates_and_oversized(topology, spec, only)[0]
+
+
+def candidates_and_oversized(topology: Topology, spec: CollectiveSpec,
+                             only: list[str] | None = None) -> tuple[list[Candidate], int]:
+    """The candidates, and how many were left out because plan() would refuse them as above
+    HIERCOLL_MAX_OPS (so an empty search can say why)."""
     out = []
+    oversized = 0
     size = spec.total_bytes
     chunk_opts = [c for c in CHUNK_CHOICES if c == 1 or size // c >= MIN_CHUNK_BYTES]
     limit = max_ops()
@@ -75,10 +83,11 @@ def candidates(topology: Topology, spec: CollectiveSpec, only: list[str] | None 
                 continue       # a ring pipelines only pieces that stay large (its channels count)
             p = parse_params(algo, params)
             if estimate_ops(topology, spec, algo, p) > limit:
+                oversized += 1
                 continue       # plan() would refuse it (HIERCOLL_MAX_OPS): flat direct at 4096
             if algo.unsupported(topology, spec, p) is None:
                 out.append(Candidate(name, p.model_dump(mode="json")))
-    return out
+    return out, oversized
 
 
 def baseline_algorithm(spec: CollectiveSpec) -> str:
