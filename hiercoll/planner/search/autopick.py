@@ -195,7 +195,7 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                         else candidates_and_oversized(topology, spec, planned_only))
     lib_us = _library_time_us(topology, spec, library, only)
     if not cands and lib_us is None:
-        why = (f": {oversized} plan(s) would pass the op limit (HIERCOLL_MAX_OPS="
+        why = (f": {oversized} plan(s) would exceed the op limit (HIERCOLL_MAX_OPS="
                f"{max_ops():.0f}); use fewer ranks or raise HIERCOLL_MAX_OPS" if oversized else "")
         raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
                             + (f" among {only}" if only else "") + why)
