@@ -146,7 +146,7 @@ def test_a_tie_is_broken_by_label_with_or_without_pruning(monkeypatch):
     params = {"chunks": 1, "channels": 1}
     first, second = Candidate("bruck_twin", params), Candidate("bruck", params)
     assert second.label() < first.label()
-    monkeypatch.setattr(autopick, "candidates", lambda *a, **k: [first, second])
+    monkeypatch.setattr(autopick, "candidates_and_oversized", lambda *a, **k: ([first, second], 0))
     exact = {}
 
     def tight(schedule, topology, rank=0):      # the simulated time itself: a valid bound
