@@ -89,11 +89,13 @@ class SimCache:
     # Bump when the simulator's timing changes (engine, bounds, cost terms): old entries then
     # miss instead of returning times the current model would not give.
     # 2: host launches by kind, copy-engine op starts; 3: direct's node-aware peer order (the key
-    # names the candidate, not its ops: a planner change that re-times a candidate bumps it too)
-    MODEL_VERSION = 3
+    # names the candidate, not its ops: a planner change that re-times a candidate bumps it too);
+    # 4: rail leaves spanning the cluster no longer folded (same fingerprint, other times)
+    MODEL_VERSION = 4
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
-    # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]
+    # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; and under the
+    # "library-model" candidate plus LIBRARY_MODEL_SUFFIX, NCCL's modelled time (an entry)
 
     def __init__(self, path: Path | None):
         self.path = path
@@ -150,6 +152,7 @@ class SimCache:
 
 BOUNDS_SUFFIX = "|bounds"
 CE_SUFFIX = "|ce-threshold"
+LIBRARY_MODEL_SUFFIX = "|library-model"
 
 
 def default_cache_path() -> Path | None:
@@ -351,28 +354,21 @@ def _library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache)
     from hiercoll.planner.library_model import library_model, sm_only
     if spec.kind not in LIBRARY_KINDS:
         return None
-    # library_model() itself simulates ring and tree to choose (multi-node all-reduce): its
-    # result is cached under the model's name too, so a warm run builds and simulates nothing
-    model_key = SimCache.key(topology, spec, Candidate("library-model", {})) + "|library-model"
-    known = cache.get(model_key)
+    # cached under the model's own name (library_model() itself simulates ring and tree to
+    # choose), so a warm run builds and simulates nothing; apart from our candidates' entries,
+    # since NCCL moves every byte with SMs (timed without copy engines)
+    key = SimCache.key(topology, spec, Candidate("library-model", {})) + LIBRARY_MODEL_SUFFIX
+    known = cache.get(key)
     if known is not None:
         return known[0]
     try:
         sched = library_model(topology, spec)
     except HiercollError:   # its ring refused as too large (HIERCOLL_MAX_OPS: 8 rings on 4096
         return None         # GPUs): the column is a comparison only, so the pick goes on without it
-    # NCCL moves every byte with SMs: timed without copy engines, so cached apart from the same
-    # plan as a candidate of ours
-    key = SimCache.key(topology, spec, Candidate(sched.meta.algorithm, dict(sched.meta.params)))
-    key += "|library-model"
-    hit = cache.get(key)
-    if hit is None:
-        from hiercoll.sim import simulate
-        res = simulate(sched, topology, mode="trusted", costs_from=sm_only(topology))
-        hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
-        cache.put(key, hit)
-    cache.put(model_key, hit)
-    return hit[0]
+    from hiercoll.sim import simulate
+    res = simulate(sched, topology, mode="trusted", costs_from=sm_only(topology))
+    cache.put(key, [res.time_us, res.busbw_gbps, res.lower_bound_us])
+    return res.time_us
 
 
 def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
