@@ -68,13 +68,16 @@ class Network:
             return n
         return n % max(self.fold // self.topology.gpus_per_node, 1)
 
-    def _link(self, key: LinkKey, tier: Tier, gbps: float, counts: bool = False) -> int:
+    def _link(self, key: LinkKey, tier: Tier, gbps: float, counts: bool = False,
+              crowded_gbps: float | None = None) -> int:
         lid = self._ids.get(key)
         if lid is None:
             lid = len(self.links)
             self._ids[key] = lid
             name = key[0] + "[" + ",".join(str(k) for k in key[1:]) + "]"
-            self.links.append(LinkInfo(name, tier, gbps * 1e3 * self._degraded.get(name, 1.0), counts))
+            factor = self._degraded.get(name, 1.0) * 1e3      # GB/s -> bytes/us, then degraded
+            self.links.append(LinkInfo(name, tier, gbps * factor, counts,
+                                       None if crowded_gbps is None else crowded_gbps * factor))
         return lid
 
     # ---- paths -------------------------------------------------------------------------------
@@ -95,12 +98,7 @@ class Network:
         copy-engine copies share the engines' bandwidth worse than one uses it alone: H200, one
         peer 380 GB/s, three peers at once 199 GB/s in all). One GPU's under `shared_gpu`."""
         key = ("ce_all", 0) if self.topology.shared_gpu else ("ce_all", self._gpu(rank))
-        lid = self._link(key, Tier.MEMORY, UNLIMITED_GBPS)
-        if self.links[lid].crowded_bytes_per_us is None:
-            info = self.links[lid]
-            self.links[lid] = LinkInfo(info.name, info.tier, info.bytes_per_us, info.counts_traffic,
-                                       gbps * 1e3 * self._degraded.get(info.name, 1.0))
-        return lid
+        return self._link(key, Tier.MEMORY, UNLIMITED_GBPS, crowded_gbps=gbps)
 
     def net_path(self, a: int, b: int) -> tuple[tuple[int, float], ...]:
         """Network links (no HBM) from GPU a to GPU b, with weights (1 per link use)."""
