@@ -1,11 +1,32 @@
-"""Builders for tests: small custom topologies and random group-cast/group-reduce splits."""
+"""Builders for tests: small custom topologies, random group-cast/group-reduce splits, and the
+CLI run as a user runs it (a subprocess) with its one-line error contract."""
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 from hiercoll.collectives import GroupSplits, RankSplits, Split, transpose
 from hiercoll.topology import Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m hiercoll ARGS` in the repository root, output captured, never raising."""
+    return subprocess.run([sys.executable, "-m", "hiercoll", *args], capture_output=True,
+                          text=True, timeout=600, check=False, cwd=ROOT, env=env)
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The CLI's contract for bad input: exit 2, no traceback, one `error: ...` line."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
 
 
 def small_topology(nodes: int, gpus: int, nics: int | None = None, kind: str = "nvswitch") -> Topology:

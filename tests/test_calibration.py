@@ -4,8 +4,6 @@ reports, the calibrated file, and one-line errors for bad input."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ from hiercoll.calibration.predict import build_case, predict_us
 from hiercoll.collectives import Kind
 from hiercoll.errors import HiercollError
 from hiercoll.planner import plan
+from tests.helpers import run_cli as _hc
 
 DATA = Path(__file__).parent / "data" / "nccl_tests"
 
@@ -205,11 +204,6 @@ def test_holdout_keeps_each_plans_smallest_size_in_the_fit() -> None:
 
 
 # ---- the CLI -------------------------------------------------------------------------------
-def _hc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hiercoll", *args], capture_output=True,
-                          text=True, timeout=600, check=False)
-
-
 def _bench_file(path: Path, cases: list) -> Path:
     rows = [{"collective": c.measurement.collective.value, "algorithm": c.measurement.algorithm,
              "backend": "cuda", "mode": c.measurement.mode, "world_size": 4,

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,21 +18,9 @@ import hiercoll as hc
 from hiercoll.cli.main import main
 from hiercoll.plan_file import save_plan
 from hiercoll.schedule import ExpandedOps, OpKind, Schedule
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _hc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hiercoll", *args], capture_output=True,
-                          text=True, timeout=600, check=False, cwd=ROOT, env=env)
-
-
-def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    return lines[0]
+from tests.helpers import ROOT
+from tests.helpers import one_error_line as _one_error_line
+from tests.helpers import run_cli as _hc
 
 
 def _readme_python() -> str:

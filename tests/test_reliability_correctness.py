@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,19 +17,8 @@ from hiercoll.plan_file import load_plan, plan_from_dict, plan_to_json, save_pla
 from hiercoll.schedule import ExpandedOps, OpKind, Schedule
 from hiercoll.sim import check
 from hiercoll.sim.symbolic import exact_scale
-
-
-def _hc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hiercoll", *args], capture_output=True,
-                          text=True, timeout=600, check=False)
-
-
-def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    return lines[0]
+from tests.helpers import one_error_line as _one_error_line
+from tests.helpers import run_cli as _hc
 
 
 def _topo16() -> hc.Topology:

@@ -9,7 +9,6 @@ import math
 import os
 import stat
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -24,13 +23,9 @@ from hiercoll.planner.search.autopick import SimCache
 from hiercoll.planner.search.candidates import Candidate
 from hiercoll.topology.load import load_topology
 from hiercoll.units import MAX_SIZE, parse_size, parse_size_range
+from tests.helpers import run_cli as _hc
 
 LONG = "a" * 300     # longer than NAME_MAX (255): ENAMETOOLONG
-
-
-def _hc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hiercoll", *args], capture_output=True,
-                          text=True, timeout=600, check=False)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 import hiercoll as hc
 from hiercoll.plan_file import load_plan
+from tests.helpers import run_cli as _hc
 
 TWO_NODES = str(Path(__file__).parents[1] / "bench/gpu/topologies/h200-2node-x2.yaml")
-
-
-def _hc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hiercoll", *args], capture_output=True,
-                          text=True, timeout=600, check=False)
 
 
 def test_llama3_cp_writes_flat_and_hier_plans_that_verify(tmp_path: Path) -> None:
