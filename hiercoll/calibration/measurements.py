@@ -92,17 +92,19 @@ def merge_repeats(rows: Sequence[Measurement]) -> list[Measurement]:
         if len(same) == 1:
             out.append(same[0])
             continue
-
-        def median(values: list[float | None]) -> float | None:
-            known = [v for v in values if v is not None]
-            return statistics.median(known) if len(known) == len(values) else None
-
         out.append(same[0].model_copy(update={
             "source": f"{same[0].source} (median of {len(same)} repeats)",
             "time_us": statistics.median(m.time_us for m in same),
-            "p90_us": median([m.p90_us for m in same]), "p99_us": median([m.p99_us for m in same]),
+            "p90_us": _median_if_all([m.p90_us for m in same]),
+            "p99_us": _median_if_all([m.p99_us for m in same]),
             "iters": sum(m.iters for m in same) if all(m.iters for m in same) else None}))
     return out
+
+
+def _median_if_all(values: list[float | None]) -> float | None:
+    """The median, where every repeat has the value (a percentile only some tools print)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known and len(known) == len(values) else None
 
 
 def _from_json(text: str, source: str) -> list[Measurement]:

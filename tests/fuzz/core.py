@@ -346,17 +346,17 @@ def judge(argv: list[str], case_timeout: float) -> Outcome:
     return o
 
 
-def failure(o: Outcome) -> str | None:
-    """What is wrong with a case's outcome (the Summary's categories), or None."""
+def failure(o: Outcome) -> tuple[str, str] | None:
+    """What is wrong with a case's outcome: (the Summary list it goes to, what), or None."""
     if o.hang:
-        return None if o.known else "hang"
+        return None if o.known else ("hangs", "hang")
     if o.exc is not None:
-        return None if o.known else f"traceback: {o.exc}"
+        return None if o.known else ("tracebacks", f"traceback: {o.exc}")
     if o.rc not in (0, 1, 2):
-        return f"exit code {o.rc}"
+        return ("bad_rc", f"exit code {o.rc}")
     if o.rc == 2 and len([ln for ln in o.stderr.splitlines() if ln.strip()]) != 1:
-        return f"not one line: {o.stderr!r}"
-    return f"wrong-accepted: {o.wrong_accepted}" if o.wrong_accepted else None
+        return ("multiline", f"not one line: {o.stderr!r}")
+    return ("wrong_accepted", o.wrong_accepted) if o.wrong_accepted else None
 
 
 def run_cases(cases: int, seed: int, case_timeout: float = 20.0,
@@ -377,17 +377,11 @@ def run_cases(cases: int, seed: int, case_timeout: float = 20.0,
                 o.known = True
             summary.cases += 1
             summary.by_rc[str(o.rc)] = summary.by_rc.get(str(o.rc), 0) + 1
-            what = failure(o)
+            found = failure(o)
             if o.known:
                 summary.known.append(o)
-            elif what == "hang":
-                summary.hangs.append(o)
-            elif what is not None and what.startswith("traceback"):
-                summary.tracebacks.append(o)
-            elif what is not None and what.startswith("exit code"):
-                summary.bad_rc.append(o)
-            elif what is not None and what.startswith("not one line"):
-                summary.multiline.append(o)
+            elif found is not None and found[0] != "wrong_accepted":    # that one is below
+                getattr(summary, found[0]).append(o)
             if o.wrong_accepted:
                 summary.wrong_accepted.append(o)
             elif argv[0] == "plan" and o.rc == 0:
