@@ -91,9 +91,7 @@ class LinkCache:
 
     def __init__(self, net: Network):
         self.net = net
-        c = net.topology.costs
-        self._capped = (c.sm_op_gbps is not None or c.ce_op_gbps is not None
-                        or c.ce_concurrent_gbps is not None)
+        self._capped = net.topology.costs.engine_links()
         self._by_shape: dict[OpShape, tuple[tuple[tuple[int, float], ...], float]] = {}
 
     def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
@@ -148,14 +146,17 @@ def pinned(schedule: Schedule, ranks: Sequence[int]) -> Schedule:
 
 
 class _Channel:
-    """One (rank, channel): its ops and the position of the one it runs or waits for."""
+    """One (rank, channel): its ops, the position of the one it runs or waits for, and how many
+    of that op's dependencies have already ended (ends are final, so a wake-up resumes there:
+    an op waiting on W peers is not re-checked from its first dependency W times)."""
 
-    __slots__ = ("ops", "paths", "i")
+    __slots__ = ("ops", "paths", "i", "d")
 
     def __init__(self, ops: list[Op], paths: list[tuple[tuple[tuple[int, float], ...], float]]):
         self.ops = ops
         self.paths = paths      # per op: (links with weights, launch + first byte's flight us)
         self.i = 0
+        self.d = 0
 
 
 def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
@@ -175,12 +176,15 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
             if ch.i == len(ch.ops):
                 continue
             op = ch.ops[ch.i]
-            for d in op.deps:          # the first dependency not yet ended: wait for it
+            deps = op.deps
+            while ch.d < len(deps):    # the first dependency not yet ended: wait for it
+                d = deps[ch.d]
                 if fold is not None:
                     d = (d[0] % fold, d[1])
                 if d not in end:
                     waiting.setdefault(d, []).append(ch)
                     break
+                ch.d += 1
             else:
                 now = clock.now
                 start[op.ref] = now
@@ -190,6 +194,7 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
         ref = ch.ops[ch.i].ref
         end[ref] = clock.now
         ch.i += 1
+        ch.d = 0
         ready.append(ch)
         woken = waiting.pop(ref, None)
         if woken:
