@@ -84,3 +84,10 @@ def test_the_nccl_model_is_timed_without_copy_engines() -> None:
     row = Measurement(source="x", tool="baseline", collective="all_to_all", algorithm="nccl",
                       world_size=4, dtype="bf16", nbytes=64 << 20, time_us=1.0, statistic="p50")
     assert predict_us(build_case(row, base), slow_ce, base) == pytest.approx(sm, rel=1e-12)
+
+
+def test_shared_copy_engines_alone_make_the_threshold_worth_tuning() -> None:
+    """ce_concurrent_gbps is the only engine difference: the tuner must still see one."""
+    base = small_topology(1, 4)
+    assert not base.costs.engines_differ()
+    assert _with_costs(base, ce_concurrent_gbps=100.0).costs.engines_differ()

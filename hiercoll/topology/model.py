@@ -220,6 +220,17 @@ class Costs(_Strict):
             return ModeCosts(call_us=self.graph.call_us)
         return self.eager
 
+    def engine_links(self) -> bool:
+        """Whether an op's links depend on the engine that runs it (per-op caps, or a GPU's copy
+        engines shared by concurrent copies)."""
+        return (self.sm_op_gbps is not None or self.ce_op_gbps is not None
+                or self.ce_concurrent_gbps is not None)
+
+    def engines_differ(self) -> bool:
+        """Whether a copy is timed differently on a copy engine than on SMs (links, device
+        start or host issue): only then does the copy-engine threshold change a time."""
+        return self.engine_links() or self.ce_launch_us is not None or self.eager.ce_issue_us != 0.0
+
     def op_launch_us(self, on_copy_engine: bool) -> float:
         """Device time before an op's bytes move: a row start, or a copy-engine op's fences."""
         if on_copy_engine and self.ce_launch_us is not None:

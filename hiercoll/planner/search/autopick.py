@@ -284,9 +284,7 @@ def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Sc
     one choice (the topology's own wins it), and a tie keeps the topology's threshold."""
     from hiercoll.sim.engine import on_copy_engine
     own = topology.costs.ce_threshold_bytes
-    c = topology.costs
-    if c.sm_op_gbps is None and c.ce_op_gbps is None and c.ce_launch_us is None \
-            and c.eager.ce_issue_us == 0.0:
+    if not topology.costs.engines_differ():
         return {}                     # the simulator times both engines alike
     chosen: dict[str, int] = {}
     # ties by label, as the final choice: which candidates get tuned must not depend on the
