@@ -1,7 +1,7 @@
 """A plan -> one Chakra execution trace per rank (ASTRA-sim's workload input).
 
 Each op becomes nodes on the ranks its data touches, the way the simulator moves it
-(`planner/search/candidates._flows`): a copy between ranks is a COMM_SEND_NODE on the source
+(`sim.engine.op_links`): a copy between ranks is a COMM_SEND_NODE on the source
 rank and a COMM_RECV_NODE on the destination; a reduce receives its remote sources on the
 issuing rank, computes there (a COMP_NODE) and sends the result on when the destination is a
 peer; a copy within a rank is a COMP_NODE (a memory copy). The op's *entry* nodes (the sends of
@@ -30,7 +30,6 @@ from typing import Any
 
 from hiercoll.errors import HiercollError
 from hiercoll.export.chakra_proto import NODE_TYPES, encode_stream, messages
-from hiercoll.planner.search.candidates import _flows
 from hiercoll.schedule import Op, OpKind, OpRef, Schedule, predecessor_map, topological_order
 from hiercoll.topology import Topology
 
@@ -116,10 +115,10 @@ class _Builder:
                                         self._dep_ids(preds, src))
                 self.exit[op.ref] = (dst, recv.id)
             return
-        flows = _flows(op, op.rank)
         here = op.rank
         inbound = []
-        for (a, _b), region in zip(flows, op.srcs):
+        for region in op.srcs:
+            a = region.rank
             if a != here:
                 _, recv = self._message(a, here, region.count * self.itemsize, f"op {op.id}",
                                         op.ref, op.ref, self._dep_ids(preds, a))

@@ -99,14 +99,14 @@ def check_layout(t: Topology) -> None:
                              "fewer uplinks")
 
 
-def translation_span(t: Topology) -> int | None:
+def translation_span(t: Topology, lay: list[TierLayout] | None = None) -> int | None:
     """Nodes by which a shift of every rank maps the fabric onto itself (links onto links,
     ECMP paths onto paths): the widest tier group below the outermost that is not the whole
     cluster (1 when there is none). None when such groups are not all full (then only a shift
     by the whole cluster does). A rail leaf whose one group holds the whole cluster under a
     tier above it: flows between rails climb through uplinks every node shares (a link no
     shift moves, used by every shifted copy of a flow), so only the whole cluster repeats."""
-    lay = layout(t)
+    lay = layout(t) if lay is None else lay     # `lay`: the caller's layout(t), not rebuilt
     if any(tl.index == 0 and tl.rails and tl.span >= t.num_nodes for tl in lay[:-1]):
         return t.num_nodes
     spans = [tl.span for tl in lay[:-1] if tl.span < t.num_nodes]
@@ -157,7 +157,7 @@ def route(t: Topology, lay: list[TierLayout], src: tuple[int, int, int], dst: tu
     if mode == "spray":
         choices = list(itertools.product(*(range(tl.uplinks) for tl in lay[:turn])))
     else:
-        span = translation_span(t) or t.num_nodes
+        span = translation_span(t, lay) or t.num_nodes
         key = (na % span, la, (nb - na) % t.num_nodes, lb)
         choices = [tuple(ecmp_choice(t.inter.ecmp_seed, tl.index, key, tl.uplinks)
                          for tl in lay[:turn])]
