@@ -64,6 +64,7 @@ class _Entry:
     key: PlanKey
     schedule: Schedule
     how: str                       # "tuning file ...", "searched (simulated)", "named"
+    executor: dict[str, Any]       # the tuning file's backend knobs for this plan (may be empty)
     backend: Backend
     prepared: Prepared
     pooled: bool                   # its buffers are views of the pools (a cuda plan)
@@ -111,7 +112,8 @@ class Communicator:
         self._choice = BackendChoice(self._backend if self._backend != BackendName.NCCL
                                      else BackendName.GLOO if not on_gpu else BackendName.CUDA,
                                      dict(cuda_options or {}))
-        self._backends: dict[BackendName, Backend] = {}
+        # by backend and options, as the harness's PrepareCache: tuned knobs differ per plan
+        self._backends: dict[tuple[BackendName, tuple[tuple[str, Any], ...]], Backend] = {}
         self.pool = BufferPool(self._device, self._group, self._symmetric, max_pool_bytes)
         self.signal_pool = BufferPool(self._device, self._group, self._symmetric,
                                       max_pool_bytes, min_bytes=64 << 10, what="signal")
@@ -356,12 +358,18 @@ class Communicator:
             raise HiercollError(f"communicator: no prepared plan for {key} during CUDA-graph "
                                 "capture; call it once with this size before capturing")
         spec = make_spec()
-        chosen = plan_with(self._topology, spec, self._algorithm, tuning=self._tuning)
-        schedule = chosen.schedule
-        name = self._choice.for_schedule(schedule)
-        backend = self._backends.get(name)
+        if entry is not None:         # stale (pools grew, slots reset): its plan stands
+            schedule, how, executor = entry.schedule, entry.how, entry.executor
+        else:
+            chosen = plan_with(self._topology, spec, self._algorithm, tuning=self._tuning)
+            schedule, how, executor = chosen.schedule, chosen.how, chosen.executor
+        choice = self._choice.with_tuning(executor)
+        name = choice.for_schedule(schedule)
+        opts = choice.options("eager") if name == choice.name else {}   # a library call: none
+        backend_key = (name, tuple(sorted(opts.items())))
+        backend = self._backends.get(backend_key)
         if backend is None:
-            backend = self._backends[name] = get_backend(name.value, **self._choice.options("eager"))
+            backend = self._backends[backend_key] = get_backend(name.value, **opts)
         pooled = name == BackendName.CUDA
         if pooled:
             prepared = backend.prepare(schedule, self._group,   # type: ignore[call-arg]
@@ -369,7 +377,7 @@ class Communicator:
         else:
             self._reserve_staging(spec)
             prepared = backend.prepare(schedule, self._group)
-        entry = _Entry(key, schedule, chosen.how, backend, prepared, pooled, self._generation())
+        entry = _Entry(key, schedule, how, executor, backend, prepared, pooled, self._generation())
         self.plans.put(key, entry)
         return entry
 
