@@ -324,3 +324,10 @@ def test_launch_per_op_lowering_is_one_op_per_launch_and_still_right(kind, algo)
         ops = {label for x in launches for label in launch_label(x).split(",") if label[:1].isdigit()}
         assert ops == {op.id for op in s.rank_ops(r) if op.dst.count}
     _check_emulation(s, opts, seed=3, calls=2)
+
+
+def test_debug_timeout_is_one_spin_limit_for_every_kernel():
+    """--debug-timeout-ms means the same polls for the collective kernel and the fused
+    RMSNorm stress (which once took any positive value as 2,000,000 polls)."""
+    from hiercoll.executor.cuda.lowering import spin_limit_for
+    assert spin_limit_for(0) == 0 and spin_limit_for(5000) == 5_000_000 and spin_limit_for(0.0005) == 1

@@ -78,9 +78,10 @@ def _one_gpu(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list
         raise HiercollError(f"--world: {world} ranks on one GPU; use 1..8")
     set_safe_cuda_env()
     need_one_gpu()
+    from hiercoll.executor.cuda.lowering import spin_limit_for
     from hiercoll.harness.fused_norm_stress import stress_one_gpu
     from hiercoll.torch.reference import unfused_add_rms_norm
-    spin = 2_000_000 if args.debug_timeout_ms else 0
+    spin = spin_limit_for(args.debug_timeout_ms)
     out = []
     for h in hs:
         for m in ms:
@@ -108,9 +109,10 @@ def _group(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list[i
         if args.world is not None and args.world != launch.world_size:
             raise HiercollError(f"--world: {args.world} but the launch has {launch.world_size} "
                                 f"ranks; torchrun --nproc-per-node {args.world} ...")
+        from hiercoll.executor.cuda.lowering import spin_limit_for
         from hiercoll.harness.fused_norm_stress import stress_group
         from hiercoll.torch.reference import unfused_add_rms_norm
-        spin = 2_000_000 if args.debug_timeout_ms else 0
+        spin = spin_limit_for(args.debug_timeout_ms)
         out = []
         for h in hs:
             for m in ms:

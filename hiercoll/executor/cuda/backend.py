@@ -8,7 +8,6 @@ copy-engine peer views. `run` is capturable into a CUDA graph: it only enqueues 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from hiercoll.executor.cuda.lowering import (
     fused_launch,
     launch_label,
     lower,
+    spin_limit_for,
 )
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.executor.cuda.table import Table, encode
@@ -40,7 +40,6 @@ from hiercoll.schedule import INPUT, OUTPUT, Schedule
 if TYPE_CHECKING:
     from hiercoll.kernels.program import BoundLaunch, KernelState
 
-SPINS_PER_MS = 1000      # rough: one acquire poll of a local slot takes about a microsecond
 
 
 @dataclass
@@ -224,7 +223,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         copies=copies,
         net_stream=torch.cuda.Stream(device=device) if program.net else None,
         net_views=net_views,
-        spin_limit=int(math.ceil(options.debug_timeout_ms * SPINS_PER_MS)),
+        spin_limit=spin_limit_for(options.debug_timeout_ms),
         reduce_op=schedule.spec.reduce_op.value,
         copy_channels=frozenset(ch for ch, items in program.streams.items()
                                 if any(isinstance(x, CopyLaunch) for x in items)))

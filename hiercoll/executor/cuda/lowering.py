@@ -18,12 +18,21 @@ overwrote a slow rank's output before the copy-out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
+
+SPINS_PER_MS = 1000      # rough: one acquire poll of a local slot takes about a microsecond
+
+
+def spin_limit_for(timeout_ms: float) -> int:
+    """Polls a signal wait may spin before it gives up and reports (0: it never gives up)."""
+    return math.ceil(timeout_ms * SPINS_PER_MS)
+
 
 ALIGN_BYTES = 256           # every buffer starts on this boundary inside the allocation
 VECTOR_BYTES = 16           # one vector access; regions aligned to it take the vectorised kernel
