@@ -45,16 +45,32 @@ def sm_only(topology: Topology) -> Topology:
 
 def library_model(topology: Topology, spec: CollectiveSpec) -> Schedule:
     """The hiercoll plan standing for NCCL's own algorithm for `spec` (see the module doc)."""
+    return _candidates_and_choice(topology, spec)[0]
+
+
+def library_model_timed(topology: Topology, spec: CollectiveSpec) -> tuple[Schedule, float]:
+    """NCCL's plan and its simulated time (SMs only), simulating each plan once: where the
+    model chooses between ring and tree, the chosen one's time is the one it chose by."""
+    from hiercoll.sim import simulate
+    schedule, time_us = _candidates_and_choice(topology, spec)
+    if time_us is None:
+        time_us = simulate(schedule, topology, mode="trusted", costs_from=sm_only(topology)).time_us
+    return schedule, time_us
+
+
+def _candidates_and_choice(topology: Topology, spec: CollectiveSpec) -> tuple[Schedule, float | None]:
+    """The model's plan, and its simulated time where choosing it took a simulation."""
     if spec.kind not in RING_KINDS:
-        return plan(topology, spec, "direct")
+        return plan(topology, spec, "direct"), None
     channels = topology.gpus_per_node if topology.num_nodes > 1 else MODEL_CHANNELS
     per_channel = spec.total_bytes // max(channels, 1)
     chunks = max(1, min(MAX_CHUNKS, per_channel // SLICE_BYTES))
     ring = plan(topology, spec, "ring", {"channels": channels, "chunks": chunks})
     if spec.kind not in TREE_KINDS or topology.num_nodes == 1:
-        return ring             # NCCL's tree is for several nodes (NVLS or the ring on one)
+        return ring, None       # NCCL's tree is for several nodes (NVLS or the ring on one)
     from hiercoll.sim import simulate
     tree = plan(topology, spec, "tree", {"chunks": max(1, min(MAX_CHUNKS,
                                                                 spec.total_bytes // SLICE_BYTES))})
     timed = sm_only(topology)
-    return min((ring, tree), key=lambda s: simulate(s, topology, costs_from=timed).time_us)
+    return min(((s, simulate(s, topology, costs_from=timed).time_us)
+                for s in (ring, tree)), key=lambda st: st[1])
