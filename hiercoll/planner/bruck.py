@@ -47,8 +47,7 @@ class Bruck(Algorithm[BaseParams]):
         if not isinstance(label, BruckLabel):
             raise KeyError(label)
         w, k = ctx.world, ctx.params.chunks
-        before = sum(_with_bit(w, b) for b in range(label.step)) + \
-            _with_bit(label.block, label.step) - _with_bit(1 << label.step, label.step)
+        before = sum(_with_bit(w, b) for b in range(label.step)) + _with_bit(label.block, label.step)
         return k + before * k + label.chunk
 
     def build_rank(self, ctx: PlanContext[BaseParams], b: RankBuilder) -> None:

@@ -100,15 +100,6 @@ def _group_part_bytes(spec: CollectiveSpec, cut: Cut) -> list[float]:
     return [max(a, b) for a, b in zip(into, out)]
 
 
-def cut_bytes(spec: CollectiveSpec, t: Topology) -> tuple[float, float]:
-    """(bytes across the busiest one-GPU cut, bytes across the busiest one-node cut)."""
-    gpu, node = Cut("gpu", 1, []), Cut("node", t.gpus_per_node, [])
-    if spec.kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
-        return (max(_group_part_bytes(spec, gpu), default=0.0),
-                max(_group_part_bytes(spec, node), default=0.0))
-    return _part_bytes(spec, 1), _part_bytes(spec, t.gpus_per_node)
-
-
 def _cut_time(spec: CollectiveSpec, cut: Cut) -> tuple[float, float]:
     """(us the cut needs at least, bytes of the part that needs them)."""
     if spec.kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
