@@ -13,6 +13,11 @@ class ScheduleError(HiercollError):
     """A schedule that is structurally wrong (bad ids, bounds, cycles). Names the op."""
 
 
+class ReferenceTooLarge(HiercollError):
+    """The reference executor cannot run this plan on data within its memory limit (callers
+    that can fall back to the static check catch this, not a message)."""
+
+
 class VerificationError(Exception):
     """A schedule that runs but computes the wrong result, races or deadlocks."""
 

@@ -34,7 +34,7 @@ from hiercoll.collectives import (
     tolerance,
     wide_inputs,
 )
-from hiercoll.errors import HiercollError, ScheduleError
+from hiercoll.errors import HiercollError, ReferenceTooLarge, ScheduleError
 from hiercoll.executor.shrink import common_factor, shrink
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Schedule, topological_order
 
@@ -260,7 +260,7 @@ def fitting(schedule: Schedule, max_memory: int) -> tuple[Schedule, int]:
         return small, factor
     why = ("no size-reduced copy fits either" if small is not None
            else "and it has no size-reduced copy (its sizes share no factor)")
-    raise HiercollError(f"the reference executor would need {need / 2**30:.1f} GiB for this plan "
+    raise ReferenceTooLarge(f"the reference executor would need {need / 2**30:.1f} GiB for this plan "
                         f"(limit {max_memory / 2**30:.1f} GiB), {why}; plan it at a smaller size "
                         "or raise the limit (max_memory) to run it on data (the static check "
                         "still covers this size)")
