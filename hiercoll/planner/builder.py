@@ -8,12 +8,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hiercoll.collectives import CollectiveSpec, ReduceOp
 from hiercoll.errors import ScheduleError
 from hiercoll.planner.labels import Label
 from hiercoll.schedule import Op, OpKind, OpRef, Region, Transport
 from hiercoll.topology import Topology
 
 Resolver = Callable[[int, Label], int]   # (peer rank, label) -> index of that op on the peer
+
+
+def avg_scale(spec: CollectiveSpec, terms: int) -> float:
+    """The scale a reduce of `terms` inputs applies for `spec`'s op: 1/terms for avg (applied
+    once, where all terms meet), 1 otherwise."""
+    return 1.0 / terms if spec.reduce_op == ReduceOp.AVG else 1.0
 
 
 @dataclass(frozen=True, slots=True)

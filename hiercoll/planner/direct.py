@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from pydantic import Field
 
-from hiercoll.collectives import Kind, ReduceOp
-from hiercoll.planner.builder import Dep, RankBuilder, ceil_div, chunk_bounds, peer_position, swizzled_peers
+from hiercoll.collectives import Kind
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, ceil_div, chunk_bounds, peer_position, swizzled_peers
 from hiercoll.planner.context import Algorithm, BaseParams, ParamsT, PlanContext, node_period
 from hiercoll.planner.group import build_group_cast, build_group_reduce
 from hiercoll.planner.labels import Label, OwnerReduceLabel, PutLabel
@@ -56,7 +56,7 @@ def reduce_into_owners(ctx: PlanContext[DirectParams], b: RankBuilder, block: Bl
     else:
         owners = [root] if r != root else []
     b.alloc(SLOTS, (w - 1) * k * width)
-    scale = 1.0 / w if ctx.spec.reduce_op == ReduceOp.AVG else 1.0
+    scale = avg_scale(ctx.spec, w)
     for c in range(k):
         for q in owners:
             off, n = block(q)

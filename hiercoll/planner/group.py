@@ -4,8 +4,8 @@ layout helpers here."""
 
 from __future__ import annotations
 
-from hiercoll.collectives import CollectiveSpec, ReduceOp
-from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds, swizzled_peers
+from hiercoll.collectives import CollectiveSpec
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds, swizzled_peers
 from hiercoll.planner.context import ParamsT, PlanContext
 from hiercoll.planner.labels import GroupSendLabel
 from hiercoll.schedule import Region
@@ -82,7 +82,7 @@ def _reduce_pieces(ctx: PlanContext[ParamsT], b: RankBuilder, bases: dict[int, i
     r, spec = b.rank, ctx.spec
     for off, size, at in output_pieces(spec, r):
         srcs = [Region(r, STAGE, bases[s] + at[s], size) for s in sorted(at)]
-        scale = 1.0 / len(at) if spec.reduce_op == ReduceOp.AVG else 1.0
+        scale = avg_scale(spec, len(at))
         b.reduce(srcs, ctx.output(r, off, size), accumulate=True, scale=scale, channel=channel,
                  deps=[Dep(s, GroupSendLabel(r, i)) for s in sorted(at)
                        for i in range(len(spec.pair_streams[(s, r)].segments))])

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hiercoll.collectives import CollectiveSpec, Kind, ReduceOp
-from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
 from hiercoll.planner.fold import Fold
 from hiercoll.planner.labels import FoldLabel, LogStepLabel
@@ -38,10 +38,6 @@ RESULT = "rhd_result"      # reduce-scatter, even rank of a pair: both shards, b
 
 # who wrote which elements of a buffer: (start, end, the op or the peer's op)
 Written = list[tuple[int, int, Dep | int]]
-
-
-def avg_scale(spec: CollectiveSpec) -> float:
-    return 1.0 / spec.world_size if spec.reduce_op == ReduceOp.AVG else 1.0
 
 
 def overlapping(written: Written, start: int, end: int) -> list[Dep | int]:
@@ -89,7 +85,7 @@ def reduce_scatter_steps(ctx: PlanContext[BaseParams], b: RankBuilder, fold: Fol
     spec, r, k, chans = ctx.spec, b.rank, ctx.params.chunks, ctx.params.channels
     v = fold.virtual(r)
     assert v is not None
-    scale = avg_scale(spec)
+    scale = avg_scale(spec, spec.world_size)
     lo, hi, cur = 0, fold.p, start
     b.alloc(RECV, recv_offset(spec, fold, v, fold.steps))   # may exceed S: segments differ
     for s in range(fold.steps):
@@ -175,7 +171,7 @@ class HalvingDoubling(Algorithm[BaseParams]):
             return
         if fold.steps == 0:          # one rank
             n = spec.output_count(r)
-            b.reduce([Region(r, start, 0, n)], ctx.output(r, 0, n), scale=avg_scale(spec),
+            b.reduce([Region(r, start, 0, n)], ctx.output(r, 0, n), scale=avg_scale(spec, spec.world_size),
                      deps=[w for _, _, w in written])
             return
         if spec.kind == Kind.ALL_REDUCE:

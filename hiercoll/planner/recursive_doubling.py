@@ -16,10 +16,10 @@ copies the result back after them.
 from __future__ import annotations
 
 from hiercoll.collectives import Kind
-from hiercoll.planner.builder import Dep, RankBuilder
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
 from hiercoll.planner.fold import Fold
-from hiercoll.planner.halving_doubling import avg_scale, fold_in, pieces
+from hiercoll.planner.halving_doubling import fold_in, pieces
 from hiercoll.planner.labels import LogStepLabel
 from hiercoll.schedule import Region
 
@@ -40,7 +40,7 @@ class RecursiveDoubling(Algorithm[BaseParams]):
         cur, written = fold_in(ctx, b, fold)
         if v is None:
             return
-        scale = avg_scale(spec)
+        scale = avg_scale(spec, spec.world_size)
         fold_deps: list[Dep | int] = [w for _, _, w in written]
         if fold.steps == 0:
             b.reduce([Region(r, cur, 0, n)], ctx.output(r, 0, n), scale=scale, deps=fold_deps)

@@ -14,8 +14,8 @@ waits until the reader consumed the slot's previous content), so scratch stays 2
 
 from __future__ import annotations
 
-from hiercoll.collectives import Kind, ReduceOp
-from hiercoll.planner.builder import Dep, RankBuilder, ceil_div, chunk_bounds
+from hiercoll.collectives import Kind
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, ceil_div, chunk_bounds
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
 from hiercoll.planner.labels import Label, RingAgLabel, RingOwnLabel, RingRsFinalLabel, RingRsLabel
 from hiercoll.schedule import Region
@@ -90,7 +90,7 @@ class Ring(Algorithm[BaseParams]):
     def _reduce_scatter(self, ctx: PlanContext[BaseParams], b: RankBuilder) -> None:
         r, w, k, chans = b.rank, ctx.world, self.pieces(ctx), ctx.params.channels
         width = ceil_div(ceil_div(ctx.spec.count, w), k)
-        scale = 1.0 / w if ctx.spec.reduce_op == ReduceOp.AVG else 1.0
+        scale = avg_scale(ctx.spec, w)
         rings = [RingOrder(ctx, ch) for ch in range(chans)]
         if w > 1:
             b.alloc(RECV, 2 * k * width)

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hiercoll.collectives import CollectiveSpec, Kind, ReduceOp
-from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
 from hiercoll.planner.labels import TreeLabel
 from hiercoll.schedule import Region
@@ -56,7 +56,7 @@ class Tree(Algorithm[TreeParams]):
         node, local = divmod(r, g)
         k = ctx.params.chunks
         b.alloc(SCRATCH, ctx.spec.count)
-        scale = 1.0 / ctx.world if ctx.spec.reduce_op == ReduceOp.AVG else 1.0
+        scale = avg_scale(ctx.spec, ctx.world)
         for t in range(TREES):
             pos = local if t == 0 else g - 1 - local             # place on the node's chain
 

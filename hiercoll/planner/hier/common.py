@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from pydantic import Field
 
-from hiercoll.collectives import CollectiveSpec, ReduceOp
+from hiercoll.collectives import CollectiveSpec
 from hiercoll.planner.builder import ceil_div, chunk_bounds
 from hiercoll.planner.context import BaseParams, PlanContext
 from hiercoll.schedule import Region
@@ -181,10 +181,6 @@ class Place:
 def other_slot(mine: int, other: int, count: int) -> int:
     """Slot 0..count-2 of `other` (!= mine) among `count` items, relative to `mine`."""
     return (other - mine) % count - 1
-
-
-def avg_scale(spec: CollectiveSpec, terms: int) -> float:
-    return 1.0 / terms if spec.reduce_op == ReduceOp.AVG else 1.0
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from hiercoll.collectives import CollectiveSpec, Segment
-from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds
 from hiercoll.planner.context import ParamsT, PlanContext
-from hiercoll.planner.hier.common import Place, avg_scale, slot_table
+from hiercoll.planner.hier.common import Place, slot_table
 from hiercoll.planner.labels import CastSendLabel, CombineSendLabel
 from hiercoll.schedule import Region
 

@@ -21,9 +21,9 @@ from enum import StrEnum
 from pydantic import Field
 
 from hiercoll.collectives import Kind
-from hiercoll.planner.builder import Dep, RankBuilder
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
-from hiercoll.planner.hier.common import Place, SwizzleParams, avg_scale, other_slot
+from hiercoll.planner.hier.common import Place, SwizzleParams, other_slot
 from hiercoll.planner.hier.reduce_scatter import SCATTER, node_pieces, scatter, shards_of
 from hiercoll.planner.labels import (
     FinalReduceLabel,

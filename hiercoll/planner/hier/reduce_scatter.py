@@ -18,9 +18,9 @@ reduce per chunk.
 
 from __future__ import annotations
 
-from hiercoll.planner.builder import Dep, RankBuilder
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale
 from hiercoll.planner.context import ParamsT, PlanContext
-from hiercoll.planner.hier.common import Place, Shards, avg_scale, other_slot
+from hiercoll.planner.hier.common import Place, Shards, other_slot
 from hiercoll.planner.labels import FinalReduceLabel, Label, NodeReduceLabel, NodeSendLabel, ScatterLabel
 from hiercoll.schedule import Region
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hiercoll.collectives import Kind
-from hiercoll.planner.builder import Dep, RankBuilder
+from hiercoll.planner.builder import Dep, RankBuilder, avg_scale
 from hiercoll.planner.context import ParamsT, PlanContext
-from hiercoll.planner.hier.common import Place, avg_scale, other_slot
+from hiercoll.planner.hier.common import Place, other_slot
 from hiercoll.planner.hier.levels import Levels
 from hiercoll.planner.hier.reduce_scatter import SCATTER, node_pieces, scatter, shards_of
 from hiercoll.planner.labels import FinalReduceLabel, TierGatherLabel, TierSendLabel
