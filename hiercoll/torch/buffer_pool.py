@@ -55,9 +55,6 @@ class BufferPool:
     def capacity(self) -> int:
         return 0 if self._tensor is None else self._tensor.numel()
 
-    def fits(self, nbytes: int) -> bool:
-        return align(nbytes) <= self.max_bytes
-
     def reserve(self, nbytes: int) -> bool:
         """Make sure `nbytes` fit (collective on a symmetric pool: every rank asks for the same
         sizes in the same order). True when it (re)allocated: plans of older generations must

@@ -14,13 +14,13 @@ import torch.distributed as dist
 from hiercoll.collectives import DType, ReduceOp
 from hiercoll.errors import HiercollError
 from hiercoll.executor.interface import BackendName, ProcessGroupBackend
+from hiercoll.executor.torch_dtypes import TORCH_DTYPE
 from hiercoll.topology import Topology, load_topology, preset
 from hiercoll.topology.presets import preset_names
 
 AUTO_NODE = "h200x4"       # node type "auto" borrows its costs from (the calibrated one)
 
-_DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.FP16, torch.float32: DType.FP32,
-           torch.float64: DType.FP64}
+_DTYPES = {t: d for d, t in TORCH_DTYPE.items()}     # torch's dtype -> ours
 
 
 def global_ranks(group: Any) -> list[int]:

@@ -188,7 +188,7 @@ def _inter(facts: NodeFacts, n: int, o: Overrides, d: Detected) -> dict[str, Any
             d.seen.append(f"NIC {nic.name} left out (" + ("inactive" if not nic.active else
                           "no PCIe switch shared with a GPU" if nic.gbps else "no rate") + ")")
     if o.num_nics is not None:
-        nics = nics[:o.num_nics] if len(nics) >= o.num_nics else nics
+        nics = nics[:o.num_nics]
     num = o.num_nics or len(nics)
     rates = [x.gbps for x in nics if x.gbps]
     if not num or (not rates and o.nic_gbps is None):
