@@ -26,6 +26,7 @@ from hiercoll.planner.registry import algorithms, applicable
 from hiercoll.planner.search.candidates import candidates
 from hiercoll.schedule import Schedule
 from hiercoll.sim import check, simulate
+from hiercoll.sim.symmetry import find_symmetry
 from hiercoll.topology import Topology, preset
 from hiercoll.topology.load import topology_from_dict
 from tests.helpers import small_topology
@@ -121,13 +122,22 @@ def test_random_tiered_topologies(gpus: int, leaf: int, spine: int, top: int, ra
 
 @pytest.mark.parametrize("inner", ["direct", "ring"])
 def test_symmetry_is_claimed_by_the_top_group_and_folds_exactly(inner: str) -> None:
+    """hier_tiers declares whole top groups (a translation); it also maps onto itself under
+    every level shift, so one node's ranks are simulated, exactly."""
     topo = tiered(12, 2, [3, 2])                      # levels (3, 2, 2): top groups of 6 nodes
     spec = make_spec(Kind.ALL_REDUCE, 24, 24 * 64, "bf16")
     s = hc.plan(topo, spec, "hier_tiers", {"inner": inner})
     assert s.meta.symmetry_period == 12               # 6 nodes x 2 GPUs
+    assert find_symmetry(s, topo) is not None
     folded = simulate(s, topo)
-    assert folded.shortcut is not None and "period 12" in folded.shortcut
-    assert simulate(s, topo, mode="exact").time_us == pytest.approx(folded.time_us, rel=1e-9)
+    assert folded.shortcut is not None and "level-shift symmetry, 2 of 24 ranks" in folded.shortcut
+    exact = simulate(s, topo, mode="exact")
+    assert exact.time_us == pytest.approx(folded.time_us, rel=1e-9)
+    # a folded port's bytes are one real port's, and copies x bytes is every port's in all
+    for kind in ("t0_up", "t1_down"):
+        f = [l for l in folded.links if l.name.startswith(kind)]
+        e = [l for l in exact.links if l.name.startswith(kind)]
+        assert sum(l.bytes * l.copies for l in f) == pytest.approx(sum(l.bytes for l in e), rel=1e-9)
 
 
 @pytest.mark.parametrize("params", [{}, {"inner": "ring", "chunks": 2},

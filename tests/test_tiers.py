@@ -22,8 +22,9 @@ from hiercoll.schedule import ExpandedOps, Op, OpKind, Region, Schedule, Schedul
 from hiercoll.sim import simulate
 from hiercoll.sim.bounds import contention_free_us
 from hiercoll.sim.links import Network
+from hiercoll.sim.symmetry import find_level_symmetry
 from hiercoll.topology import Topology, load_topology, preset
-from hiercoll.topology.fabric import ecmp_choice, layout, translation_span
+from hiercoll.topology.fabric import ecmp_choice, layout, level_offsets, level_radices, translation_span
 from hiercoll.topology.load import topology_from_dict
 from hiercoll.topology.versions import upgrade
 from tests.test_planner_flat import make_spec
@@ -225,8 +226,10 @@ def test_ecmp_is_deterministic_per_seed_and_spray_splits_evenly() -> None:
     lay = layout(t)
     span = translation_span(t)
     assert span == 2
-    # the path of 0 -> 4 is the hash of its endpoints (relative to the 2-node groups)
-    k = ecmp_choice(7, 0, (0 % 2, 0, (2 - 0) % 4, 0), lay[0].uplinks)
+    # the path of 0 -> 4 (node 0 -> node 2, local ranks 0) hashes what every fabric shift keeps:
+    # the local ranks and, per level, the distance between the nodes' digits
+    assert level_radices(t) == (2, 2) and level_offsets((2, 2), 0, 2) == (0, 1)
+    k = ecmp_choice(7, 0, (0, 0, 0, 1), lay[0].uplinks)
     assert f"leaf_up[0,0,{k}]" in uplinks(7)[0:1]
     spray = toy(tiers, nodes=4, gpus=2, nics=2, inter={"routing": "spray"})
     net = Network(spray)
@@ -277,18 +280,23 @@ def test_tiered_folding_grows_the_period_and_matches_exact() -> None:
     assert res4.shortcut is None and any("not all full" in n for n in res4.notes)
 
 
-def test_one_rail_leaf_group_for_the_whole_cluster_is_not_folded() -> None:
+def test_one_rail_leaf_group_for_the_whole_cluster_folds_with_its_shared_uplink() -> None:
     """Found by the hypothesis test below: 2 nodes x 2 GPUs under one group of rail leaves with
-    an uplink each. Cross-rail flows of both nodes climb the same rail-leaf uplink, a link no node
-    shift moves, so folding by one node halved their contention (direct reduce-scatter, 4 bf16
-    elements: folded 9.000402 us, exact 9.000502). Only the whole cluster repeats now."""
+    an uplink each. Cross-rail flows of both nodes climb the same rail-leaf uplink, a link every
+    node shift keeps in place: folded by one node, that uplink must count both nodes' copies of
+    a flow (weight 2), or folding halves their contention (direct reduce-scatter, 4 bf16
+    elements: folded 9.000402 us, exact 9.000502, before ports counted their copies)."""
     t = toy([{"name": "t0", "group_size": 2, "uplinks": 1, "oversubscription": 1.5, "rails": True},
              {"name": "t1", "group_size": 1, "uplinks": 1}, {"name": "top"}], nodes=2, gpus=2, nics=2)
     spec = CollectiveSpec(kind="reduce_scatter", world_size=4, dtype="bf16", nbytes=8)
     sched = hc.plan(t, spec, "direct")
     res = simulate(sched, t)
-    assert res.shortcut is None and any("repeats every 2 nodes" in n for n in res.notes)
-    assert res.time_us == pytest.approx(simulate(sched, t, mode="exact").time_us, rel=1e-12)
+    assert res.shortcut is not None and "2 of 4 ranks" in res.shortcut
+    exact = simulate(sched, t, mode="exact")
+    assert res.time_us == pytest.approx(exact.time_us, rel=1e-12)
+    up = next(l for l in res.links if l.name.startswith("t0_up"))
+    assert up.copies == 1            # one such uplink per rail, which both nodes share
+    assert up.bytes == pytest.approx(sum(l.bytes for l in exact.links if l.name == up.name), rel=1e-12)
 
 
 def test_tier_cut_binds_the_bound() -> None:
@@ -426,3 +434,37 @@ def test_degraded_link_slows_exactly_the_flows_on_it() -> None:
                        ([{"link": "nic_tx[1,0]", "factor": 0.5}] * 2, "appears twice")):
         with pytest.raises(HiercollError, match=match):
             topology_from_dict(data | {"degraded_links": bad}, "t.yaml")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topo=foldable_topologies(), kind=st.sampled_from([Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER]),
+       inner=st.sampled_from(["direct", "ring"]), seed=st.integers(0, 10**6))
+def test_level_shift_fold_is_exact(topo: Topology, kind: Kind, inner: str, seed: int) -> None:
+    """hier_tiers on full tier groups: one node's ranks simulated (level shifts), to the exact
+    time of every rank, and its ports' bytes x copies are every port's bytes."""
+    spec = make_spec(kind, topo.world_size, topo.world_size * 64, "bf16", seed)
+    sched = hc.plan(topo, spec, "hier_tiers", {"inner": inner})
+    res = simulate(sched, topo)
+    radices = level_radices(topo)
+    assert radices is not None
+    if len([m for m in radices if m > 1]) >= 2:
+        assert res.shortcut is not None and res.shortcut.startswith("level-shift symmetry")
+        assert len(res.ranks_simulated) == topo.gpus_per_node
+    exact = simulate(sched, topo, mode="exact")
+    assert exact.time_us == pytest.approx(res.time_us, rel=1e-9)
+    ports = ("leaf_", "spine_")
+    assert sum(l.bytes * l.copies for l in res.links if l.name.startswith(ports)) == pytest.approx(
+        sum(l.bytes for l in exact.links if l.name.startswith(ports)), rel=1e-9, abs=1e-6)
+
+
+def test_a_ring_is_not_level_symmetric_and_keeps_the_translation_fold() -> None:
+    """A flat ring's flow from a leaf group's last node to the next group's first climbs to the
+    spine; its neighbours' do not: no level shift maps it onto itself (whole groups still do)."""
+    t = toy([{"name": "leaf", "group_size": 2, "uplinks": 2}, {"name": "spine", "group_size": 2, "uplinks": 2},
+             {"name": "agg"}], nodes=8, gpus=2, nics=2)
+    spec = CollectiveSpec(kind="all_reduce", world_size=16, dtype="bf16", nbytes=16 * 256)
+    sched = hc.plan(t, spec, "ring", {"channels": 1})
+    assert find_level_symmetry(sched, t) is None
+    res = simulate(sched, t)
+    assert res.shortcut is not None and "period 8" in res.shortcut
+    assert res.time_us == pytest.approx(simulate(sched, t, mode="exact").time_us, rel=1e-9)

@@ -138,7 +138,9 @@ def refuse_too_large(topology: Topology, spec: CollectiveSpec, algo: Algorithm[A
         raise HiercollError(f"size: {algo.name} {spec.kind.value} on {spec.world_size} ranks "
                             f"would be about {ops:.3g} ops (~{gib:.3g} GiB expanded), above the "
                             f"limit of {limit:.3g}; use fewer ranks/chunks/channels or a "
-                            f"hierarchical algorithm, or raise it with {MAX_OPS_ENV}=N")
+                            f"hierarchical algorithm, or raise it with {MAX_OPS_ENV}=N (safe to "
+                            "only simulate it where the simulation folds: it then builds one "
+                            "node's or one period's ranks)")
 
 
 def _plan(topology: Topology, spec: CollectiveSpec, algo: Algorithm[ParamsT],

@@ -138,15 +138,10 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
     the declared symmetry here to stay cheap; the simulation itself always checks it."""
     from hiercoll.sim.engine import LinkCache
     from hiercoll.sim.links import Network
-    from hiercoll.sim.symmetry import fabric_fold, find_symmetry
+    from hiercoll.sim.symmetry import choose_fold
 
-    if verify_symmetry:
-        sym = find_symmetry(schedule, topology)
-        fold, _ = fabric_fold(topology, sym.period if sym else None)
-        if sym and fold and fold != sym.period and not find_symmetry(schedule, topology, fold):
-            fold = None      # as simulate(): the grown period re-checked on its own orbits
-    else:   # trust the planner's declaration (tests check every algorithm's claim exhaustively)
-        fold, _ = fabric_fold(topology, declared_period(schedule, topology))
+    # verify_symmetry off: trust the planner's declaration (tests check every algorithm's claim)
+    _, fold, _ = choose_fold(schedule, topology, "auto" if verify_symmetry else "trusted")
     # unfolded: one op alone sees real links (a folded HBM has weight 2)
     paths = LinkCache(Network(topology, itemsize=schedule.spec.dtype.itemsize))
     ranks = range(fold if fold else schedule.world_size)

@@ -10,7 +10,10 @@ links of the nodes they name (NICs, HBM, scale-up ports); `degraded_links` scale
 
 With a translation symmetry of period P (rank r and r+P run the same program), links are folded
 onto their orbit representative: a flow's weight on a folded link is how many links of that
-orbit its path uses, which makes max-min rates on the folded network equal the full ones.
+orbit its path uses, times how many shifted copies of the flow share one such link (a switch
+port of a group the shifts keep in place: `fabric.port_stabilizer`), which makes max-min rates
+on the folded network equal the full ones. `levels`: folded by level shifts (every node onto
+node 0, `sim/symmetry.py`), not by whole-group translations.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hiercoll.topology import IntraKind, Topology
-from hiercoll.topology.fabric import TierLayout, extra_latency_us, layout, route, turn_tier
+from hiercoll.topology.fabric import TierLayout, extra_latency_us, layout, port_stabilizer, route, turn_tier
 
 LinkKey = tuple[str, *tuple[int, ...]]   # kind, then GPU/node/NIC numbers: ("nic_tx", 1, 3)
 # A link's capacity where only its crowded capacity limits (never the tightest alone)
@@ -39,6 +42,7 @@ class LinkInfo:
     bytes_per_us: float     # capacity, one direction
     counts_traffic: bool    # the link where a tier's bytes are counted once per transfer
     crowded_bytes_per_us: float | None = None   # capacity while two or more flows use it
+    shared_by: int = 1      # folded: shifts that map this link onto itself (its copies: P / this)
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Network:
     topology: Topology
     fold: int | None = None
     itemsize: int = 1        # bytes per element of the schedule (which copies go to copy engines)
+    levels: bool = False     # folded by level shifts (fold = one node), not translations
     links: list[LinkInfo] = field(default_factory=list)
     _ids: dict[LinkKey, int] = field(default_factory=dict)
     _paths: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
@@ -69,7 +74,7 @@ class Network:
         return n % max(self.fold // self.topology.gpus_per_node, 1)
 
     def _link(self, key: LinkKey, tier: Tier, gbps: float, counts: bool = False,
-              crowded_gbps: float | None = None) -> int:
+              crowded_gbps: float | None = None, shared_by: int = 1) -> int:
         lid = self._ids.get(key)
         if lid is None:
             lid = len(self.links)
@@ -77,7 +82,8 @@ class Network:
             name = key[0] + "[" + ",".join(str(k) for k in key[1:]) + "]"
             factor = self._degraded.get(name, 1.0) * 1e3      # GB/s -> bytes/us, then degraded
             self.links.append(LinkInfo(name, tier, gbps * factor, counts,
-                                       None if crowded_gbps is None else crowded_gbps * factor))
+                                       None if crowded_gbps is None else crowded_gbps * factor,
+                                       shared_by))
         return lid
 
     # ---- paths -------------------------------------------------------------------------------
@@ -149,13 +155,22 @@ class Network:
                 (self._link(("nic_to_gpu", self._gpu(b)), Tier.INTER, g2n), 1.0)]
         if self._tiers:
             fold_nodes = None if self.fold is None else max(self.fold // t.gpus_per_node, 1)
-            ports, _ = route(t, self._tiers, (na, nic_a, la), (nb, nic_b, lb), fold_nodes)
-            path += [(self._link(key, Tier.INTER, gbps * eff), w) for key, gbps, w in ports]
+            ports, _ = route(t, self._tiers, (na, nic_a, la), (nb, nic_b, lb), fold_nodes, self.levels)
+            path += [(self._link(key, Tier.INTER, gbps * eff, shared_by=self._port_sharing(key[0])), w)
+                     for key, gbps, w in ports]
         elif inter.oversubscription > 1.0:
             uplink = inter.num_nics * inter.nic_gbps * eff / inter.oversubscription
             path += [(self._link(("fabric_up", self._node(na)), Tier.INTER, uplink), 1.0),
                      (self._link(("fabric_down", self._node(nb)), Tier.INTER, uplink), 1.0)]
         return path
+
+    def _port_sharing(self, kind: str) -> int:
+        """shared_by of a fabric port of kind "<tier>_up" / "<tier>_down" (folded networks)."""
+        if self.fold is None:
+            return 1
+        fold_nodes = max(self.fold // self.topology.gpus_per_node, 1)
+        tl = next(tl for tl in self._tiers if kind.rsplit("_", 1)[0] == tl.name)
+        return port_stabilizer(self.topology, tl, fold_nodes, self.levels)
 
     def latency_us(self, a: int, b: int) -> float:
         t = self.topology

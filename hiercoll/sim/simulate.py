@@ -9,11 +9,11 @@ from typing import Literal
 
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import Op, Schedule, predecessor_map
-from hiercoll.sim.bounds import declared_period, lower_bound
+from hiercoll.sim.bounds import lower_bound
 from hiercoll.sim.engine import on_copy_engine, pinned, run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
-from hiercoll.sim.symmetry import Symmetry, fabric_fold, find_symmetry
+from hiercoll.sim.symmetry import choose_fold
 from hiercoll.topology import Topology
 
 Mode = Literal["auto", "exact", "trusted"]
@@ -62,24 +62,12 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
             raise HiercollError("simulate: costs_from has another shape (ranks, nodes, fabric "
                                 "kinds) than the topology the schedule was planned for")
         topology = costs_from
-    if topology.shared_gpu:
-        mode = "exact"     # every rank shares one HBM: a folded rank would not see the others
-    if mode == "trusted":
-        period = declared_period(schedule, topology)
-        sym = Symmetry(period, 0, False) if period else None
-    else:
-        sym = find_symmetry(schedule, topology) if mode == "auto" else None
-    fold, fold_note = fabric_fold(topology, sym.period if sym else None)
-    if sym and fold and fold != sym.period and mode == "auto":
-        # implied by the period when it holds; re-checked on the new period's own orbits,
-        # which a lazy schedule's sampled check of the shorter period did not all visit
-        sym = find_symmetry(schedule, topology, fold)
-        if sym is None:
-            fold, fold_note = None, (f"not folded: the schedule is not symmetric under the "
-                                     f"fabric's period of {fold} ranks; every rank simulated")
+    # shared_gpu: every rank shares one HBM, a folded rank would not see the others (exact)
+    sym, fold, fold_note = choose_fold(schedule, topology, mode)
     ranks = list(range(fold if fold else schedule.world_size))
     schedule = pinned(schedule, ranks)      # every walk below reads the same built ops
-    net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize)
+    net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize,
+                  levels=bool(sym and sym.levels))
     timing, fluid = run_timing(schedule, net, ranks, record)
     end = call_time_us(schedule, topology, ranks, max(timing.end.values(), default=0.0), call_mode)
     copies = schedule.world_size // fold if fold else 1
@@ -88,7 +76,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
                       utilization=(fluid.usage.bytes[i]
                                    / ((info.crowded_bytes_per_us or info.bytes_per_us) * end)
                                    if end > 0 else 0.0),
-                      copies=copies)
+                      copies=copies // info.shared_by)
              for i, info in enumerate(net.links)]
     per_tier = {Tier.INTRA: 0.0, Tier.INTER: 0.0}
     for i, info in enumerate(net.links):
@@ -101,8 +89,9 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     if sym and fold:
         how = ("every rank" if sym.exhaustive else f"{sym.checked_ranks} ranks (sampled orbits)"
                if sym.checked_ranks else "nothing (declared by the planner, trusted)")
-        shortcut = (f"translation symmetry: period {fold}, {len(ranks)} of "
-                    f"{schedule.world_size} ranks simulated; symmetry checked on {how}")
+        kind = "level-shift symmetry" if sym.levels else f"translation symmetry: period {fold}"
+        shortcut = (f"{kind}, {len(ranks)} of {schedule.world_size} ranks simulated; "
+                    f"symmetry checked on {how}")
     result = SimResult(time_us=end, algbw_gbps=algbw, busbw_gbps=busbw,
                        lower_bound_us=bound.time_us, bound_cut=bound.cut,
                        bytes_intra=per_tier[Tier.INTRA], bytes_inter=per_tier[Tier.INTER],

@@ -6,11 +6,20 @@ by a multiple of gpus_per_node is an automorphism, so ranks in one orbit finish 
 same time and only P representatives need simulating. The declaration is checked before use: on
 every rank for expanded schedules, on sampled orbits for lazy ones (a 4096-GPU ring cannot be
 built in full); a mismatch falls back to the exact simulation.
+
+Tiered fabrics (leaf groups, spines) are not node-shift symmetric: a flow between the last node of
+one leaf group and the first of the next climbs to the spine, its neighbours' do not. Whole-group
+translations still are (`fabric_fold`), and so are *level shifts*: move every node one position
+inside its group at one level (a leaf group's nodes, a pod's leaf groups, ...), which maps each
+group onto itself and the fabric onto itself. A schedule built from per-level relative digits
+(`hier_tiers`) is symmetric under them; they move any node onto any other, so one node's ranks
+are simulated and every switch port counts the shifted copies that share it (`sim/links.py`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hiercoll.schedule import Op, OpKind, Schedule
@@ -24,32 +33,51 @@ class Symmetry:
     period: int
     checked_ranks: int      # ranks compared against their representative
     exhaustive: bool        # every rank checked (exact), or sampled orbits
+    levels: bool = False    # level shifts (one node simulated), not translations by `period`
 
 
 # channel, kind, accumulate, dst rank, dst count, (src rank, count)s, deps
 TimingView = tuple[int, OpKind, bool, int, int, list[tuple[int, int]], list[tuple[int, int]]]
 
 
-def timing_view(op: Op, by: int, world: int) -> TimingView:  # hot
-    """What the timing of an op depends on, with every rank shifted by `by`: offsets and
+class Shift:
+    """Rank r -> r + by (mod world), indexable like a permutation list."""
+
+    __slots__ = ("by", "world")
+
+    def __init__(self, by: int, world: int):
+        self.by, self.world = by, world
+
+    def __getitem__(self, r: int) -> int:
+        return (r + self.by) % self.world
+
+
+RankMap = Shift | Sequence[int]
+
+
+def timing_view(op: Op, to: RankMap) -> TimingView:  # hot
+    """What the timing of an op depends on, with every rank r moved to to[r]: offsets and
     buffer names do not matter, ranks, sizes, channel and dependencies do."""
-    srcs = [((s.rank + by) % world, s.count) for s in op.srcs]
-    deps = [((r + by) % world, i) for r, i in op.deps]
+    srcs = [(to[s.rank], s.count) for s in op.srcs]
+    deps = [(to[r], i) for r, i in op.deps]
     if len(srcs) > 1:
         srcs.sort()
     if len(deps) > 1:
         deps.sort()
-    return (op.channel, op.kind, op.accumulate, (op.dst.rank + by) % world, op.dst.count, srcs, deps)
+    return (op.channel, op.kind, op.accumulate, to[op.dst.rank], op.dst.count, srcs, deps)
+
+
+def _maps_onto(schedule: Schedule, rank: int, to: RankMap) -> bool:
+    """Whether rank to[rank] runs rank `rank`'s program with every rank moved by `to`."""
+    a, b = schedule.rank_ops(rank), schedule.rank_ops(to[rank])
+    if len(a) != len(b):
+        return False
+    same = Shift(0, schedule.world_size)
+    return all(timing_view(x, to) == timing_view(y, same) for x, y in zip(a, b))
 
 
 def _matches(schedule: Schedule, rep: int, k: int, period: int) -> bool:
-    w = schedule.world_size
-    other = (rep + k * period) % w
-    a, b = schedule.rank_ops(rep), schedule.rank_ops(other)
-    if len(a) != len(b):
-        return False
-    by = k * period
-    return all(timing_view(x, by, w) == timing_view(y, 0, w) for x, y in zip(a, b))
+    return _maps_onto(schedule, rep, Shift(k * period, schedule.world_size))
 
 
 def find_symmetry(schedule: Schedule, topology: Topology, period: int | None = None) -> Symmetry | None:
@@ -98,3 +126,74 @@ def fabric_fold(topology: Topology, period: int | None) -> tuple[int | None, str
         return fold, (f"folded by {fold} ranks, not the schedule's {period}: the fabric repeats "
                       f"every {span} nodes")
     return fold, None
+
+
+def level_shift(radices: tuple[int, ...], gpus: int, j: int) -> list[int]:
+    """The rank permutation that moves every node one position inside its level-j group (digit j
+    + 1 mod m_j, the other digits kept), local ranks unchanged."""
+    stride = math.prod(radices[:j])
+    m = radices[j]
+    out: list[int] = []
+    for node in range(math.prod(radices)):
+        d = (node // stride) % m
+        to = node + (((d + 1) % m) - d) * stride
+        out.extend(range(to * gpus, to * gpus + gpus))
+    return out
+
+
+def find_level_symmetry(schedule: Schedule, topology: Topology) -> Symmetry | None:
+    """Level-shift symmetry on a tiered fabric of two or more levels, checked: the schedule maps
+    onto itself under each level's shift (they generate every level shift). An expanded schedule
+    on every rank; a lazy one on sampled ranks (each check builds two ranks' ops, a 4096-GPU
+    rank's thousands): for each level, node 0's first, middle and last local rank, and the first
+    and last local rank of the node where that level's digit wraps (its last position)."""
+    from hiercoll.topology.fabric import level_radices
+    if not topology.symmetric_nodes or topology.shared_gpu or topology.inter is None \
+            or not topology.inter.tiers:
+        return None
+    radices = level_radices(topology)
+    if radices is None or len([m for m in radices if m > 1]) < 2:
+        return None      # one level: a node shift, the translation fold's own case
+    g = topology.gpus_per_node
+    checked: set[int] = set()
+    for j, m in enumerate(radices):
+        if m == 1:
+            continue
+        if schedule.is_expanded:
+            ranks: Sequence[int] = range(schedule.world_size)
+        else:
+            wrap = (m - 1) * math.prod(radices[:j])
+            ranks = sorted({0, g // 2, g - 1, wrap * g, wrap * g + g - 1})
+        shift = level_shift(radices, g, j)
+        if not all(_maps_onto(schedule, r, shift) for r in ranks):
+            return None
+        checked.update(ranks)
+    return Symmetry(g, len(checked), schedule.is_expanded, levels=True)
+
+
+def choose_fold(schedule: Schedule, topology: Topology, mode: str) -> tuple[Symmetry | None, int | None, str | None]:
+    """(symmetry, fold period, note) for simulating `schedule` in `mode` (auto / trusted /
+    exact): the schedule's translation symmetry grown to the fabric's period, or level shifts
+    when they fold further; the note says why nothing (or less than the schedule's own) folds."""
+    if mode == "exact" or topology.shared_gpu:
+        return None, None, None
+    lsym = find_level_symmetry(schedule, topology)      # folds furthest: try it first
+    if lsym is not None:
+        return lsym, lsym.period, (f"folded by level shifts onto one node ({lsym.period} of "
+                                   f"{schedule.world_size} ranks): the fabric's groups repeat "
+                                   "at every level and the schedule with them")
+    if mode == "trusted":
+        from hiercoll.sim.bounds import declared_period
+        period = declared_period(schedule, topology)
+        sym = Symmetry(period, 0, False) if period else None
+    else:
+        sym = find_symmetry(schedule, topology)
+    fold, note = fabric_fold(topology, sym.period if sym else None)
+    if sym and fold and fold != sym.period and mode == "auto":
+        # implied by the period when it holds; re-checked on the new period's own orbits,
+        # which a lazy schedule's sampled check of the shorter period did not all visit
+        sym = find_symmetry(schedule, topology, fold)
+        if sym is None:
+            fold, note = None, (f"not folded: the schedule is not symmetric under the "
+                                f"fabric's period of {fold} ranks; every rank simulated")
+    return sym, fold, note

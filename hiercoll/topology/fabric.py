@@ -12,9 +12,10 @@ down, taking at each tier one uplink (ECMP: a seeded hash of the endpoints) or a
 equal shares (spray). The port it goes up through and the port it comes down through (the
 parent switch's downlink into the destination's group) are the links it loads.
 
-The ECMP hash reads the endpoints relative to the outermost tier's child groups (position inside
-its group, distance to the destination): shifting every rank by one such group maps paths onto
-paths, which keeps the translation folding of `sim/symmetry.py` exact on tiered fabrics.
+The ECMP hash reads only what every fabric automorphism keeps: the two local ranks and, per
+level (`level_radices`), how far the destination's position in its group is from the source's.
+Shifting ranks by whole groups, or shifting the position inside every group of one level at
+once, maps paths onto paths, which keeps the folding of `sim/symmetry.py` exact on tiered fabrics.
 """
 
 from __future__ import annotations
@@ -103,16 +104,54 @@ def translation_span(t: Topology, lay: list[TierLayout] | None = None) -> int | 
     """Nodes by which a shift of every rank maps the fabric onto itself (links onto links,
     ECMP paths onto paths): the widest tier group below the outermost that is not the whole
     cluster (1 when there is none). None when such groups are not all full (then only a shift
-    by the whole cluster does). A rail leaf whose one group holds the whole cluster under a
-    tier above it: flows between rails climb through uplinks every node shares (a link no
-    shift moves, used by every shifted copy of a flow), so only the whole cluster repeats."""
+    by the whole cluster does). A group holding the whole cluster (a rail leaf under a tier
+    above it) maps onto itself under every shift: its ports are shared by every shifted copy of
+    a flow, which the folded network counts (`port_stabilizer`)."""
     lay = layout(t) if lay is None else lay     # `lay`: the caller's layout(t), not rebuilt
-    if any(tl.index == 0 and tl.rails and tl.span >= t.num_nodes for tl in lay[:-1]):
-        return t.num_nodes
     spans = [tl.span for tl in lay[:-1] if tl.span < t.num_nodes]
     if any(t.num_nodes % s for s in spans):
         return None
     return max(spans, default=1)
+
+
+def level_radices(t: Topology, lay: list[TierLayout] | None = None) -> tuple[int, ...] | None:
+    """Radices m_1..m_k of the scale-out levels, leaf first: each tier whose groups hold more
+    than one node and fewer than all adds a level of m_j groups of the level below, and the
+    cluster is the last (their product is the node count). A node index is then a mixed-radix
+    number whose digit j is its position in its level-j group. None when a tier's groups are not
+    all full (no such numbering)."""
+    lay = layout(t) if lay is None else lay
+    n, below, radices = t.num_nodes, 1, []
+    for tl in lay:
+        if 1 < tl.span < n and tl.span > below:
+            if n % tl.span or tl.span % below:
+                return None
+            radices.append(tl.span // below)
+            below = tl.span
+    radices.append(n // below)
+    return tuple(radices)
+
+
+def level_offsets(radices: tuple[int, ...], a: int, b: int) -> tuple[int, ...]:
+    """Per level, how far node b's digit is from node a's (mod the level's radix): what a shift
+    of whole groups or of every group's positions at one level leaves unchanged."""
+    out, sa, sb = [], a, b
+    for m in radices:
+        out.append((sb % m - sa % m) % m)
+        sa, sb = sa // m, sb // m
+    return tuple(out)
+
+
+def port_stabilizer(t: Topology, tl: TierLayout, fold_nodes: int, levels: bool) -> int:
+    """How many shifts of a folded simulation map one port of tier `tl` onto itself: the copies
+    of the representative's flows that load it, so its weight in the folded network. Shifts by
+    `fold_nodes` whole nodes: 1, unless the tier's group is the whole cluster (every shift keeps
+    it). Level shifts (`levels`: positions inside groups, one node's ranks simulated): every
+    node of the port's group reaches it."""
+    span = min(tl.span, t.num_nodes)
+    if levels:
+        return span
+    return t.num_nodes // fold_nodes if span >= t.num_nodes else 1
 
 
 # (link key, GB/s per direction, weight) of each fabric port a flow uses
@@ -143,9 +182,11 @@ def extra_latency_us(lay: list[TierLayout], turn: int) -> float:
 
 
 def route(t: Topology, lay: list[TierLayout], src: tuple[int, int, int], dst: tuple[int, int, int],
-          fold_nodes: int | None = None) -> tuple[list[PortUse], float]:
+          fold_nodes: int | None = None, levels: bool = False) -> tuple[list[PortUse], float]:
     """Fabric ports from (node, nic, local rank) `src` to `dst`, with weights, and the latency
-    the extra switch hops add. `fold_nodes`: the symmetry period in nodes (keys of folded ports)."""
+    the extra switch hops add. `fold_nodes`: the symmetry period in nodes (keys of folded ports;
+    `levels`: folded by level shifts onto one node), each port's weight then multiplied by the
+    shifted copies of the flow that share it (`port_stabilizer`)."""
     assert t.inter is not None
     (na, ra, la), (nb, rb, lb) = src, dst
     turn = turn_tier(lay, src, dst)
@@ -157,8 +198,7 @@ def route(t: Topology, lay: list[TierLayout], src: tuple[int, int, int], dst: tu
     if mode == "spray":
         choices = list(itertools.product(*(range(tl.uplinks) for tl in lay[:turn])))
     else:
-        span = translation_span(t, lay) or t.num_nodes
-        key = (na % span, la, (nb - na) % t.num_nodes, lb)
+        key = (la, lb, *level_offsets(level_radices(t, lay) or (t.num_nodes,), na, nb))
         choices = [tuple(ecmp_choice(t.inter.ecmp_seed, tl.index, key, tl.uplinks)
                          for tl in lay[:turn])]
     share = 1.0 / len(choices)
@@ -168,8 +208,9 @@ def route(t: Topology, lay: list[TierLayout], src: tuple[int, int, int], dst: tu
         for tl, k in zip(lay[:turn], ks):
             s_up = (ra if tl.rails else 0) if tl.index == 0 else prefix
             s_down = (rb if tl.rails else 0) if tl.index == 0 else prefix
+            copies = 1 if fold_nodes is None else port_stabilizer(t, tl, fold_nodes, levels)
             for key4 in ((f"{tl.name}_up", fa // tl.span, s_up, k),
                          (f"{tl.name}_down", fb // tl.span, s_down, k)):
-                uses.setdefault(key4, [tl.port_gbps, 0.0])[1] += share
+                uses.setdefault(key4, [tl.port_gbps, 0.0])[1] += share * copies
             prefix = k if tl.index == 0 else prefix * tl.uplinks + k
     return [(key4, gw[0], gw[1]) for key4, gw in uses.items()], extra

@@ -75,28 +75,29 @@ class Place:
     nics: int | None = None
     node_swizzle: bool = True
     rank_swizzle: bool = True
+    # set once at construction (hot: label formulas build a Place per resolved dependency)
+    num_nodes: int = field(init=False)
+    gpus: int = field(init=False)
+    node: int = field(init=False)
+    local_rank: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        gpus = self.topo.gpus_per_node
+        object.__setattr__(self, "num_nodes", self.topo.num_nodes)
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "node", self.rank // gpus)
+        object.__setattr__(self, "local_rank", self.rank % gpus)
 
     @staticmethod
     def of(ctx: PlanContext[SwizzleT], rank: int) -> Place:
-        p = ctx.params
-        return Place(ctx.topology, rank, p.nics if isinstance(p, HierParams) else None,
-                     p.node_swizzle, p.rank_swizzle)
-
-    @cached_property
-    def num_nodes(self) -> int:
-        return self.topo.num_nodes
-
-    @cached_property
-    def gpus(self) -> int:
-        return self.topo.gpus_per_node
-
-    @cached_property
-    def node(self) -> int:
-        return self.rank // self.gpus
-
-    @cached_property
-    def local_rank(self) -> int:
-        return self.rank % self.gpus
+        """`rank`'s Place in this plan (one per rank and plan: label formulas ask per dependency)."""
+        places: dict[int, Place] = ctx.memo.setdefault("places", {})
+        pl = places.get(rank)
+        if pl is None:
+            p = ctx.params
+            pl = places[rank] = Place(ctx.topology, rank, p.nics if isinstance(p, HierParams) else None,
+                                      p.node_swizzle, p.rank_swizzle)
+        return pl
 
     def at(self, node: int, local_rank: int) -> int:
         return node * self.gpus + local_rank

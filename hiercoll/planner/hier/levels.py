@@ -12,10 +12,9 @@ there is one level, radices (N,): `hier`'s two-level picture.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from hiercoll.topology import Topology
-from hiercoll.topology.fabric import layout
+from hiercoll.topology.fabric import layout, level_radices
 
 
 @dataclass(frozen=True)
@@ -25,6 +24,8 @@ class Levels:
     radices: tuple[int, ...]
     ring: tuple[bool, ...] = ()    # per level: a ring among the m_j peers (else direct); a plan's choice
     strides: tuple[int, ...] = field(init=False)   # nodes per level-j step: 1, m_1, m_1*m_2, ...
+    count: int = field(init=False)                 # levels
+    num_nodes: int = field(init=False)
 
     def __post_init__(self) -> None:
         strides, s = [], 1
@@ -32,17 +33,11 @@ class Levels:
             strides.append(s)
             s *= m
         object.__setattr__(self, "strides", tuple(strides))
+        object.__setattr__(self, "count", len(self.radices))
+        object.__setattr__(self, "num_nodes", s)
 
     def is_ring(self, j: int) -> bool:
         return j < len(self.ring) and self.ring[j]
-
-    @property
-    def count(self) -> int:
-        return len(self.radices)
-
-    @cached_property
-    def num_nodes(self) -> int:
-        return self.strides[-1] * self.radices[-1]
 
     def digit(self, node: int, j: int) -> int:
         """Digit j (0-based: 0 = the leaf level) of `node`: its position in its level-j group."""
@@ -55,7 +50,12 @@ class Levels:
     def first_difference(self, a: int, b: int) -> int:
         """The lowest level whose digit differs between nodes a and b (count when a == b): where
         reduce-scatter sends b's shard away from a, and where all-gather brings it to a."""
-        return next((j for j in range(self.count) if self.digit(a, j) != self.digit(b, j)), self.count)
+        for j, m in enumerate(self.radices):      # hot: digits peeled off both at once
+            a, da = divmod(a, m)
+            b, db = divmod(b, m)
+            if da != db:
+                return j
+        return self.count
 
     def above(self, node: int, j: int) -> int:
         """Index of `node`'s digits j+1..k-1 (digit j+1 least significant): the slot
@@ -89,10 +89,6 @@ def levels_unsupported(topo: Topology) -> str | None:
 
 def levels_of(topo: Topology) -> Levels:
     """The levels of `topo` (check `levels_unsupported` first)."""
-    n = topo.num_nodes
-    below, radices = 1, []
-    for _, span in spans(topo):
-        radices.append(span // below)
-        below = span
-    radices.append(n // below)
-    return Levels(tuple(radices))
+    radices = level_radices(topo)
+    assert radices is not None, levels_unsupported(topo)
+    return Levels(radices)

@@ -90,8 +90,9 @@ class SimCache:
     # miss instead of returning times the current model would not give.
     # 2: host launches by kind, copy-engine op starts; 3: direct's node-aware peer order (the key
     # names the candidate, not its ops: a planner change that re-times a candidate bumps it too);
-    # 4: rail leaves spanning the cluster no longer folded (same fingerprint, other times)
-    MODEL_VERSION = 4
+    # 4: rail leaves spanning the cluster no longer folded (same fingerprint, other times);
+    # 5: ECMP hashes per-level digit offsets (other paths on tiered fabrics)
+    MODEL_VERSION = 5
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
     # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; and under the
