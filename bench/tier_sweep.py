@@ -172,13 +172,13 @@ def markdown(payload: dict) -> str:
              "one size was not tried at larger sizes on that topology (`skip`). `*` marks the auto-pick as "
              "bench/planner_sweep.py takes it: the fastest family at that point. `bound` is the busbw of "
              "the best lower bound the simulator reported among the simulated families.", "",
-             "Why so many timeouts: on a tiered fabric the simulator folds by the fabric's period, not "
-             "the schedule's: h100-rail-3tier repeats every leaf group of 32 nodes, so 256 of 1024 ranks "
-             "(2048 of 4096) are simulated instead of 8 (`sim.simulate.fabric_fold`), and gb200-nvl72 "
-             "folds by one 72-GPU domain; ring, hier, hier_2d, hier_tiers, direct and two_shot then need "
-             "more than the limit (ring on dgx-h100 at 1024 GPUs, folded by 8, takes ~2-8 s). The winners "
-             "below are therefore among the families that finished (mostly rd / rhd / tree), not among "
-             "all families.", "", *([meta["extra_note"], ""] if meta.get("extra_note") else []),
+             "Why timeouts remain: on a tiered fabric a flat ring, `hier`, `hier_2d`, `direct` and "
+             "`two_shot` are symmetric only under translations by the fabric's period (h100-rail-3tier "
+             "repeats every leaf group of 32 nodes: 256 of 1024 ranks, 2048 of 4096 simulated), while "
+             "`hier_tiers` maps onto itself under level shifts and is simulated on one node's 8 ranks "
+             "(`sim.symmetry.choose_fold`); gb200-nvl72 x 8 (one rail-leaf group) folds by one domain "
+             "with its shared leaf uplinks counted. Where a family timed out, the winners below are "
+             "among the families that finished.", "", *([meta["extra_note"], ""] if meta.get("extra_note") else []),
              "Fastest finished family per size (busbw):", "", *winners(payload), ""]
     for preset_name, nodes in CONFIGS:
         sel = [t for t in table(payload) if (t["preset"], t["nodes"]) == (preset_name, nodes)]
