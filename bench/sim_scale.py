@@ -34,19 +34,22 @@ CASES: list[tuple[str, str, str, int, str, dict[str, Any], str, float | None]] =
     ("4096 ring auto", "all_reduce", TIER3, 512, "ring", {"channels": 1}, "auto", 10),
     ("4096 hier auto", "all_reduce", TIER3, 512, "hier", {}, "auto", 10),
     ("4096 hier_tiers auto", "all_reduce", TIER3, 512, "hier_tiers", {}, "auto", 10),
+    ("4096 hier auto spray", "all_reduce", TIER3 + "+spray", 512, "hier", {}, "auto", 10),
+    ("4096 hier_tiers auto spray", "all_reduce", TIER3 + "+spray", 512, "hier_tiers", {}, "auto", 10),
     ("1024 group_cast hier exact", "group_cast", "dgx-h100", 128, "hier", {}, "exact", 60),
     ("1024 a2av direct exact", "all_to_all_v", "dgx-h100", 128, "direct", {}, "exact", 60),
     ("32768 ring auto", "all_reduce", TIER3, 4096, "ring", {"channels": 1}, "auto", 60),
     ("32768 hier auto", "all_reduce", TIER3, 4096, "hier", {}, "auto", 60),
     ("32768 hier_tiers auto", "all_reduce", TIER3, 4096, "hier_tiers", {}, "auto", 60),
+    ("32768 hier_tiers auto spray", "all_reduce", TIER3 + "+spray", 4096, "hier_tiers", {}, "auto", 60),
     ("4096 hier exact", "all_reduce", TIER3, 512, "hier", {}, "exact", 60),
     ("4096 ring exact", "all_reduce", TIER3, 512, "ring", {"channels": 1}, "exact", 60),
     ("4096 ring auto slow node", "all_reduce", TIER3 + "+slow", 512, "ring", {"channels": 1}, "auto", 120),
 ]
 
 # cases run with HIERCOLL_MAX_OPS raised: plan() counts every rank's ops (~2.3e9 for hier_tiers
-# on 32768 GPUs), the level-shift fold builds and simulates one node's (its error says so)
-RAISED_LIMIT = {"32768 hier_tiers auto": "1e10"}
+# on 32768 GPUs), the level-shift fold builds and simulates one node's (the error says so)
+RAISED_LIMIT = {"32768 hier auto": "1e10", "32768 hier_tiers auto": "1e10", "32768 hier_tiers auto spray": "1e10"}
 
 # ASTRA-sim's analytical (contention-unaware) backend, every GPU simulated: issue 16's figures
 ASTRA = {"1024 ring": "2.1 s (ring all-reduce, every GPU)",
@@ -95,6 +98,11 @@ def dense_all_to_all_v(world: int, seed: int = 0) -> Any:
 def topology(name: str, nodes: int) -> Any:
     import hiercoll as hc
     from hiercoll.topology.model import NodeOverride
+    if name.endswith("+spray"):      # per-packet spraying over every uplink instead of ECMP
+        topo = hc.load_topology(name.removesuffix("+spray"), nodes)
+        data = topo.model_dump(mode="json")
+        data["inter"]["routing"] = "spray"
+        return type(topo).model_validate(data)
     if name.endswith("+slow"):
         topo = hc.load_topology(name.removesuffix("+slow"), nodes)
         return topo.model_validate(topo.model_dump() | {
@@ -189,7 +197,11 @@ def render(payload: dict[str, Any]) -> str:
           "all_reduce of 1 GiB bf16. `h100-rail-3tier`: dgx-h100 nodes under a rail-optimised "
           "leaf / spine / aggregation Clos (leaf per 32 nodes, pods of 8 leaf groups, aggregation "
           "7:1), so flows cross the spine; `dgx-h100`: one switch joins every node. `slow node`: "
-          "node 5's NICs at half speed (`node_overrides`), which breaks every symmetry. "
+          "node 5's NICs at half speed (`node_overrides`), which breaks every symmetry. `spray`: "
+          "the preset with `inter.routing: spray` (every flow split evenly over every uplink, as "
+          "per-packet spraying / adaptive routing does) instead of its default ECMP hash of the "
+          "endpoints; only then do level shifts map paths onto paths (an ECMP hash moves "
+          "with the endpoints), so only then can `hier` and `hier_tiers` fold onto one node. "
           "`group_cast` is an irregular one (each rank 1-3 pieces of 16Ki-256Ki elements to 1-8 "
           "random ranks); `a2av` a dense all-to-all-v as a group_cast (every pair its own 1-2047 "
           "elements). Mode `auto` folds ranks under a verified translation or level-shift "
@@ -231,7 +243,8 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="run the cases whose label contains this")
     ap.add_argument("--cases", default=None, help="comma-separated case indices (0-based) to run")
     ap.add_argument("--out", default="sim_scale", help="results name (bench/results/NAME.{md,json})")
-    ap.add_argument("--merge", nargs="+", default=None, help="merge these JSON results into --out")
+    ap.add_argument("--merge", nargs="+", default=None,
+                    help="merge these JSON results into --out (a later file's row of a case wins)")
     ap.add_argument("--render", default=None, help="rewrite the markdown from this JSON")
     ap.add_argument("--case", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -246,7 +259,8 @@ def main() -> None:
             with open(name) as f:
                 parts.append(json.load(f))
         order = {c[0]: i for i, c in enumerate(CASES)}
-        rows = sorted((r for p in parts for r in p["rows"]), key=lambda r: order.get(r["label"], 99))
+        latest = {r["label"]: r for p in parts for r in p["rows"]}     # a later part's row wins
+        rows = sorted(latest.values(), key=lambda r: order.get(r["label"], 99))
         payload = parts[0] | {"rows": rows}
         payload["meta"]["command"] = " & ".join(p["meta"]["command"] for p in parts)
         write_results(args.out, payload, render(payload))

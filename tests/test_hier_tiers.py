@@ -122,12 +122,20 @@ def test_random_tiered_topologies(gpus: int, leaf: int, spine: int, top: int, ra
 
 @pytest.mark.parametrize("inner", ["direct", "ring"])
 def test_symmetry_is_claimed_by_the_top_group_and_folds_exactly(inner: str) -> None:
-    """hier_tiers declares whole top groups (a translation); it also maps onto itself under
-    every level shift, so one node's ranks are simulated, exactly."""
-    topo = tiered(12, 2, [3, 2])                      # levels (3, 2, 2): top groups of 6 nodes
+    """hier_tiers declares whole top groups (a translation: what ECMP's hash survives); it also
+    maps onto itself under every level shift, so on a sprayed fabric one node's ranks are
+    simulated, exactly."""
+    ecmp = tiered(12, 2, [3, 2])                      # levels (3, 2, 2): top groups of 6 nodes
     spec = make_spec(Kind.ALL_REDUCE, 24, 24 * 64, "bf16")
-    s = hc.plan(topo, spec, "hier_tiers", {"inner": inner})
+    s = hc.plan(ecmp, spec, "hier_tiers", {"inner": inner})
     assert s.meta.symmetry_period == 12               # 6 nodes x 2 GPUs
+    folded = simulate(s, ecmp)
+    assert folded.shortcut is not None and "period 12" in folded.shortcut
+    assert simulate(s, ecmp, mode="exact").time_us == pytest.approx(folded.time_us, rel=1e-9)
+    data = ecmp.model_dump(mode="json")
+    data["inter"]["routing"] = "spray"
+    topo = Topology.model_validate(data)
+    s = hc.plan(topo, spec, "hier_tiers", {"inner": inner})
     assert find_symmetry(s, topo) is not None
     folded = simulate(s, topo)
     assert folded.shortcut is not None and "level-shift symmetry, 2 of 24 ranks" in folded.shortcut

@@ -24,7 +24,7 @@ from hiercoll.sim.bounds import contention_free_us
 from hiercoll.sim.links import Network
 from hiercoll.sim.symmetry import find_level_symmetry
 from hiercoll.topology import Topology, load_topology, preset
-from hiercoll.topology.fabric import ecmp_choice, layout, level_offsets, level_radices, translation_span
+from hiercoll.topology.fabric import ecmp_choice, layout, level_radices, level_shifts_keep_paths, translation_span
 from hiercoll.topology.load import topology_from_dict
 from hiercoll.topology.versions import upgrade
 from tests.test_planner_flat import make_spec
@@ -226,15 +226,17 @@ def test_ecmp_is_deterministic_per_seed_and_spray_splits_evenly() -> None:
     lay = layout(t)
     span = translation_span(t)
     assert span == 2
-    # the path of 0 -> 4 (node 0 -> node 2, local ranks 0) hashes what every fabric shift keeps:
-    # the local ranks and, per level, the distance between the nodes' digits
-    assert level_radices(t) == (2, 2) and level_offsets((2, 2), 0, 2) == (0, 1)
-    k = ecmp_choice(7, 0, (0, 0, 0, 1), lay[0].uplinks)
+    # the path of 0 -> 4 is the hash of its endpoints (relative to the 2-node groups)
+    k = ecmp_choice(7, 0, (0 % 2, 0, (2 - 0) % 4, 0), lay[0].uplinks)
     assert f"leaf_up[0,0,{k}]" in uplinks(7)[0:1]
     spray = toy(tiers, nodes=4, gpus=2, nics=2, inter={"routing": "spray"})
     net = Network(spray)
-    ups = {net.links[lid].name: w for lid, w in net.net_path(0, 4) if net.links[lid].name.startswith("leaf_")}
-    assert len(ups) == 8 and all(w == 0.25 for w in ups.values())
+    ups = {net.links[lid].name: (w, net.links[lid].bytes_per_us) for lid, w in net.net_path(0, 4)
+           if net.links[lid].name.startswith("leaf_")}
+    # spray: every flow through a leaf's 4 uplinks splits evenly over them, so one bundle of 4x
+    # a port's capacity, weight 1, stands for them (identical max-min constraints)
+    assert ups == {"leaf_up[0,0,*]": (1.0, 4 * lay[0].port_gbps * 1e3),
+                   "leaf_down[1,0,*]": (1.0, 4 * lay[0].port_gbps * 1e3)}
     res = [simulate(copies(t, [(0, 4), (1, 5), (2, 6)], 1 << 16), t).time_us for _ in range(2)]
     assert res[0] == res[1]
 
@@ -297,6 +299,16 @@ def test_one_rail_leaf_group_for_the_whole_cluster_folds_with_its_shared_uplink(
     up = next(l for l in res.links if l.name.startswith("t0_up"))
     assert up.copies == 1            # one such uplink per rail, which both nodes share
     assert up.bytes == pytest.approx(sum(l.bytes for l in exact.links if l.name == up.name), rel=1e-12)
+    # two uplinks: ECMP hashes the node itself there (nothing smaller to be relative to), so no
+    # shift maps paths onto paths; spray has no hash and folds, its shared uplinks counted
+    for routing, folds in (("ecmp", False), ("spray", True)):
+        t2 = toy([{"name": "t0", "group_size": 2, "uplinks": 2, "oversubscription": 1.5, "rails": True},
+                  {"name": "t1", "group_size": 1, "uplinks": 1}, {"name": "top"}], nodes=2, gpus=2, nics=2,
+                 inter={"routing": routing})
+        res = simulate(hc.plan(t2, spec, "direct"), t2)
+        assert (res.shortcut is not None) == folds, routing
+        assert res.time_us == pytest.approx(simulate(hc.plan(t2, spec, "direct"), t2, mode="exact").time_us,
+                                            rel=1e-12)
 
 
 def test_tier_cut_binds_the_bound() -> None:
@@ -440,14 +452,15 @@ def test_degraded_link_slows_exactly_the_flows_on_it() -> None:
 @given(topo=foldable_topologies(), kind=st.sampled_from([Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER]),
        inner=st.sampled_from(["direct", "ring"]), seed=st.integers(0, 10**6))
 def test_level_shift_fold_is_exact(topo: Topology, kind: Kind, inner: str, seed: int) -> None:
-    """hier_tiers on full tier groups: one node's ranks simulated (level shifts), to the exact
-    time of every rank, and its ports' bytes x copies are every port's bytes."""
+    """hier_tiers on full tier groups: one node's ranks simulated (level shifts, where routing
+    sprays or has no choice), to the exact time of every rank, and its ports' bytes x copies are
+    every port's bytes."""
     spec = make_spec(kind, topo.world_size, topo.world_size * 64, "bf16", seed)
     sched = hc.plan(topo, spec, "hier_tiers", {"inner": inner})
     res = simulate(sched, topo)
     radices = level_radices(topo)
     assert radices is not None
-    if len([m for m in radices if m > 1]) >= 2:
+    if len([m for m in radices if m > 1]) >= 2 and level_shifts_keep_paths(topo):
         assert res.shortcut is not None and res.shortcut.startswith("level-shift symmetry")
         assert len(res.ranks_simulated) == topo.gpus_per_node
     exact = simulate(sched, topo, mode="exact")
@@ -468,3 +481,41 @@ def test_a_ring_is_not_level_symmetric_and_keeps_the_translation_fold() -> None:
     res = simulate(sched, t)
     assert res.shortcut is not None and "period 8" in res.shortcut
     assert res.time_us == pytest.approx(simulate(sched, t, mode="exact").time_us, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["reduce_scatter", "all_gather", "all_reduce", "all_to_all"])
+def test_every_declared_symmetry_holds_on_a_tiered_fabric(kind: str) -> None:
+    """On 3 levels (2 x 2 x 2 nodes, sprayed) every algorithm's declared period holds on every
+    rank of its expanded schedule; hier and hier_tiers (level-relative node orders) also map
+    onto themselves under every level shift, and the trusted fold times what exact does."""
+    from hiercoll.planner import applicable
+    from hiercoll.sim.symmetry import find_symmetry
+    t = toy([{"name": "leaf", "group_size": 2, "uplinks": 2}, {"name": "spine", "group_size": 2, "uplinks": 2,
+              "oversubscription": 2.0}, {"name": "agg"}], nodes=8, gpus=2, nics=2, inter={"routing": "spray"})
+    spec = CollectiveSpec(kind=kind, world_size=16, dtype="bf16", nbytes=16 * 2 * 24)
+    for algo in applicable(t, spec):
+        for params in ({}, {"chunks": 2, "channels": 2}):
+            s = hc.plan(t, spec, algo, params)
+            if s.meta.symmetry_period:
+                assert find_symmetry(s.expand(), t) is not None, (algo, params)
+            if algo in ("hier", "hier_tiers"):
+                assert find_level_symmetry(s.expand(), t) is not None, (algo, params)
+            if s.meta.symmetry_period or algo == "hier":
+                assert simulate(s, t, mode="trusted").time_us == pytest.approx(
+                    simulate(s, t, mode="exact").time_us, rel=1e-9), (algo, params)
+
+
+@pytest.mark.parametrize("algo", ["hier", "ring", "hier_tiers"])
+def test_sprayed_bundles_time_what_every_port_on_its_own_does(algo: str) -> None:
+    """A degraded link (here at full speed) makes spray list every uplink on its own, in equal
+    shares; the bundles of the plain fabric must give the very same times."""
+    tiers = [{"name": "leaf", "group_size": 2, "uplinks": 3, "rails": True, "oversubscription": 2.0},
+             {"name": "spine", "group_size": 2, "uplinks": 2, "oversubscription": 1.5}, {"name": "agg"}]
+    bundled = toy(tiers, nodes=8, gpus=2, nics=2, inter={"routing": "spray"})
+    ports = toy(tiers, nodes=8, gpus=2, nics=2, inter={"routing": "spray"},
+                degraded_links=[{"link": "nic_tx[7,1]", "factor": 1.0}])
+    spec = CollectiveSpec(kind="all_reduce", world_size=16, dtype="bf16", nbytes=16 * 2 * 1000)
+    a = simulate(hc.plan(bundled, spec, algo), bundled, mode="exact")
+    b = simulate(hc.plan(ports, spec, algo), ports, mode="exact")
+    assert a.time_us == pytest.approx(b.time_us, rel=1e-12)
+    assert any(l.name.endswith(",*]") for l in a.links) and not any(l.name.endswith(",*]") for l in b.links)

@@ -40,6 +40,10 @@ class Algorithm(ABC, Generic[ParamsT]):
     # True when channels only spread chunks (chunk c on channel c % channels), so more channels
     # than chunks change nothing; the ring gives every channel its own slice instead.
     channels_carry_chunks: ClassVar[bool] = True
+    # True when the swizzled node order walks per-level offsets on a tiered fabric (node a's
+    # k-th target adds k's mixed-radix digits to a's, level by level: hier.common.Place), which
+    # keeps the plan symmetric under level shifts (sim/symmetry.py) instead of node shifts.
+    level_node_orders: ClassVar[bool] = False
 
     def unsupported(self, topo: Topology, spec: CollectiveSpec, params: ParamsT) -> str | None:
         """Why this algorithm cannot plan this case, or None."""

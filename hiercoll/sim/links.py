@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hiercoll.topology import IntraKind, Topology
-from hiercoll.topology.fabric import TierLayout, extra_latency_us, layout, port_stabilizer, route, turn_tier
+from hiercoll.topology.fabric import ALL_PORTS, TierLayout, extra_latency_us, layout, port_stabilizer, route, turn_tier
 
 LinkKey = tuple[str, *tuple[int, ...]]   # kind, then GPU/node/NIC numbers: ("nic_tx", 1, 3)
 # A link's capacity where only its crowded capacity limits (never the tightest alone)
@@ -79,7 +79,7 @@ class Network:
         if lid is None:
             lid = len(self.links)
             self._ids[key] = lid
-            name = key[0] + "[" + ",".join(str(k) for k in key[1:]) + "]"
+            name = key[0] + "[" + ",".join("*" if k == ALL_PORTS else str(k) for k in key[1:]) + "]"
             factor = self._degraded.get(name, 1.0) * 1e3      # GB/s -> bytes/us, then degraded
             self.links.append(LinkInfo(name, tier, gbps * factor, counts,
                                        None if crowded_gbps is None else crowded_gbps * factor,

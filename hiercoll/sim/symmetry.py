@@ -11,7 +11,8 @@ Tiered fabrics (leaf groups, spines) are not node-shift symmetric: a flow betwee
 one leaf group and the first of the next climbs to the spine, its neighbours' do not. Whole-group
 translations still are (`fabric_fold`), and so are *level shifts*: move every node one position
 inside its group at one level (a leaf group's nodes, a pod's leaf groups, ...), which maps each
-group onto itself and the fabric onto itself. A schedule built from per-level relative digits
+group onto itself and, where routing sprays (an ECMP hash of the endpoints moves with them),
+the fabric onto itself. A schedule built from per-level relative digits
 (`hier_tiers`) is symmetric under them; they move any node onto any other, so one node's ranks
 are simulated and every switch port counts the shifted copies that share it (`sim/links.py`).
 """
@@ -147,10 +148,10 @@ def find_level_symmetry(schedule: Schedule, topology: Topology) -> Symmetry | No
     on every rank; a lazy one on sampled ranks (each check builds two ranks' ops, a 4096-GPU
     rank's thousands): for each level, node 0's first, middle and last local rank, and the first
     and last local rank of the node where that level's digit wraps (its last position)."""
-    from hiercoll.topology.fabric import level_radices
+    from hiercoll.topology.fabric import level_radices, level_shifts_keep_paths
     if not topology.symmetric_nodes or topology.shared_gpu or topology.inter is None \
-            or not topology.inter.tiers:
-        return None
+            or not topology.inter.tiers or not level_shifts_keep_paths(topology):
+        return None      # ECMP: a level shift moves a flow's hash, not only its ends
     radices = level_radices(topology)
     if radices is None or len([m for m in radices if m > 1]) < 2:
         return None      # one level: a node shift, the translation fold's own case

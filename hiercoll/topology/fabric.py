@@ -12,10 +12,13 @@ down, taking at each tier one uplink (ECMP: a seeded hash of the endpoints) or a
 equal shares (spray). The port it goes up through and the port it comes down through (the
 parent switch's downlink into the destination's group) are the links it loads.
 
-The ECMP hash reads only what every fabric automorphism keeps: the two local ranks and, per
-level (`level_radices`), how far the destination's position in its group is from the source's.
-Shifting ranks by whole groups, or shifting the position inside every group of one level at
-once, maps paths onto paths, which keeps the folding of `sim/symmetry.py` exact on tiered fabrics.
+The ECMP hash reads the endpoints relative to the outermost tier's child groups (position inside
+its group, distance to the destination): shifting every rank by one such group maps paths onto
+paths, which keeps the translation folding of `sim/symmetry.py` exact on tiered fabrics. It
+cannot also survive a *level shift* (every node one position inside its group): a hash of
+what such shifts keep would send every node's flow of one step up the same uplink, a collision
+real per-flow hashing does not make. Spray needs no hash, so sprayed fabrics also fold by level
+shifts (`level_shifts_keep_paths`).
 """
 
 from __future__ import annotations
@@ -106,8 +109,13 @@ def translation_span(t: Topology, lay: list[TierLayout] | None = None) -> int | 
     cluster (1 when there is none). None when such groups are not all full (then only a shift
     by the whole cluster does). A group holding the whole cluster (a rail leaf under a tier
     above it) maps onto itself under every shift: its ports are shared by every shifted copy of
-    a flow, which the folded network counts (`port_stabilizer`)."""
+    a flow, which the folded network counts (`port_stabilizer`) when routing sprays; an ECMP
+    hash there reads the node itself (no smaller group to be relative to), so only the whole
+    cluster repeats."""
     lay = layout(t) if lay is None else lay     # `lay`: the caller's layout(t), not rebuilt
+    if t.inter is not None and t.inter.routing == "ecmp" and any(
+            tl.index == 0 and tl.rails and tl.span >= t.num_nodes and tl.uplinks > 1 for tl in lay[:-1]):
+        return t.num_nodes      # the ECMP key holds the node itself (below)
     spans = [tl.span for tl in lay[:-1] if tl.span < t.num_nodes]
     if any(t.num_nodes % s for s in spans):
         return None
@@ -132,14 +140,11 @@ def level_radices(t: Topology, lay: list[TierLayout] | None = None) -> tuple[int
     return tuple(radices)
 
 
-def level_offsets(radices: tuple[int, ...], a: int, b: int) -> tuple[int, ...]:
-    """Per level, how far node b's digit is from node a's (mod the level's radix): what a shift
-    of whole groups or of every group's positions at one level leaves unchanged."""
-    out, sa, sb = [], a, b
-    for m in radices:
-        out.append((sb % m - sa % m) % m)
-        sa, sb = sa // m, sb // m
-    return tuple(out)
+def level_shifts_keep_paths(t: Topology, lay: list[TierLayout] | None = None) -> bool:
+    """Whether moving every node one position inside its group at one level maps every flow's
+    ports onto the moved flow's: spray (no hash), or ECMP with one uplink everywhere (no choice)."""
+    lay = layout(t) if lay is None else lay
+    return t.inter is not None and (t.inter.routing == "spray" or all(tl.uplinks <= 1 for tl in lay))
 
 
 def port_stabilizer(t: Topology, tl: TierLayout, fold_nodes: int, levels: bool) -> int:
@@ -195,10 +200,13 @@ def route(t: Topology, lay: list[TierLayout], src: tuple[int, int, int], dst: tu
     extra = extra_latency_us(lay, turn)
     fa, fb = (na, nb) if fold_nodes is None else (na % fold_nodes, nb % fold_nodes)
     mode: Literal["ecmp", "spray"] = t.inter.routing
-    if mode == "spray":
+    if mode == "spray" and not t.degraded_links:
+        return sprayed_bundles(t, lay[:turn], (fa, ra), (fb, rb), fold_nodes, levels), extra
+    if mode == "spray":         # a degraded port: each port on its own, sprayed in equal shares
         choices = list(itertools.product(*(range(tl.uplinks) for tl in lay[:turn])))
     else:
-        key = (la, lb, *level_offsets(level_radices(t, lay) or (t.num_nodes,), na, nb))
+        span = translation_span(t, lay) or t.num_nodes
+        key = (na % span, la, (nb - na) % t.num_nodes, lb)
         choices = [tuple(ecmp_choice(t.inter.ecmp_seed, tl.index, key, tl.uplinks)
                          for tl in lay[:turn])]
     share = 1.0 / len(choices)
@@ -214,3 +222,27 @@ def route(t: Topology, lay: list[TierLayout], src: tuple[int, int, int], dst: tu
                 uses.setdefault(key4, [tl.port_gbps, 0.0])[1] += share * copies
             prefix = k if tl.index == 0 else prefix * tl.uplinks + k
     return [(key4, gw[0], gw[1]) for key4, gw in uses.items()], extra
+
+
+ALL_PORTS = -1      # a port-key index standing for every port of a sprayed bundle ("*" in names)
+
+
+def sprayed_bundles(t: Topology, tiers: list[TierLayout], src: tuple[int, int], dst: tuple[int, int],
+                    fold_nodes: int | None, levels: bool) -> list[PortUse]:
+    """Spray's ports as bundles: at each tier below the turn, every flow that reaches a group's
+    uplinks (of its rail's leaf switch, at the leaf) splits evenly over all of them, so their
+    max-min constraints are identical and one link of their summed capacity stands for them
+    exactly (a flow's weight 1 on it), with one entry instead of one per uplink combination (a
+    3-tier preset's cross-pod flow touched ~600 ports). Its bytes and busy time are the bundle's;
+    its utilisation is each port's. `fold_nodes`, `levels`: as `route`."""
+    (fa, ra), (fb, rb) = src, dst
+    out: list[PortUse] = []
+    ports = 1
+    for tl in tiers:
+        ports = tl.uplinks if tl.index == 0 else ports * tl.uplinks     # the group's uplinks used
+        copies = 1 if fold_nodes is None else port_stabilizer(t, tl, fold_nodes, levels)
+        s_up = (ra if tl.rails else 0) if tl.index == 0 else ALL_PORTS
+        s_down = (rb if tl.rails else 0) if tl.index == 0 else ALL_PORTS
+        out += [((f"{tl.name}_up", fa // tl.span, s_up, ALL_PORTS), tl.port_gbps * ports, float(copies)),
+                ((f"{tl.name}_down", fb // tl.span, s_down, ALL_PORTS), tl.port_gbps * ports, float(copies))]
+    return out

@@ -75,6 +75,8 @@ class Place:
     nics: int | None = None
     node_swizzle: bool = True
     rank_swizzle: bool = True
+    # scale-out level radices the swizzled node order walks (leaf first); () = one level of N
+    radices: tuple[int, ...] = ()
     # set once at construction (hot: label formulas build a Place per resolved dependency)
     num_nodes: int = field(init=False)
     gpus: int = field(init=False)
@@ -87,6 +89,8 @@ class Place:
         object.__setattr__(self, "gpus", gpus)
         object.__setattr__(self, "node", self.rank // gpus)
         object.__setattr__(self, "local_rank", self.rank % gpus)
+        if len(self.radices) < 2:
+            object.__setattr__(self, "radices", (self.topo.num_nodes,))
 
     @staticmethod
     def of(ctx: PlanContext[SwizzleT], rank: int) -> Place:
@@ -96,7 +100,7 @@ class Place:
         if pl is None:
             p = ctx.params
             pl = places[rank] = Place(ctx.topology, rank, p.nics if isinstance(p, HierParams) else None,
-                                      p.node_swizzle, p.rank_swizzle)
+                                      p.node_swizzle, p.rank_swizzle, node_radices(ctx))
         return pl
 
     def at(self, node: int, local_rank: int) -> int:
@@ -142,24 +146,36 @@ class Place:
 
     # ---- visiting orders ---------------------------------------------------------------------
     def target_nodes(self, include_own: bool = True) -> list[int]:
-        """Node visiting order: swizzled a+1, a+2, ..., a (own node last); plain 0..N-1."""
+        """Node visiting order: swizzled a+1, a+2, ..., a (own node last); plain 0..N-1. With
+        levels, "a+k" adds k's mixed-radix digits to a's level by level (each mod its radix),
+        so every step is still a permutation and a leaf group's nodes visit their own group
+        first, like one-level a+1, a+2, ..."""
         n, a = self.num_nodes, self.node
-        order = [(a + k) % n for k in range(1, n + 1)] if self.node_swizzle else list(range(n))
+        if not self.node_swizzle:
+            order = list(range(n))
+        elif len(self.radices) == 1:
+            order = [(a + k) % n for k in range(1, n + 1)]
+        else:
+            order = [level_add(self.radices, a, k % n, 1) for k in range(1, n + 1)]
         return [t for t in order if include_own or t != a]
 
     def source_nodes(self) -> list[int]:
         """Remote nodes in the order their data arrives when every node sends in
         `target_nodes` order: a-1, a-2, ... swizzled (everyone targets a+1 first)."""
         n, a = self.num_nodes, self.node
-        if self.node_swizzle:
+        if not self.node_swizzle:
+            return [b for b in range(n) if b != a]
+        if len(self.radices) == 1:
             return [(a - k) % n for k in range(1, n)]
-        return [b for b in range(n) if b != a]
+        return [level_add(self.radices, a, k, -1) for k in range(1, n)]
 
     def target_position(self, target: int, include_own: bool = True) -> int:
         """Index of `target` in `target_nodes(include_own)`, by formula."""
         n, a = self.num_nodes, self.node
         if self.node_swizzle:
-            return (target - a - 1) % n
+            if len(self.radices) == 1:
+                return (target - a - 1) % n
+            return (level_add(self.radices, target, a, -1) - 1) % n
         return target if include_own or target < a else target - 1
 
     def local_peers(self, include_self: bool = False) -> list[int]:
@@ -177,6 +193,28 @@ class Place:
             return 0
         pos = local_peer if local_peer < l else local_peer - 1
         return pos + 1 if include_self else pos
+
+
+def node_radices(ctx: PlanContext[SwizzleT]) -> tuple[int, ...]:
+    """The level radices a plan's swizzled node order walks: the topology's scale-out levels
+    for an algorithm with `level_node_orders` on full tier groups, else one level of N."""
+    hit = ctx.memo.get("node_radices")
+    if hit is None:
+        from hiercoll.topology.fabric import level_radices
+        radices = level_radices(ctx.topology) if ctx.algorithm.level_node_orders else None
+        hit = ctx.memo["node_radices"] = radices or (ctx.topology.num_nodes,)
+    assert isinstance(hit, tuple)
+    return hit
+
+
+def level_add(radices: tuple[int, ...], a: int, k: int, sign: int) -> int:
+    """Node a with k's mixed-radix digits added (sign 1) or subtracted (-1), each mod its
+    level's radix: a level-relative step that never carries into the level above."""
+    out, stride = 0, 1
+    for m in radices:
+        out += ((a // stride) % m + sign * ((k // stride) % m)) % m * stride
+        stride *= m
+    return out
 
 
 def other_slot(mine: int, other: int, count: int) -> int:

@@ -10,7 +10,7 @@ from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.planner.hier.all_gather import ag_index, build_all_gather
 from hiercoll.planner.hier.all_to_all import a2a_index, build_all_to_all
-from hiercoll.planner.hier.common import HierParams, Place, rails_unsupported
+from hiercoll.planner.hier.common import HierParams, Place, node_radices, rails_unsupported
 from hiercoll.planner.hier.group import build_group_cast, build_group_reduce
 from hiercoll.planner.hier.reduce_scatter import build_reduce_scatter, rs_index, rs_length
 from hiercoll.planner.labels import GatherSendLabel, Label
@@ -26,9 +26,16 @@ class Hier(Algorithm[HierParams]):
     def unsupported(self, topo: Topology, spec: CollectiveSpec, params: HierParams) -> str | None:
         return super().unsupported(topo, spec, params) or rails_unsupported(topo, params.nics)
 
+    level_node_orders = True
+
     def symmetry_period(self, ctx: PlanContext[HierParams]) -> int | None:
+        """A node shift; on several levels only a shift by one top-level group keeps every
+        level's digits but the top one (the node order reads them relative to the rank's own)."""
         p = ctx.params
-        return node_period(ctx, p.node_swizzle, p.rank_swizzle)
+        period, radices = node_period(ctx, p.node_swizzle, p.rank_swizzle), node_radices(ctx)
+        if period is None or len(radices) == 1:
+            return period
+        return period * (ctx.topology.num_nodes // radices[-1])
 
     def build_rank(self, ctx: PlanContext[HierParams], b: RankBuilder) -> None:
         pl, kind = Place.of(ctx, b.rank), ctx.spec.kind
