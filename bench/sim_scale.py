@@ -262,7 +262,9 @@ def main() -> None:
         latest = {r["label"]: r for p in parts for r in p["rows"]}     # a later part's row wins
         rows = sorted(latest.values(), key=lambda r: order.get(r["label"], 99))
         payload = parts[0] | {"rows": rows}
-        payload["meta"]["command"] = " & ".join(p["meta"]["command"] for p in parts)
+        for key, sep in (("command", " & "), ("date", ", "), ("git_sha", ", ")):   # every run's
+            payload["meta"][key] = sep.join(dict.fromkeys(
+                x for p in parts for x in p["meta"][key].split(sep)))
         write_results(args.out, payload, render(payload))
         return
     if args.case is not None:
