@@ -172,12 +172,13 @@ def markdown(payload: dict) -> str:
              "one size was not tried at larger sizes on that topology (`skip`). `*` marks the auto-pick as "
              "bench/planner_sweep.py takes it: the fastest family at that point. `bound` is the busbw of "
              "the best lower bound the simulator reported among the simulated families.", "",
-             "Why timeouts remain: on a tiered fabric a flat ring, `hier`, `hier_2d`, `direct` and "
-             "`two_shot` are symmetric only under translations by the fabric's period (h100-rail-3tier "
-             "repeats every leaf group of 32 nodes: 256 of 1024 ranks, 2048 of 4096 simulated), while "
-             "`hier_tiers` maps onto itself under level shifts and is simulated on one node's 8 ranks "
-             "(`sim.symmetry.choose_fold`); gb200-nvl72 x 8 (one rail-leaf group) folds by one domain "
-             "with its shared leaf uplinks counted. Where a family timed out, the winners below are "
+             "Why timeouts remain: on a tiered fabric a flat ring, `hier_2d`, `direct` and `two_shot` "
+             "are symmetric only under translations by the fabric's period (h100-rail-3tier repeats "
+             "every leaf group of 32 nodes: 256 of 1024 ranks, 2048 of 4096 simulated); `hier` and "
+             "`hier_tiers` also map onto themselves under level shifts, which fold onto one node's 8 "
+             "ranks only where routing sprays (`sim.symmetry.choose_fold`; these presets hash ECMP); "
+             "gb200-nvl72 x 8 (one rail-leaf group, 8 uplinks, ECMP on the node itself) is not "
+             "folded. Where a family timed out, the winners below are "
              "among the families that finished.", "", *([meta["extra_note"], ""] if meta.get("extra_note") else []),
              "Fastest finished family per size (busbw):", "", *winners(payload), ""]
     for preset_name, nodes in CONFIGS:
