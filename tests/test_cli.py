@@ -102,3 +102,13 @@ def test_malformed_plan_file_via_subprocess_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hiercoll", "plan", "--topology"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_topology_help_names_every_preset(capsys):
+    """--topology's help lists the presets there are (it once named five of nine by hand)."""
+    from hiercoll.topology.presets import preset_names
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = "".join(capsys.readouterr().out.split())     # argparse may wrap at a hyphen
+    for name in preset_names():
+        assert name in text, name

@@ -36,9 +36,12 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
 
 
 def add_topology_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    from hiercoll.topology.presets import DEFAULT_NODES, preset_names
     p.add_argument("--topology", "-t", required=required,
-                   help="preset (h200x4, dgx-h100, dgx-h200, mi300x, pcie-8gpu) or YAML/JSON file")
-    p.add_argument("--nodes", "-n", type=int, default=None, help="node count (presets: default 2, h200x4: 1)")
+                   help=f"preset ({', '.join(preset_names())}) or YAML/JSON file")
+    defaults = ", ".join(f"{name}: {n}" for name, n in sorted(DEFAULT_NODES.items()))
+    p.add_argument("--nodes", "-n", type=int, default=None,
+                   help=f"node count (presets: default 2; {defaults})")
 
 
 def print_json(obj: Any) -> None:
