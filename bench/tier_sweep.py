@@ -17,6 +17,7 @@ import math
 import multiprocessing as mp
 import signal
 import time
+from typing import Any
 
 from common import RESULTS, command_line, stamp, write_results
 from planner_sweep import COLOURS
@@ -37,22 +38,36 @@ def _alarm(*_):
     raise _Timeout
 
 
-def _families(preset_name: str, nodes: int) -> list[str]:
+def load_config(name: str, nodes: int) -> Any:
+    """A preset, or "<preset>+spray": the preset with `inter.routing: spray` instead of ECMP."""
     from hiercoll import load_topology
+    topo = load_topology(name.removesuffix("+spray"), nodes=nodes)
+    if not name.endswith("+spray"):
+        return topo
+    data = topo.model_dump(mode="json")
+    data["inter"]["routing"] = "spray"
+    return type(topo).model_validate(data)
+
+
+def configs_of(payload: dict) -> list[tuple[str, int]]:
+    """The (preset, nodes) a run swept (older results: the default CONFIGS)."""
+    return [tuple(c) for c in payload.get("configs", CONFIGS)]  # type: ignore[misc]
+
+
+def _families(preset_name: str, nodes: int) -> list[str]:
     from hiercoll.planner import applicable
-    topo = load_topology(preset_name, nodes=nodes)
+    topo = load_config(preset_name, nodes)
     spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=topo.world_size, dtype="bf16", nbytes=1 << 20)
     return [a for a in applicable(topo, spec) if a != "nccl"]
 
 
 def _point(job: tuple[str, int, str, int, int]) -> dict:
     """One family at one size; runs in a worker process, under SIGALRM."""
-    from hiercoll import load_topology
     from hiercoll.planner import plan
     from hiercoll.planner.search.autopick import spec_for_size
     from hiercoll.sim import simulate
     preset_name, nodes, algo, size, limit = job
-    topo = load_topology(preset_name, nodes=nodes)
+    topo = load_config(preset_name, nodes)
     spec = spec_for_size(CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=topo.world_size,
                                         dtype="bf16", nbytes=0), size)
     out = {"preset": preset_name, "nodes": nodes, "world": topo.world_size, "algorithm": algo,
@@ -78,11 +93,11 @@ def _point(job: tuple[str, int, str, int, int]) -> dict:
     return out
 
 
-def run(sizes: list[int], limit: int, jobs: int, budget_s: float) -> dict:
+def run(sizes: list[int], limit: int, jobs: int, budget_s: float, configs: list[tuple[str, int]]) -> dict:
     rows: list[dict] = []
     t_start = time.perf_counter()
     with mp.get_context("fork").Pool(jobs, maxtasksperchild=1) as pool:
-        for preset_name, nodes in CONFIGS:
+        for preset_name, nodes in configs:
             fams = _families(preset_name, nodes)
             dead: dict[str, str] = {}
             for size in sizes:
@@ -101,13 +116,13 @@ def run(sizes: list[int], limit: int, jobs: int, budget_s: float) -> dict:
                 rows += [{"preset": preset_name, "nodes": nodes, "algorithm": a, "bytes": size,
                           "status": f"skipped ({dead[a]} at a smaller size)"}
                          for a in fams if a in dead and a not in todo]
-    return {"rows": rows, "limit_s": limit}
+    return {"rows": rows, "limit_s": limit, "configs": [list(c) for c in configs]}
 
 
 def table(payload: dict) -> list[dict]:
     """Per (topology, size): each family's busbw and the auto-pick (fastest simulated family)."""
     out = []
-    for preset_name, nodes in CONFIGS:
+    for preset_name, nodes in configs_of(payload):
         for size in sorted({r["bytes"] for r in payload["rows"]}):
             sel = {r["algorithm"]: r for r in payload["rows"]
                    if r["preset"] == preset_name and r["nodes"] == nodes and r["bytes"] == size}
@@ -119,8 +134,8 @@ def table(payload: dict) -> list[dict]:
 
 def astra(payload: dict) -> dict:
     """ASTRA-sim analytical backend's closed forms with this topology's constants."""
-    from hiercoll import load_topology
-    topo = load_topology(*ASTRA_CONFIG[:1], nodes=ASTRA_CONFIG[1])
+    config = next((c for c in configs_of(payload) if (c[0].split("+")[0], c[1]) == ASTRA_CONFIG), ASTRA_CONFIG)
+    topo = load_config(*config)
     p = topo.world_size
     bw = min(topo.inter.nic_gbps, topo.inter.gpu_nic_gbps or math.inf)   # GB/s = 1e3 bytes/us
     alpha = topo.inter.latency_us
@@ -131,7 +146,7 @@ def astra(payload: dict) -> dict:
                  "rhd": 2 * math.log2(p) * alpha + 2 * (p - 1) / p * beta_n,
                  "tree": 2 * math.log2(p) * alpha + beta_n}
         for algo, astra_us in model.items():
-            sim = next((r for r in payload["rows"] if (r["preset"], r["nodes"]) == ASTRA_CONFIG
+            sim = next((r for r in payload["rows"] if (r["preset"], r["nodes"]) == tuple(config)
                         and r["bytes"] == size and r["algorithm"] == algo), None)
             sim_us = sim["time_us"] if sim and sim["status"] == "ok" else None
             rows.append({"bytes": size, "algorithm": algo, "astra_us": astra_us, "hiercoll_us": sim_us,
@@ -151,7 +166,7 @@ def dirty_note() -> str:
 def winners(payload: dict) -> list[str]:
     """One line per topology: the fastest family per size, and the busbw at the largest size."""
     out = []
-    for preset_name, nodes in CONFIGS:
+    for preset_name, nodes in configs_of(payload):
         sel = [t for t in table(payload) if (t["preset"], t["nodes"]) == (preset_name, nodes)]
         picks = ", ".join(f"{format_size(t['bytes'])} {t['autopick'] or '-'}"
                           + (f" ({t['rows'][t['autopick']]['busbw_gbps']:.1f} GB/s)" if t["autopick"] else "")
@@ -181,7 +196,7 @@ def markdown(payload: dict) -> str:
              "folded. Where a family timed out, the winners below are "
              "among the families that finished.", "", *([meta["extra_note"], ""] if meta.get("extra_note") else []),
              "Fastest finished family per size (busbw):", "", *winners(payload), ""]
-    for preset_name, nodes in CONFIGS:
+    for preset_name, nodes in configs_of(payload):
         sel = [t for t in table(payload) if (t["preset"], t["nodes"]) == (preset_name, nodes)]
         algos = sorted({a for t in sel for a in t["rows"]})
         world = next((r["world"] for t in sel for r in t["rows"].values() if "world" in r), "?")
@@ -239,9 +254,10 @@ def plot(payload: dict, path: str) -> None:
     from hiercoll.files import save_figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(CONFIGS), figsize=(6 * len(CONFIGS), 5))
+    configs = configs_of(payload)
+    fig, axes = plt.subplots(1, len(configs), figsize=(6 * len(configs), 5), squeeze=False)
     tab = table(payload)
-    for ax, (preset_name, nodes) in zip(axes, CONFIGS):
+    for ax, (preset_name, nodes) in zip(axes[0], configs):
         sel = [t for t in tab if (t["preset"], t["nodes"]) == (preset_name, nodes)]
         world = "?"
         for a in sorted({a for t in sel for a in t["rows"]}):
@@ -279,18 +295,24 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--budget", type=float, default=1500, help="seconds for the whole sweep")
     ap.add_argument("--replot", action="store_true", help="only redo the Markdown and PNG from the JSON")
+    ap.add_argument("--configs", default=None,
+                    help="PRESET:NODES,... to sweep (a preset may end in +spray); default: "
+                         + ",".join(f"{p}:{n}" for p, n in CONFIGS))
+    ap.add_argument("--out", default="tier_sweep", help="results name (bench/results/NAME.{json,md,png})")
     args = ap.parse_args()
+    configs = CONFIGS if args.configs is None else [
+        (c.rsplit(":", 1)[0], int(c.rsplit(":", 1)[1])) for c in args.configs.split(",")]
     if args.replot:
         import json
-        payload = json.loads((RESULTS / "tier_sweep.json").read_text())
+        payload = json.loads((RESULTS / f"{args.out}.json").read_text())
     else:
         t0 = time.perf_counter()
-        payload = run(parse_size_range(args.sizes), args.limit, args.jobs, args.budget)
+        payload = run(parse_size_range(args.sizes), args.limit, args.jobs, args.budget, configs)
         payload["meta"] = stamp(command_line()) | {"seconds": round(time.perf_counter() - t0, 1),
                                                    "tree_note": dirty_note()}
         payload["astra"] = astra(payload)
-    write_results("tier_sweep", payload, markdown(payload))
-    plot(payload, str(RESULTS / "tier_sweep.png"))
+    write_results(args.out, payload, markdown(payload))
+    plot(payload, str(RESULTS / f"{args.out}.png"))
 
 
 if __name__ == "__main__":
