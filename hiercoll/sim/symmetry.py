@@ -12,9 +12,10 @@ one leaf group and the first of the next climbs to the spine, its neighbours' do
 translations still are (`fabric_fold`), and so are *level shifts*: move every node one position
 inside its group at one level (a leaf group's nodes, a pod's leaf groups, ...), which maps each
 group onto itself and, where routing sprays (an ECMP hash of the endpoints moves with them),
-the fabric onto itself. A schedule built from per-level relative digits
-(`hier_tiers`) is symmetric under them; they move any node onto any other, so one node's ranks
-are simulated and every switch port counts the shifted copies that share it (`sim/links.py`).
+the fabric onto itself. A schedule built from per-level relative digits (`hier_tiers`, and
+`hier` on full tier groups) is symmetric under them; they move any node onto any other, so one
+node's ranks are simulated and every switch port counts the shifted copies that share it
+(`sim/links.py`).
 """
 
 from __future__ import annotations
