@@ -101,18 +101,20 @@ BYTES_PER_OP = 300                # an expanded Op with its regions and deps, ro
 def estimate_ops(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
                  params: BaseParams) -> int:
     """An upper-ish estimate of the plan's op count, from sizes alone (nothing is built): per
-    rank ~2 steps per peer it exchanges with (flat: every other rank; hierarchical: the ranks of
-    its node plus one per node), times chunks and channels."""
+    rank ~2 steps per peer it exchanges with (flat: every other rank; hierarchical: per node,
+    an NVLink scatter to each local peer plus the send; W = 512: hier's all-reduce has ~1086
+    ops a rank against 2 x 9 x 64 here, not the 142 that counting its N + L peers once gave),
+    times chunks and channels (tests/test_autopick_speed.py checks it against the ops built)."""
     world = max(spec.world_size, 1)
     chunks = max(int(getattr(params, "chunks", 1) or 1), 1)
     channels = max(int(getattr(params, "channels", 1) or 1), 1)
     if algo.name.startswith("hier"):
-        peers = topology.gpus_per_node + topology.num_nodes
+        peers = topology.num_nodes * (topology.gpus_per_node + 1)
     elif algo.name == "bruck":     # block i hops popcount(i) times: ~W/2 x log2 W copies per rank
         peers = world * (world - 1).bit_length() // 4 + 2
     else:
         peers = world
-    return world * 2 * max(peers - 1, 1) * chunks * channels
+    return world * 2 * max(peers, 2) * chunks * channels     # + a local copy or two per rank
 
 
 def max_ops() -> int:
