@@ -86,13 +86,10 @@ def irregular_group_cast(world: int, seed: int = 0) -> Any:
 
 def dense_all_to_all_v(world: int, seed: int = 0) -> Any:
     """All-to-all-v as a group_cast: every rank sends every rank (itself included) its own
-    1-2047 elements (W input and W output splits per rank)."""
-    from hiercoll.collectives import GroupSplits, RankSplits, Split
+    1-2047 elements (W input and W output splits per rank), from the counts matrix."""
+    from hiercoll.collectives import GroupSplits
     rng = random.Random(seed)
-    size = [[rng.randint(1, 2047) for _ in range(world)] for _ in range(world)]
-    return GroupSplits(ranks=[RankSplits(input=[Split(size=size[r][d], peers=[d]) for d in range(world)],
-                                         output=[Split(size=size[s][r], peers=[s]) for s in range(world)])
-                              for r in range(world)])
+    return GroupSplits.from_counts([[rng.randint(1, 2047) for _ in range(world)] for _ in range(world)])
 
 
 def topology(name: str, nodes: int) -> Any:

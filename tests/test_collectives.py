@@ -138,3 +138,58 @@ def test_transpose_turns_group_cast_into_group_reduce():
     assert {k: v.total for k, v in reduce_spec.pair_streams.items()} == \
         {(d, s): v.total for (s, d), v in cast_spec.pair_streams.items()}
     assert transpose(transpose(cast)) == cast
+
+
+def _alltoallv_by_hand(counts):
+    w = len(counts)
+    return GroupSplits(ranks=[RankSplits(input=[Split(size=counts[r][d], peers=[d]) for d in range(w)],
+                                         output=[Split(size=counts[s][r], peers=[s]) for s in range(w)])
+                              for r in range(w)])
+
+
+def test_from_counts_equals_splits_built_by_hand_and_round_trips():
+    counts = np.random.default_rng(3).integers(0, 5, (5, 5))
+    fast = GroupSplits.from_counts(counts)
+    assert fast == _alltoallv_by_hand(counts.tolist())
+    assert GroupSplits.model_validate(fast.model_dump()) == fast
+
+
+def test_from_counts_means_all_to_all_v():
+    """Rank d's output piece from s is s's input at s's packed offset for d (MPI_Alltoallv)."""
+    rng = np.random.default_rng()
+    w = 4
+    counts = rng.integers(0, 4, (w, w))
+    counts[0, 1] = 3                              # at least one element moves between ranks
+    s = CollectiveSpec(kind="group_cast", world_size=w, dtype="fp32",
+                       splits=GroupSplits.from_counts(counts))
+    inputs = random_inputs(s, rng)
+    out = reference(s, inputs).outputs
+    for src in range(w):
+        for dst in range(w):
+            sent = inputs[src][counts[src, :dst].sum():][:counts[src, dst]]
+            got = out[dst][counts[:src, dst].sum():][:counts[src, dst]]
+            np.testing.assert_array_equal(got, sent)
+
+
+@pytest.mark.parametrize(("counts", "match"), [
+    ([[1, 2, 3]], r"counts: shape \(1, 3\); give a square"),
+    ([[1, -2], [0, 1]], r"counts\[0\]\[1\] = -2; element counts are >= 0"),
+    ([[1.5, 2], [0, 1]], r"counts: dtype float64; give whole numbers"),
+    ([[1, [2]], [0, 1]], r"counts: not a matrix"),
+])
+def test_from_counts_names_what_is_wrong(counts, match):
+    with pytest.raises(ValueError, match=match):
+        GroupSplits.from_counts(counts)
+
+
+@pytest.mark.parametrize("algo", ["direct", "hier"])
+def test_plans_of_an_all_to_all_v_from_counts_pass_the_reference_executor(algo):
+    import hiercoll as hc
+    from hiercoll.executor.reference import verify
+    from tests.helpers import small_topology
+    topo = small_topology(2, 2)
+    counts = np.random.default_rng().integers(0, 6, (4, 4))
+    counts[1, 2] = 5
+    s = CollectiveSpec(kind="group_cast", world_size=4, dtype="fp32",
+                       splits=GroupSplits.from_counts(counts))
+    assert verify(hc.plan(topo, s, algo), trials=2).ok

@@ -7,7 +7,6 @@ On CPU (gloo) wall-clock time per call. Bandwidths follow nccl-tests (Collective
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,7 @@ import torch.distributed as dist
 from hiercoll.executor.graphs import capture
 from hiercoll.executor.interface import Backend, Mode, Prepared
 from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.gcpause import without_cyclic_gc
 from hiercoll.harness.inputs import device_inputs
 from hiercoll.schedule import Schedule
 
@@ -132,16 +132,11 @@ def event_times_us(call: Callable[[], None], iters: int) -> list[float]:
     collection inside a host-bound eager call is the harness's cost, not the plan's."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with without_cyclic_gc():
         for i in range(iters):
             starts[i].record()
             call()
             ends[i].record()
-    finally:
-        if was_enabled:
-            gc.enable()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
 

@@ -57,6 +57,11 @@ class Network:
     _ids: dict[LinkKey, int] = field(default_factory=dict)
     _paths: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
     _tiers: list[TierLayout] = field(default_factory=list)
+    # per GPU: its HBM link, and the NIC-side halves of an inter-node path (a dense all-to-all
+    # asks W^2 paths of W GPUs' few links: look each GPU's up once)
+    _hbm: dict[int, int] = field(default_factory=dict)
+    _tx: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    _rx: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
 
     _degraded: dict[str, float] = field(default_factory=dict)
 
@@ -89,9 +94,13 @@ class Network:
     # ---- paths -------------------------------------------------------------------------------
     def hbm(self, g: int) -> int:
         """GPU g's HBM; with `shared_gpu` every rank's is the one GPU's (never folded)."""
-        t = self.topology
-        key = ("hbm", 0) if t.shared_gpu else ("hbm", self._gpu(g))
-        return self._link(key, Tier.MEMORY, t.hbm_gbps_of(t.node_of(g)) * t.costs.reduce_efficiency)
+        lid = self._hbm.get(g)
+        if lid is None:
+            t = self.topology
+            key = ("hbm", 0) if t.shared_gpu else ("hbm", self._gpu(g))
+            lid = self._hbm[g] = self._link(key, Tier.MEMORY,
+                                            t.hbm_gbps_of(t.node_of(g)) * t.costs.reduce_efficiency)
+        return lid
 
     def engine(self, rank: int, channel: int, engine: str, gbps: float) -> int:
         """What one op of (rank, channel) can move on `engine` (sm or ce) at most: a channel runs
@@ -142,27 +151,42 @@ class Network:
         t = self.topology
         inter = t.inter
         assert inter is not None
-        na, nb = t.node_of(a), t.node_of(b)
-        la, lb = t.local_rank_of(a), t.local_rank_of(b)
-        nic_a, nic_b = t.nic_of_local_rank(la), t.nic_of_local_rank(lb)
-        g2n = inter.gpu_path_gbps()
-        eff = t.costs.nic_efficiency
-        path = [(self._link(("gpu_to_nic", self._gpu(a)), Tier.INTER, g2n), 1.0),
-                (self._link(("nic_tx", self._node(na), nic_a), Tier.INTER,
-                            t.nic_gbps_of(na, nic_a) * eff, True), 1.0),
-                (self._link(("nic_rx", self._node(nb), nic_b), Tier.INTER,
-                            t.nic_gbps_of(nb, nic_b) * eff), 1.0),
-                (self._link(("nic_to_gpu", self._gpu(b)), Tier.INTER, g2n), 1.0)]
+        path = self._nic_side(a, True) + self._nic_side(b, False)
         if self._tiers:
+            na, nb = t.node_of(a), t.node_of(b)
+            la, lb = t.local_rank_of(a), t.local_rank_of(b)
+            nic_a, nic_b = t.nic_of_local_rank(la), t.nic_of_local_rank(lb)
+            eff = t.costs.nic_efficiency
             fold_nodes = None if self.fold is None else max(self.fold // t.gpus_per_node, 1)
             ports, _ = route(t, self._tiers, (na, nic_a, la), (nb, nic_b, lb), fold_nodes, self.levels)
             path += [(self._link(key, Tier.INTER, gbps * eff, shared_by=self._port_sharing(key[0])), w)
                      for key, gbps, w in ports]
         elif inter.oversubscription > 1.0:
+            eff = t.costs.nic_efficiency
             uplink = inter.num_nics * inter.nic_gbps * eff / inter.oversubscription
-            path += [(self._link(("fabric_up", self._node(na)), Tier.INTER, uplink), 1.0),
-                     (self._link(("fabric_down", self._node(nb)), Tier.INTER, uplink), 1.0)]
+            path += [(self._link(("fabric_up", self._node(t.node_of(a))), Tier.INTER, uplink), 1.0),
+                     (self._link(("fabric_down", self._node(t.node_of(b))), Tier.INTER, uplink), 1.0)]
         return path
+
+    def _nic_side(self, g: int, send: bool) -> list[tuple[int, float]]:
+        """GPU g's PCIe path to its NIC and the NIC's tx (send) or rx, memoized per GPU."""
+        memo = self._tx if send else self._rx
+        hit = memo.get(g)
+        if hit is None:
+            t = self.topology
+            inter = t.inter
+            assert inter is not None
+            n, nic = t.node_of(g), t.nic_of_local_rank(t.local_rank_of(g))
+            g2n = inter.gpu_path_gbps()
+            nic_gbps = t.nic_gbps_of(n, nic) * t.costs.nic_efficiency
+            if send:
+                hit = [(self._link(("gpu_to_nic", self._gpu(g)), Tier.INTER, g2n), 1.0),
+                       (self._link(("nic_tx", self._node(n), nic), Tier.INTER, nic_gbps, True), 1.0)]
+            else:
+                hit = [(self._link(("nic_rx", self._node(n), nic), Tier.INTER, nic_gbps), 1.0),
+                       (self._link(("nic_to_gpu", self._gpu(g)), Tier.INTER, g2n), 1.0)]
+            memo[g] = hit
+        return hit
 
     def _port_sharing(self, kind: str) -> int:
         """shared_by of a fabric port of kind "<tier>_up" / "<tier>_down" (folded networks)."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Literal
 
 from hiercoll.errors import HiercollError
+from hiercoll.gcpause import without_cyclic_gc
 from hiercoll.schedule import Op, Schedule, predecessor_map
 from hiercoll.sim.bounds import lower_bound
 from hiercoll.sim.engine import on_copy_engine, pinned, run_timing
@@ -17,19 +16,6 @@ from hiercoll.sim.symmetry import choose_fold
 from hiercoll.topology import Topology
 
 Mode = Literal["auto", "exact", "trusted"]
-
-
-@contextmanager
-def _without_cyclic_gc() -> Iterator[None]:
-    """Planning and simulating allocate millions of small acyclic objects (ops, events); the
-    cyclic collector would rescan them over and over (a third of a 4096-GPU run)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 CallMode = Literal["eager", "graph"]
@@ -47,7 +33,7 @@ def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
     their own per-call cost (topology.costs.eager / .graph). `costs_from`: time the schedule
     with the bandwidths, latencies and costs of another topology of the same shape (what a
     calibration varies), without re-planning."""
-    with _without_cyclic_gc():
+    with without_cyclic_gc():
         return _simulate(schedule, topology, mode, record, costs_from=costs_from, call_mode=call_mode)
 
 
