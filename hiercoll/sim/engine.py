@@ -33,6 +33,13 @@ OpShape = tuple[OpKind, int, int, bool, tuple[int, ...], tuple[int, bool] | None
 def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
     """(links with weights, latency) for one op. A copy streams src HBM -> path -> dst HBM; a
     reduce reads every source into the issuing GPU and writes the result to its destination."""
+    if op.kind == OpKind.COPY and not net.topology.costs.engine_links():
+        # the common case without engine caps, built directly (a dense all-to-all-v has W^2
+        # distinct copies): the network path holds no HBM link, so only the two HBMs may merge
+        a, b = op.srcs[0].rank, op.dst.rank
+        ha, hb = net.hbm(a), net.hbm(b)
+        ends = ((ha, 2.0),) if ha == hb else ((ha, 1.0), (hb, 1.0))
+        return ends + net.net_path(a, b), net.latency_us(a, b)
     weights: dict[int, float] = {}
 
     def add(items: Sequence[tuple[int, float]]) -> None:
