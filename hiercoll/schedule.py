@@ -110,6 +110,9 @@ class OpSource(Protocol):
 
     def rank_buffers(self, rank: int) -> dict[str, int]: ...
 
+    def check_walk(self, ranks: int, what: str) -> None:
+        """Raise one line if building `ranks` ranks' ops would cross the op limit."""
+
 
 @dataclass(frozen=True)
 class ExpandedOps:
@@ -121,6 +124,9 @@ class ExpandedOps:
 
     def rank_buffers(self, rank: int) -> dict[str, int]:
         return self.buffers[rank]
+
+    def check_walk(self, ranks: int, what: str) -> None:
+        """Already built: nothing to refuse."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,12 @@ class Schedule:
     def rank_ops(self, rank: int) -> Sequence[Op]:
         return self.source.rank_ops(rank)
 
+    def check_walk(self, what: str, ranks: int | None = None) -> None:
+        """Before walking `ranks` ranks (default: every rank): one clear line when building their
+        ops would cross the planner's op limit (HIERCOLL_MAX_OPS), instead of running out of
+        memory later. A plan too large to walk whole may still be simulated where it folds."""
+        self.source.check_walk(self.world_size if ranks is None else ranks, what)
+
     def buffers(self, rank: int) -> dict[str, int]:
         return self.source.rank_buffers(rank)
 
@@ -196,12 +208,14 @@ class Schedule:
         """The same schedule with every rank's ops materialised (for saving or many passes)."""
         if self.is_expanded:
             return self
+        self.check_walk("expanding it")
         src = ExpandedOps(tuple(tuple(self.rank_ops(r)) for r in range(self.world_size)),
                           tuple(dict(self.buffers(r)) for r in range(self.world_size)))
         return Schedule(self.meta, src)
 
     # ---- JSON --------------------------------------------------------------------------------
     def to_json_dict(self) -> dict[str, Any]:
+        self.check_walk("saving it")
         return {"form": "expanded", "meta": self.meta.to_json(),
                 "ranks": [{"buffers": dict(sorted(self.buffers(r).items())),
                            "ops": [o.to_json() for o in self.rank_ops(r)]}

@@ -14,6 +14,7 @@ import pytest
 
 import hiercoll as hc
 from hiercoll.cli.main import main
+from hiercoll.collectives import GroupSplits
 from hiercoll.errors import HiercollError
 from hiercoll.plan_file import load_plan, plan_from_dict, plan_to_json
 from hiercoll.topology.model import MAX_WORLD_SIZE
@@ -196,3 +197,23 @@ def test_more_nics_than_gpus_per_node_is_one_line(tmp_path: Path, capsys: pytest
     assert len(err.splitlines()) == 1 and "inter.num_nics" in err and "at most gpus_per_node" in err
     path.write_text(path.read_text().replace("1000000000000", "4"))
     assert hc.load_topology(str(path)).inter.num_nics == 4
+
+
+def test_an_all_to_all_v_counts_file_plans_and_a_bad_one_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = tmp_path / "a2av.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"counts": [[0, 3, 1, 2], [1, 0, 4, 0], [2, 2, 0, 1], [5, 0, 1, 1]]}))
+    bad.write_text(json.dumps({"counts": [[0, 3], [-1, 0]]}))
+    out = tmp_path / "p.json"
+    code, err = _cli(capsys, "plan", "-t", "dgx-h100", "-n", "2", "-c", "group_cast", "--splits", str(good),
+                     "-a", "direct", "-o", str(out))
+    assert code == 2 and "world size" in err       # 4 ranks' counts on a 16-GPU cluster
+    small = tmp_path / "topo.json"
+    small.write_text(json.dumps(small_topology(2, 2).model_dump(mode="json")))
+    code, err = _cli(capsys, "plan", "-t", str(small), "-c", "group_cast", "--splits", str(good),
+                     "-a", "direct", "-o", str(out))
+    assert code == 0, err
+    plan = load_plan(out)
+    assert plan.schedule.spec.splits == GroupSplits.from_counts(json.loads(good.read_text())["counts"])
+    _one_line(*_cli(capsys, "plan", "-t", str(small), "-c", "group_cast", "--splits", str(bad),
+                    "-a", "direct", "-o", str(out)), "counts[1][0] = -1")

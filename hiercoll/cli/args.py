@@ -25,13 +25,19 @@ def add_spec_args(p: argparse.ArgumentParser, sizes: bool = False) -> None:
     p.add_argument("--dtype", default="bf16", choices=enum_choices(DType))
     p.add_argument("--reduce-op", default="sum", choices=enum_choices(ReduceOp))
     p.add_argument("--root", type=int, default=0, help="broadcast/reduce root")
-    p.add_argument("--splits", default=None, help="group_cast/group_reduce splits (YAML/JSON)")
+    p.add_argument("--splits", default=None, help="group_cast/group_reduce splits (YAML/JSON); "
+                   "an all-to-all-v as {counts: W x W matrix} (counts[s][d]: elements s sends d)")
 
 
 def load_splits(path: str | None) -> GroupSplits | None:
     if path is None:
         return None
     data = read_structured_file(Path(path))
+    if isinstance(data, dict) and set(data) == {"counts"}:
+        try:
+            return GroupSplits.from_counts(data["counts"])
+        except ValueError as err:
+            raise HiercollError(f"{path}: {err}") from None
     try:
         return GroupSplits.model_validate(data)
     except ValidationError as err:

@@ -206,6 +206,7 @@ def verify(schedule: Schedule, trials: int = 3, seed: int | None = None,
     (`executor/shrink.py`, the report's `reduced_by`); one that has none that fits is refused
     (HiercollError): the static check (hiercoll.sim.check) still proves it symbolically."""
     schedule.refuse_library_call("verify")
+    schedule.check_walk("verifying it")
     schedule, reduced_by = fitting(schedule, max_memory)
     spec = schedule.spec
     rng = np.random.default_rng(seed)

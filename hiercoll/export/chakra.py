@@ -54,6 +54,7 @@ class _Trace:
 
 class _Builder:
     def __init__(self, schedule: Schedule, topology: Topology):
+        schedule.check_walk("exporting it")
         self.schedule, self.topology = schedule, topology
         self.itemsize = schedule.spec.dtype.itemsize
         self.traces = [_Trace() for _ in range(schedule.world_size)]

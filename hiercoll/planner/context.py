@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.errors import HiercollError
 from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.labels import Label
 from hiercoll.schedule import INPUT, OUTPUT, Op, Region
@@ -122,16 +123,37 @@ LABELS_HELD = 1 << 20     # label maps kept (their labels in total) beyond the l
 OPS_HELD = 1 << 22        # ops a recipe keeps built beyond its LRU size once it sees a re-scan
 
 
+@dataclass(frozen=True)
+class OpBudget:
+    """How many of a plan's ranks may be built under the op limit (HIERCOLL_MAX_OPS), from the
+    planner's estimate: a plan too large to build whole can still be simulated where the
+    simulation folds (it builds one node's or one period's ranks), so the limit applies to
+    what a consumer walks, not to planning."""
+
+    ranks: int             # most distinct ranks whose ops may be built
+    message: str           # "size: ... above the limit ..." (the reason, without the fix)
+
+    def check(self, ranks: int, what: str) -> None:
+        if ranks > self.ranks:
+            raise HiercollError(f"{self.message} for {what} (it builds {ranks} ranks' ops; at "
+                                f"most {self.ranks} fit); use fewer ranks/chunks/channels or a "
+                                "hierarchical algorithm, simulate it folded (`mode=\"auto\"` on a "
+                                "symmetric topology builds one node's or one period's ranks), "
+                                "or raise HIERCOLL_MAX_OPS")
+
+
 class RecipeOps(Generic[ParamsT]):
     """OpSource that builds each rank's ops from the recipe on demand (LRU cache).
 
     The cache starts small (`cache` ranks) and grows to every rank once a rank built before is
     asked for again after being dropped: a consumer that walks every rank more than once (an unfolded
     simulation: timing, predecessors, op counts, host launches) then builds each rank once,
-    not once per walk; OPS_HELD bounds what that keeps."""
+    not once per walk; OPS_HELD bounds what that keeps. `budget`: past it, building one more
+    distinct rank raises (the backstop behind consumers' own `check_walk` before a walk)."""
 
-    def __init__(self, ctx: PlanContext[ParamsT], cache: int = 64):
+    def __init__(self, ctx: PlanContext[ParamsT], cache: int = 64, budget: OpBudget | None = None):
         self.ctx = ctx
+        self.budget = budget
         self._cache: OrderedDict[int, tuple[list[Op], dict[str, int]]] = OrderedDict()
         self._size = cache
         self._built: set[int] = set()
@@ -144,6 +166,8 @@ class RecipeOps(Generic[ParamsT]):
             return hit
         if rank in self._built:          # dropped and asked for again: a re-scan
             self._size = self.ctx.world
+        elif self.budget is not None:
+            self.budget.check(len(self._built) + 1, "building its ranks one by one")
         self._built.add(rank)
         built = self.ctx.build(rank)
         self._cache[rank] = built
@@ -157,6 +181,10 @@ class RecipeOps(Generic[ParamsT]):
 
     def rank_buffers(self, rank: int) -> dict[str, int]:
         return self._get(rank)[1]
+
+    def check_walk(self, ranks: int, what: str) -> None:
+        if self.budget is not None:
+            self.budget.check(ranks, what)
 
 
 def params_dict(params: BaseParams) -> dict[str, Any]:

@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hiercoll.collectives import CollectiveSpec
+from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.planner.bruck import Bruck
-from hiercoll.planner.context import Algorithm, BaseParams, ParamsT, PlanContext, RecipeOps, params_dict
+from hiercoll.planner.context import Algorithm, BaseParams, OpBudget, ParamsT, PlanContext, RecipeOps, params_dict
 from hiercoll.planner.direct import Direct
 from hiercoll.planner.halving_doubling import HalvingDoubling
 from hiercoll.planner.hier.hier import Hier
@@ -110,6 +110,11 @@ def estimate_ops(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
     channels = max(int(getattr(params, "channels", 1) or 1), 1)
     if algo.name.startswith("hier"):
         peers = topology.num_nodes * (topology.gpus_per_node + 1)
+        if (algo.name == "hier_2d" and spec.kind == Kind.ALL_REDUCE
+                and getattr(params, "inter", None) == "direct"):
+            # one-shot across nodes: each rank pushes all N node-partials to every rail peer,
+            # N x (N - 1) copies (W = 4096: ~270k ops a rank, not the ~9k of the other phases)
+            peers += topology.num_nodes ** 2
     elif algo.name == "bruck":     # block i hops popcount(i) times: ~W/2 x log2 W copies per rank
         peers = world * (world - 1).bit_length() // 4 + 2
     else:
@@ -131,18 +136,21 @@ def max_ops() -> int:
     return value
 
 
-def refuse_too_large(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
-                     params: BaseParams) -> None:
-    """One line, before anything is built, when the plan cannot fit (HIERCOLL_MAX_OPS)."""
+def op_budget(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
+              params: BaseParams) -> OpBudget | None:
+    """None when the whole plan fits HIERCOLL_MAX_OPS; else how many ranks may be built. One
+    line, before anything is built, when not even one rank fits."""
     ops, limit = estimate_ops(topology, spec, algo, params), max_ops()
-    if ops > limit:
-        gib = ops * BYTES_PER_OP / 2**30
-        raise HiercollError(f"size: {algo.name} {spec.kind.value} on {spec.world_size} ranks "
-                            f"would be about {ops:.3g} ops (~{gib:.3g} GiB expanded), above the "
-                            f"limit of {limit:.3g}; use fewer ranks/chunks/channels or a "
-                            f"hierarchical algorithm, or raise it with {MAX_OPS_ENV}=N (safe to "
-                            "only simulate it where the simulation folds: it then builds one "
-                            "node's or one period's ranks)")
+    if ops <= limit:
+        return None
+    gib = ops * BYTES_PER_OP / 2**30
+    why = (f"size: {algo.name} {spec.kind.value} on {spec.world_size} ranks would be about "
+           f"{ops:.3g} ops (~{gib:.3g} GiB expanded), above the limit of {limit:.3g} "
+           f"({MAX_OPS_ENV})")
+    budget = OpBudget(limit // max(ops // max(spec.world_size, 1), 1), why)
+    if budget.ranks < 1:
+        budget.check(1, "planning it")
+    return budget
 
 
 def _plan(topology: Topology, spec: CollectiveSpec, algo: Algorithm[ParamsT],
@@ -151,11 +159,11 @@ def _plan(topology: Topology, spec: CollectiveSpec, algo: Algorithm[ParamsT],
     if spec.world_size != topology.world_size:
         raise HiercollError(f"world size: the spec has {spec.world_size} ranks, topology "
                             f"{topology.name} has {topology.world_size}")
-    refuse_too_large(topology, spec, algo, p)
+    budget = op_budget(topology, spec, algo, p)
     why = algo.unsupported(topology, spec, p)
     if why:
         raise HiercollError(f"--algorithm {algo.name}: {why}")
     ctx = PlanContext(topology, spec, p, algo)
     meta = ScheduleMeta(algo.name, params_dict(p), spec, topology.fingerprint(),
                         symmetry_period=algo.symmetry_period(ctx))
-    return Schedule(meta, RecipeOps(ctx))
+    return Schedule(meta, RecipeOps(ctx, budget=budget))

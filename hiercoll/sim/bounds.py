@@ -145,6 +145,7 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
     # unfolded: one op alone sees real links (a folded HBM has weight 2)
     paths = LinkCache(Network(topology, itemsize=schedule.spec.dtype.itemsize))
     ranks = range(fold if fold else schedule.world_size)
+    schedule.check_walk("bounding its critical path", len(ranks))
     isz = schedule.spec.dtype.itemsize
     cost: dict[OpRef, float] = {}
     for r in ranks:

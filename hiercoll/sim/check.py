@@ -46,6 +46,7 @@ class CheckReport:
 
 def check(schedule: Schedule, require_ranks_identical: bool = True) -> CheckReport:
     schedule.refuse_library_call("check")
+    schedule.check_walk("checking it")
     problems: list[str] = [f"op {op.id}: a {op.kind.value} with no sources (nothing to read; "
                            "a split nobody sends needs no op)"
                            for r in range(schedule.world_size) for op in schedule.rank_ops(r)

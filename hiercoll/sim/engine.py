@@ -143,6 +143,9 @@ class PinnedOps:
     def rank_buffers(self, rank: int) -> dict[str, int]:
         return self.source.rank_buffers(rank)
 
+    def check_walk(self, ranks: int, what: str) -> None:
+        self.source.check_walk(ranks, what)
+
 
 def pinned(schedule: Schedule, ranks: Sequence[int]) -> Schedule:
     """`schedule` with `ranks`' ops built once and held (a lazy recipe's LRU would rebuild a

@@ -51,6 +51,8 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     # shared_gpu: every rank shares one HBM, a folded rank would not see the others (exact)
     sym, fold, fold_note = choose_fold(schedule, topology, mode)
     ranks = list(range(fold if fold else schedule.world_size))
+    schedule.check_walk("simulating it" + (f" folded onto {fold} ranks" if fold else " unfolded"),
+                        len(ranks))
     schedule = pinned(schedule, ranks)      # every walk below reads the same built ops
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize,
                   levels=bool(sym and sym.levels))

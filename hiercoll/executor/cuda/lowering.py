@@ -291,6 +291,7 @@ class _Global:
 
 
 def symmetric_layout(schedule: Schedule) -> SymmetricLayout:
+    schedule.check_walk("running it")
     sizes: dict[str, int] = {}
     for r in range(schedule.world_size):
         for name, n in schedule.buffers(r).items():
