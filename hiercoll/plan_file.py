@@ -78,6 +78,7 @@ class _RecipeMeta(BaseModel):
     topology_fingerprint: StrictStr
     schema_version: Literal[1] = 1
     symmetry_period: StrictInt | None = None
+    symmetry_group: Literal["shift", "xor"] = "shift"
 
 
 class _Recipe(BaseModel):

@@ -137,8 +137,10 @@ class ScheduleMeta:
     topology_fingerprint: str
     schema_version: int = SCHEMA_VERSION
     # ranks r and r+P run the same program shifted by P (declared by the algorithm, checked by
-    # the simulator before it simulates one representative per orbit); None: no such claim
+    # the simulator before it simulates one representative per orbit); None: no such claim.
+    # symmetry_group "xor": ranks r and r xor kP instead (recursive doubling / halving pairs)
     symmetry_period: int | None = None
+    symmetry_group: str = "shift"
 
     def to_json(self) -> dict[str, Any]:
         d = {"algorithm": self.algorithm, "params": self.params,
@@ -147,6 +149,8 @@ class ScheduleMeta:
              "schema_version": self.schema_version}
         if self.symmetry_period is not None:
             d["symmetry_period"] = self.symmetry_period
+        if self.symmetry_group != "shift":
+            d["symmetry_group"] = self.symmetry_group
         return d
 
 

@@ -29,6 +29,7 @@ class _MetaModel(BaseModel):
     topology_fingerprint: str
     schema_version: Literal[1] = Field(description=f"this hiercoll reads version {SCHEMA_VERSION}")
     symmetry_period: int | None = Field(default=None, ge=1)
+    symmetry_group: Literal["shift", "xor"] = "shift"
 
 
 class _OpModel(BaseModel):
@@ -78,7 +79,8 @@ def parse_expanded(data: dict[str, Any], source: str = "plan") -> Schedule:
     saved = model.meta
     meta = ScheduleMeta(algorithm=saved.algorithm, params=saved.params, spec=saved.spec,
                         topology_fingerprint=saved.topology_fingerprint,
-                        schema_version=saved.schema_version, symmetry_period=saved.symmetry_period)
+                        schema_version=saved.schema_version, symmetry_period=saved.symmetry_period,
+                        symmetry_group=saved.symmetry_group)
     if len(model.ranks) != meta.spec.world_size:
         raise ScheduleError(f"{source}: ranks: {len(model.ranks)} entries for world size "
                             f"{meta.spec.world_size}")

@@ -132,14 +132,16 @@ def test_contention_free_bound_never_exceeds_the_simulation():
         assert contention_free_us(s, topo) <= simulate(s, topo).time_us * (1 + 1e-9), algo
 
 
-def test_every_declared_symmetry_holds_on_every_rank():
+@pytest.mark.parametrize("nodes,gpus", [(3, 4), (4, 2), (2, 4)])
+def test_every_declared_symmetry_holds_on_every_rank(nodes, gpus):
     """The auto-picker trusts declarations (mode="trusted"); here each algorithm's claim is
-    checked exhaustively on expanded schedules of 3 nodes."""
+    checked exhaustively on expanded schedules (power-of-two worlds: rd / rhd's xor claim)."""
     from hiercoll.planner import applicable
     from hiercoll.sim.symmetry import find_symmetry
-    topo = small_topology(3, 4)
+    topo = small_topology(nodes, gpus)
+    w = topo.world_size
     for kind in ("reduce_scatter", "all_gather", "all_reduce", "all_to_all"):
-        spec = CollectiveSpec(kind=kind, world_size=12, dtype="bf16", nbytes=12 * 2 * 24)
+        spec = CollectiveSpec(kind=kind, world_size=w, dtype="bf16", nbytes=w * 2 * 24)
         for algo in applicable(topo, spec):
             for params in ({}, {"chunks": 2, "channels": 2}):
                 s = hc.plan(topo, spec, algo, params)
@@ -147,3 +149,37 @@ def test_every_declared_symmetry_holds_on_every_rank():
                     assert find_symmetry(s.expand(), topo) is not None, (kind, algo, params)
                     assert simulate(s, topo, mode="trusted").time_us == pytest.approx(
                         simulate(s, topo, mode="exact").time_us, rel=1e-9)
+
+
+def test_recursive_halving_doubling_folds_by_xor_exactly():
+    """rhd / rd pair rank r with r xor 2^t: xor by a multiple of a node maps the schedule and a
+    one-switch fabric onto themselves, so one node's ranks are simulated, with the exact time;
+    uneven shards and tiered fabrics are not folded (and the note says why)."""
+    from hiercoll.sim.symmetry import find_symmetry
+    topo = hc.load_topology("dgx-h100", 8)
+    for algo, params in (("rhd", {}), ("rd", {}), ("rd", {"chunks": 2, "channels": 2})):
+        spec = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=64 << 16)
+        s = hc.plan(topo, spec, algo, params)
+        assert s.meta.symmetry_group == "xor" and find_symmetry(s, topo) is not None
+        folded, exact = simulate(s, topo), simulate(s, topo, mode="exact")
+        assert len(folded.ranks_simulated) == 8 and folded.shortcut
+        assert folded.time_us == pytest.approx(exact.time_us, rel=1e-9), (algo, params)
+    uneven = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=(64 * 1000 + 2) * 2)
+    assert hc.plan(topo, uneven, "rhd").meta.symmetry_period is None
+    tiered = hc.load_topology("h100-rail-3tier", 64)
+    spec = CollectiveSpec(kind="all_reduce", world_size=512, dtype="bf16", nbytes=512 << 10)
+    res = simulate(hc.plan(tiered, spec, "rhd"), tiered)
+    assert not res.shortcut and len(res.ranks_simulated) == 512
+
+
+def test_a_wrong_xor_claim_is_caught():
+    """The check is not vacuous: a ring declared xor-symmetric is refused on every rank."""
+    import dataclasses
+
+    from hiercoll.sim.symmetry import find_symmetry
+    topo = small_topology(4, 2)
+    spec = CollectiveSpec(kind="all_reduce", world_size=8, dtype="bf16", nbytes=8 * 2 * 24)
+    ring = hc.plan(topo, spec, "ring").expand()
+    assert find_symmetry(ring, topo) is not None
+    claimed = dataclasses.replace(ring, meta=dataclasses.replace(ring.meta, symmetry_group="xor"))
+    assert find_symmetry(claimed, topo) is None

@@ -61,6 +61,10 @@ class Algorithm(ABC, Generic[ParamsT]):
         recipes on identical nodes have P = gpus_per_node; the simulator checks the claim."""
         return None
 
+    # "xor": symmetry_period's P means rank r xor kP runs rank r's program with every rank
+    # xor-ed by kP (pairwise exchanges at power-of-two distances), not shifted
+    symmetry_group: ClassVar[str] = "shift"
+
     def index_of(self, ctx: PlanContext[ParamsT], rank: int, label: Label) -> int:
         """Index of the op labelled `label` on `rank`; override with a formula for scale."""
         return ctx.label_map(rank)[label]
@@ -197,6 +201,19 @@ def node_period(ctx: PlanContext[ParamsT], *switches: bool) -> int | None:
     if ctx.spec.kind not in TRANSLATION_INVARIANT or not all(switches):
         return None
     return ctx.topology.gpus_per_node
+
+
+def xor_period(ctx: PlanContext[ParamsT], even_shards: bool = True) -> int | None:
+    """gpus_per_node for pairwise exchanges at power-of-two distances (rank r pairs with r xor
+    2^t): with a power-of-two world and node size, xor-ing every rank by a multiple of the node
+    size maps nodes onto nodes and each pair onto a pair. `even_shards`: the recipe moves shards
+    (rhd), which must all be one size for rank r xor kP to move what r moves."""
+    w, g = ctx.world, ctx.topology.gpus_per_node
+    if ctx.spec.kind not in TRANSLATION_INVARIANT or w & (w - 1) or g & (g - 1):
+        return None
+    if even_shards and ctx.spec.shard(0)[1] != ctx.spec.shard(w - 1)[1]:
+        return None
+    return g
 
 
 TRANSLATION_INVARIANT = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE,

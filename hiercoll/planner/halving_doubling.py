@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds
-from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
+from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, xor_period
 from hiercoll.planner.fold import Fold
 from hiercoll.planner.labels import FoldLabel, LogStepLabel
 from hiercoll.schedule import INPUT, Region
@@ -149,6 +149,12 @@ class HalvingDoubling(Algorithm[BaseParams]):
     name = "rhd"
     kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE})
     Params = BaseParams
+    symmetry_group = "xor"
+
+    def symmetry_period(self, ctx: PlanContext[BaseParams]) -> int | None:
+        # chunks split a step's range at absolute offsets: xor-ing ranks permutes which chunk
+        # (and channel) carries which piece, so only one chunk is xor-symmetric
+        return xor_period(ctx) if ctx.params.chunks == 1 else None
 
     def build_rank(self, ctx: PlanContext[BaseParams], b: RankBuilder) -> None:
         spec, r = ctx.spec, b.rank

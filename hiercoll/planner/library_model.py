@@ -66,6 +66,9 @@ def _candidates_and_choice(topology: Topology, spec: CollectiveSpec) -> tuple[Sc
     per_channel = spec.total_bytes // max(channels, 1)
     chunks = max(1, min(MAX_CHUNKS, per_channel // SLICE_BYTES))
     ring = plan(topology, spec, "ring", {"channels": channels, "chunks": chunks})
+    # a comparison column: not worth building past the op limit (8 rings on 4096 GPUs would
+    # build ~500k ops a rank to check and fold; a minute a size)
+    ring.check_walk("timing it as NCCL's model")
     if spec.kind not in TREE_KINDS or topology.num_nodes == 1:
         return ring, None       # NCCL's tree is for several nodes (NVLS or the ring on one)
     from hiercoll.sim import simulate

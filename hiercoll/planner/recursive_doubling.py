@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from hiercoll.collectives import Kind
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale
-from hiercoll.planner.context import Algorithm, BaseParams, PlanContext
+from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, xor_period
 from hiercoll.planner.fold import Fold
 from hiercoll.planner.halving_doubling import fold_in, pieces
 from hiercoll.planner.labels import LogStepLabel
@@ -31,6 +31,10 @@ class RecursiveDoubling(Algorithm[BaseParams]):
     name = "rd"
     kinds = frozenset({Kind.ALL_REDUCE})
     Params = BaseParams
+    symmetry_group = "xor"
+
+    def symmetry_period(self, ctx: PlanContext[BaseParams]) -> int | None:
+        return xor_period(ctx, even_shards=False)   # every step moves the whole vector
 
     def build_rank(self, ctx: PlanContext[BaseParams], b: RankBuilder) -> None:
         spec, r, n = ctx.spec, b.rank, ctx.spec.count

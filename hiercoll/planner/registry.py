@@ -165,5 +165,5 @@ def _plan(topology: Topology, spec: CollectiveSpec, algo: Algorithm[ParamsT],
         raise HiercollError(f"--algorithm {algo.name}: {why}")
     ctx = PlanContext(topology, spec, p, algo)
     meta = ScheduleMeta(algo.name, params_dict(p), spec, topology.fingerprint(),
-                        symmetry_period=algo.symmetry_period(ctx))
+                        symmetry_period=algo.symmetry_period(ctx), symmetry_group=algo.symmetry_group)
     return Schedule(meta, RecipeOps(ctx, budget=budget))

@@ -146,12 +146,10 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
     paths = LinkCache(Network(topology, itemsize=schedule.spec.dtype.itemsize))
     ranks = range(fold if fold else schedule.world_size)
     schedule.check_walk("bounding its critical path", len(ranks))
-    isz = schedule.spec.dtype.itemsize
     cost: dict[OpRef, float] = {}
     for r in ranks:
         for op in schedule.rank_ops(r):
-            latency = paths(op)[1]
-            cost[op.ref] = paths.launch_us(op) + latency + op.dst.count * isz / paths.best_rate(op)
+            cost[op.ref] = paths.alone_us(op)
     preds = predecessor_map(schedule, ranks, fold)
     finish: dict[OpRef, float] = {}
     for ref in kahn_order(preds):

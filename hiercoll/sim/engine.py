@@ -100,10 +100,14 @@ class LinkCache:
         self.net = net
         self._capped = net.topology.costs.engine_links()
         self._by_shape: dict[OpShape, tuple[tuple[tuple[int, float], ...], float]] = {}
+        self._alone: dict[tuple[OpShape, bool], tuple[float, float]] = {}
+
+    def _shape(self, op: Op) -> OpShape:
+        srcs = (op.srcs[0].rank,) if len(op.srcs) == 1 else tuple(s.rank for s in op.srcs)
+        return (op.kind, op.rank, op.dst.rank, op.accumulate, srcs, self.channel_key(op))
 
     def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
-        shape: OpShape = (op.kind, op.rank, op.dst.rank, op.accumulate,
-                          tuple(s.rank for s in op.srcs), self.channel_key(op))
+        shape = self._shape(op)
         hit = self._by_shape.get(shape)
         if hit is None:
             hit = self._by_shape[shape] = op_links(self.net, op)
@@ -122,10 +126,19 @@ class LinkCache:
         costs = self.net.topology.costs
         return costs.op_launch_us(on_copy_engine(op, self.net.itemsize, costs.ce_threshold_bytes))
 
-    def best_rate(self, op: Op) -> float:
-        """Bytes/us the op could move alone on the network (its tightest weighted link)."""
-        links, _ = self(op)
-        return min((self.net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
+    def alone_us(self, op: Op) -> float:
+        """The least time `op` takes: launch, first byte's flight, and its bytes at the best rate
+        its path allows with nothing else on the network (its tightest weighted link). The
+        per-op term of both lower bounds (one rank's ops in order; the critical path)."""
+        costs = self.net.topology.costs
+        ce = on_copy_engine(op, self.net.itemsize, costs.ce_threshold_bytes)
+        key = (self._shape(op), ce)
+        hit = self._alone.get(key)
+        if hit is None:
+            links, latency = self(op)
+            rate = min((self.net.links[lid].bytes_per_us / w for lid, w in links), default=float("inf"))
+            hit = self._alone[key] = (costs.op_launch_us(ce) + latency, rate)
+        return hit[0] + op.dst.count * self.net.itemsize / hit[1]
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ class Symmetry:
     checked_ranks: int      # ranks compared against their representative
     exhaustive: bool        # every rank checked (exact), or sampled orbits
     levels: bool = False    # level shifts (one node simulated), not translations by `period`
+    xor: bool = False       # rank r -> r xor kP (the schedule's symmetry_group), not r + kP
 
 
 # channel, kind, accumulate, dst rank, dst count, (src rank, count)s, deps
@@ -54,7 +55,19 @@ class Shift:
         return (r + self.by) % self.world
 
 
-RankMap = Shift | Sequence[int]
+class Xor:
+    """Rank r -> r xor by: the pairing of recursive doubling / halving maps onto itself."""
+
+    __slots__ = ("by",)
+
+    def __init__(self, by: int):
+        self.by = by
+
+    def __getitem__(self, r: int) -> int:
+        return r ^ self.by
+
+
+RankMap = Shift | Xor | Sequence[int]
 
 
 def timing_view(op: Op, to: RankMap) -> TimingView:  # hot
@@ -89,6 +102,8 @@ def find_symmetry(schedule: Schedule, topology: Topology, period: int | None = N
     w, l = schedule.world_size, topology.gpus_per_node
     if not period or period >= w or w % period or period % l:
         return None
+    if schedule.meta.symmetry_group == "xor":
+        return _find_xor_symmetry(schedule, period)
     orbits = w // period
     if schedule.is_expanded:
         ks = list(range(1, orbits))
@@ -99,6 +114,31 @@ def find_symmetry(schedule: Schedule, topology: Topology, period: int | None = N
             if not _matches(schedule, rep, k, period):
                 return None
     return Symmetry(period, len(ks) * period, schedule.is_expanded)
+
+
+def _find_xor_symmetry(schedule: Schedule, period: int) -> Symmetry | None:
+    """Xor by every power of two from `period` up (they generate xor by any multiple of it):
+    on every rank of an expanded schedule, on the representatives of a lazy one."""
+    w = schedule.world_size
+    if w & (w - 1) or period & (period - 1):
+        return None
+    ranks: Sequence[int] = range(w) if schedule.is_expanded else range(period)
+    bits = [1 << j for j in range(period.bit_length() - 1, w.bit_length() - 1)]
+    for by in bits:
+        if not all(_maps_onto(schedule, r, Xor(by)) for r in ranks):
+            return None
+    return Symmetry(period, len(ranks) * len(bits), schedule.is_expanded, xor=True)
+
+
+def xor_fabric_fold(topology: Topology, sym: Symmetry) -> tuple[int | None, str | None]:
+    """Xor by multiples of a node maps nodes onto nodes; only a fabric where every node sees the
+    same network (one switch, no tiers: an xor of a node index crosses leaf groups that a shift
+    by whole groups keeps) is mapped onto itself."""
+    tiered = topology.inter is not None and bool(topology.inter.tiers) and topology.num_nodes > 1
+    if not topology.symmetric_nodes or tiered:
+        return None, ("not folded: xor symmetry (recursive doubling / halving pairs) folds only "
+                      "identical nodes under one switch; every rank simulated")
+    return sym.period, None
 
 
 def fabric_fold(topology: Topology, period: int | None) -> tuple[int | None, str | None]:
@@ -187,9 +227,13 @@ def choose_fold(schedule: Schedule, topology: Topology, mode: str) -> tuple[Symm
     if mode == "trusted":
         from hiercoll.sim.bounds import declared_period
         period = declared_period(schedule, topology)
-        sym = Symmetry(period, 0, False) if period else None
+        xor = schedule.meta.symmetry_group == "xor"
+        sym = Symmetry(period, 0, False, xor=xor) if period and (not xor or not period & (period - 1)) else None
     else:
         sym = find_symmetry(schedule, topology)
+    if sym is not None and sym.xor:
+        fold, note = xor_fabric_fold(topology, sym)
+        return (sym if fold else None), fold, note
     fold, note = fabric_fold(topology, sym.period if sym else None)
     if sym and fold and fold != sym.period and mode == "auto":
         # implied by the period when it holds; re-checked on the new period's own orbits,

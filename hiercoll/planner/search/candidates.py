@@ -108,10 +108,8 @@ def rank_bound_us(schedule: Schedule, topology: Topology, rank: int = 0) -> floa
     in_bytes = {Transport.INTRA: 0, Transport.INTER: 0}
     per_channel: dict[int, float] = {}
     for op in schedule.rank_ops(rank):
-        latency, rate = paths(op)[1], paths.best_rate(op)
         nbytes = op.dst.count * isz
-        per_channel[op.channel] = (per_channel.get(op.channel, 0.0) + paths.launch_us(op)
-                                   + latency + nbytes / rate)
+        per_channel[op.channel] = per_channel.get(op.channel, 0.0) + paths.alone_us(op)
         for a, b in _flows(op, rank):
             if a == rank and b != rank:
                 out_bytes[transport_between(topology, a, b)] += nbytes
