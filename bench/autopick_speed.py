@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="4KiB:4GiB")
     ap.add_argument("--collectives", default="all_reduce,reduce_scatter")
     ap.add_argument("--jobs", default="1,2", help="worker processes to time, comma list")
+    ap.add_argument("--out", default="autopick_speed", help="results name (bench/results/NAME.{md,json})")
     args = ap.parse_args()
     sizes = parse_size_range(args.sizes)
     rows = []
@@ -63,6 +64,8 @@ def main() -> None:
                       "pruned", flush=True)
     payload = {"rows": rows, "meta": stamp(command_line())}
     md = [f"# Auto-pick speed: {len(sizes)} sizes ({args.sizes}) on dgx-h100, empty cache, then warm",
+          "", "Per size: `simulated` candidates plus those `pruned by bounds` (built for a bound, or "
+          "not built at all where a warm cache holds their bounds).",
           "", f"Command: `{payload['meta']['command']}`  ",
           f"Date: {payload['meta']['date']}; machine: {payload['meta']['machine']}; "
           f"git {payload['meta']['git_sha'] or '?'}", "",
@@ -75,7 +78,7 @@ def main() -> None:
     md += [f"| {r['topology']} | {r['gpus']} | {r['collective']} | {r['jobs']} | {r['sizes']} "
            f"| {r['seconds']} | {r['cpu_seconds']} | {r['warm_seconds']} | {r['load_avg_1m']} "
            f"| {r['simulated']} | {r['pruned']} |" for r in rows]
-    write_results("autopick_speed", payload, "\n".join(md) + "\n")
+    write_results(args.out, payload, "\n".join(md) + "\n")
 
 
 if __name__ == "__main__":
