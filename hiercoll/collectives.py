@@ -108,15 +108,19 @@ class GroupSplits(BaseModel):
         if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] == 0:
             raise ValueError(f"counts: shape {m.shape}; give a square W x W matrix "
                              "(counts[s][d]: elements rank s sends rank d)")
-        if m.dtype.kind not in "iu" and not (m.dtype.kind == "f" and np.all(m == np.round(m))):
+        if m.dtype.kind not in "iu" and not (m.dtype.kind == "f" and np.isfinite(m).all()
+                                             and np.all(m == np.round(m))):
             raise ValueError(f"counts: dtype {m.dtype}; give whole numbers of elements")
-        if (m < 0).any():
-            s, d = (int(v) for v in np.argwhere(m < 0)[0])
-            raise ValueError(f"counts[{s}][{d}] = {m[s, d]}; element counts are >= 0")
+        bad = (m < 0) | (m > np.iinfo(np.int64).max)
+        if bad.any():
+            s, d = (int(v) for v in np.argwhere(bad)[0])
+            raise ValueError(f"counts[{s}][{d}] = {m[s, d]}; element counts are >= 0 and < 2**63")
         rows = m.astype(np.int64).tolist()
         world = len(rows)
         split, rank_splits = Split.model_construct, RankSplits.model_construct
-        peer = [[p] for p in range(world)]       # one list per rank: Splits are frozen
+        # one [p] list per rank, shared by the splits naming p (frozen models; nothing in
+        # hiercoll mutates a split's peers: W^2 lists would cost more than the rest)
+        peer = [[p] for p in range(world)]
         with without_cyclic_gc():
             return cls.model_construct(ranks=[
                 rank_splits(input=[split(size=rows[r][d], peers=peer[d]) for d in range(world)],

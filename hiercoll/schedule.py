@@ -198,6 +198,7 @@ class Schedule:
         return self.source.rank_buffers(rank)
 
     def ops(self) -> Iterator[Op]:
+        self.check_walk("reading every op")
         for r in range(self.world_size):
             yield from self.rank_ops(r)
 
@@ -206,6 +207,7 @@ class Schedule:
 
     @property
     def num_ops(self) -> int:
+        self.check_walk("counting its ops")
         return sum(len(self.rank_ops(r)) for r in range(self.world_size))
 
     def expand(self) -> Schedule:
@@ -301,6 +303,7 @@ def topological_order(schedule: Schedule, pick: Callable[[int], int] | None = No
     `pick(n)` chooses which of the n ready ops runs next (random for the reference executor,
     last-ready otherwise). Raises ScheduleError naming an op on a cycle if there is one.
     """
+    schedule.check_walk("ordering its ops")
     lists = [schedule.rank_ops(r) for r in range(schedule.world_size)]
     return [lists[r][i] for r, i in kahn_order(predecessor_map(schedule), pick)]
 

@@ -176,6 +176,8 @@ def test_from_counts_means_all_to_all_v():
     ([[1, -2], [0, 1]], r"counts\[0\]\[1\] = -2; element counts are >= 0"),
     ([[1.5, 2], [0, 1]], r"counts: dtype float64; give whole numbers"),
     ([[1, [2]], [0, 1]], r"counts: not a matrix"),
+    ([[1.0, float("inf")], [0, 1]], r"counts: dtype float64; give whole numbers"),
+    ([[1, 1e19], [0, 1]], r"counts\[0\]\[1\] = 1e\+19; element counts are >= 0 and < 2\*\*63"),
 ])
 def test_from_counts_names_what_is_wrong(counts, match):
     with pytest.raises(ValueError, match=match):

@@ -217,3 +217,17 @@ def test_an_all_to_all_v_counts_file_plans_and_a_bad_one_is_one_line(
     assert plan.schedule.spec.splits == GroupSplits.from_counts(json.loads(good.read_text())["counts"])
     _one_line(*_cli(capsys, "plan", "-t", str(small), "-c", "group_cast", "--splits", str(bad),
                     "-a", "direct", "-o", str(out)), "counts[1][0] = -1")
+
+
+def test_a_recipe_over_the_op_limit_is_saved_uncounted_and_its_expansion_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recipe file holds no ops, so it is written whatever its size; counting its ops would
+    walk every rank, so it says `uncounted`. The expanded form is refused before any file."""
+    monkeypatch.setenv("HIERCOLL_MAX_OPS", "2000")
+    recipe, expanded = tmp_path / "r.json", tmp_path / "e.json"
+    args = ("plan", "-t", "dgx-h100", "-n", "8", "-c", "all_reduce", "-b", "1000002", "-a", "rhd")
+    code = main([*args, "--form", "recipe", "-o", str(recipe)])
+    out = capsys.readouterr().out
+    assert code == 0 and recipe.exists() and "uncounted ops" in out, out
+    _one_line(*_cli(capsys, *args, "-o", str(expanded)), "HIERCOLL_MAX_OPS")
+    assert not expanded.exists()

@@ -189,22 +189,25 @@ def test_plans_that_cannot_fit_are_refused_in_one_line_before_building(monkeypat
 
 
 def test_a_plan_over_the_op_limit_still_simulates_folded(monkeypatch):
-    """A folded simulation builds one node's ranks: it runs under a limit the whole plan exceeds
-    (same time as with room for every rank), while walks over every rank are refused; the
-    recipe itself refuses a distinct rank past the budget (the backstop behind those checks)."""
+    """A folded simulation builds one node's ranks (and its symmetry check a few more): it runs
+    under a limit the whole plan exceeds, with the time it has with room for every rank, while
+    every walk over all ranks is refused in one line before building."""
     from hiercoll.errors import HiercollError
+    from hiercoll.schedule import topological_order
     topo = hc.load_topology("dgx-h100", nodes=8)
     spec = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=64 << 20)
     roomy = hc.simulate(hc.plan(topo, spec, "hier"), topo)
     estimate = 64 * 2 * 8 * 9            # registry.estimate_ops: W x 2 x N(L+1)
-    # 48 of 64 ranks fit: the fold builds 8, its sampled check three shifted copies of them
-    monkeypatch.setenv("HIERCOLL_MAX_OPS", str(estimate // 64 * 48))
+    # 12 of 64 ranks fit: the fold simulates 8, its sampled check builds 32 (not counted)
+    monkeypatch.setenv("HIERCOLL_MAX_OPS", str(estimate // 64 * 12))
     sched = hc.plan(topo, spec, "hier")
     folded = hc.simulate(sched, topo)
     assert len(folded.ranks_simulated) == 8 and folded.time_us == roomy.time_us
-    for walk in (sched.expand, lambda: hc.simulate(sched, topo, mode="exact")):
-        with pytest.raises(HiercollError, match=r"at most 48 fit.*HIERCOLL_MAX_OPS"):
+    walks = (sched.expand, functools.partial(hc.simulate, sched, topo, mode="exact"),
+             lambda: sched.num_ops, functools.partial(topological_order, sched))
+    for walk in walks:
+        with pytest.raises(HiercollError, match=r"at most 12 fit.*HIERCOLL_MAX_OPS"):
             walk()
-    with pytest.raises(HiercollError, match="building its ranks one by one"):
-        for r in range(64):
-            sched.rank_ops(r)
+    monkeypatch.setenv("HIERCOLL_MAX_OPS", "10")      # not even one rank (~144 ops)
+    with pytest.raises(HiercollError, match="not even one rank's ops fit"):
+        hc.plan(topo, spec, "hier")

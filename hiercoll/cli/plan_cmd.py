@@ -15,6 +15,7 @@ from hiercoll.cli.common import (
     parse_kv,
     print_json,
 )
+from hiercoll.errors import HiercollError
 from hiercoll.plan_file import save_plan
 from hiercoll.planner.search.select import plan_with
 from hiercoll.schedule import Schedule
@@ -42,8 +43,8 @@ def _run(args: argparse.Namespace) -> int:
     chosen = plan_with(topology, spec, args.algorithm, parse_kv(args.param), args.tuning)
     schedule = chosen.schedule
     saved = schedule if args.form == "recipe" else schedule.expand()
-    save_plan(args.output, saved, topology, args.form)
     num_ops = op_count(saved)
+    save_plan(args.output, saved, topology, args.form)
     info = {"output": args.output, "algorithm": schedule.meta.algorithm,
             "params": schedule.meta.params, "num_ops": num_ops,
             "topology": topology.name, "fingerprint": topology.fingerprint(),
@@ -53,18 +54,23 @@ def _run(args: argparse.Namespace) -> int:
     else:
         params = format_params(schedule.meta.params)
         console.print(escape(f"wrote {args.output}: {schedule.meta.algorithm}"
-                             f"{' ' + params if params else ''} ({num_ops} ops) for "
+                             f"{' ' + params if params else ''} "
+                             f"({'uncounted' if num_ops is None else num_ops} ops) for "
                              f"{spec.kind.value} of {format_size(spec.total_bytes)} on "
                              f"{topology.name} [{chosen.how}]"))
     return 0
 
 
-def op_count(schedule: Schedule) -> int:
+def op_count(schedule: Schedule) -> int | None:
     """The plan's op count, building as few ranks as it can: an expanded plan has them; a lazy
-    one whose algorithm declares translation symmetry (rank r+P runs rank r's program, shifted)
-    has W/P copies of its first P ranks' ops, so a 128-rank recipe builds 8 ranks, not 128 (its
-    LRU cache holds 64: counting all would build every rank, and again on the next count)."""
+    one whose algorithm declares a symmetry (rank r+P, or r xor P, runs rank r's program) has
+    W/P copies of its first P ranks' ops, so a 128-rank recipe builds 8 ranks, not 128 (its
+    LRU cache holds 64: counting all would build every rank, and again on the next count).
+    None: a recipe too large to walk (HIERCOLL_MAX_OPS) is saved uncounted."""
     period, world = schedule.meta.symmetry_period, schedule.world_size
     if schedule.is_expanded or not period or world % period:
-        return schedule.num_ops
+        try:
+            return schedule.num_ops
+        except HiercollError:
+            return None
     return world // period * sum(len(schedule.rank_ops(r)) for r in range(period))

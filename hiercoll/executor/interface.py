@@ -88,6 +88,7 @@ def check_launch(schedule: Schedule, world_size: int, expect_fingerprint: str | 
         raise HiercollError(f"{what}: planned for {schedule.world_size} ranks but launched with "
                             f"{world_size}; use --nproc-per-node/--nnodes that multiply to "
                             f"{schedule.world_size}")
+    schedule.check_walk("running it")
     fp = schedule.meta.topology_fingerprint
     if expect_fingerprint is not None and fp != expect_fingerprint:
         raise HiercollError(f"{what}: planned for topology {fp}, this launch is topology "

@@ -138,6 +138,9 @@ class OpBudget:
     message: str           # "size: ... above the limit ..." (the reason, without the fix)
 
     def check(self, ranks: int, what: str) -> None:
+        if self.ranks < 1:
+            raise HiercollError(f"{self.message}: not even one rank's ops fit; use fewer ranks/"
+                                "chunks/channels or a hierarchical algorithm, or raise HIERCOLL_MAX_OPS")
         if ranks > self.ranks:
             raise HiercollError(f"{self.message} for {what} (it builds {ranks} ranks' ops; at "
                                 f"most {self.ranks} fit); use fewer ranks/chunks/channels or a "
@@ -152,8 +155,9 @@ class RecipeOps(Generic[ParamsT]):
     The cache starts small (`cache` ranks) and grows to every rank once a rank built before is
     asked for again after being dropped: a consumer that walks every rank more than once (an unfolded
     simulation: timing, predecessors, op counts, host launches) then builds each rank once,
-    not once per walk; OPS_HELD bounds what that keeps. `budget`: past it, building one more
-    distinct rank raises (the backstop behind consumers' own `check_walk` before a walk)."""
+    not once per walk; OPS_HELD bounds what that keeps. `budget`: how many ranks a walk may
+    cover (`check_walk`, which every consumer that walks all ranks calls first; a symmetry check
+    or a folded simulation builds a few, and the cache never holds more than OPS_HELD ops)."""
 
     def __init__(self, ctx: PlanContext[ParamsT], cache: int = 64, budget: OpBudget | None = None):
         self.ctx = ctx
@@ -170,8 +174,6 @@ class RecipeOps(Generic[ParamsT]):
             return hit
         if rank in self._built:          # dropped and asked for again: a re-scan
             self._size = self.ctx.world
-        elif self.budget is not None:
-            self.budget.check(len(self._built) + 1, "building its ranks one by one")
         self._built.add(rank)
         built = self.ctx.build(rank)
         self._cache[rank] = built

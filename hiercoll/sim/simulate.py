@@ -75,9 +75,10 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     preds = predecessor_map(schedule, ranks, fold)
     shortcut = None
     if sym and fold:
-        how = ("every rank" if sym.exhaustive else f"{sym.checked_ranks} ranks (sampled orbits)"
+        how = ("every rank" if sym.exhaustive else f"{sym.checked_ranks} rank maps (sampled)"
                if sym.checked_ranks else "nothing (declared by the planner, trusted)")
-        kind = "level-shift symmetry" if sym.levels else f"translation symmetry: period {fold}"
+        kind = ("level-shift symmetry" if sym.levels else f"xor symmetry: period {fold}" if sym.xor
+                else f"translation symmetry: period {fold}")
         shortcut = (f"{kind}, {len(ranks)} of {schedule.world_size} ranks simulated; "
                     f"symmetry checked on {how}")
     result = SimResult(time_us=end, algbw_gbps=algbw, busbw_gbps=busbw,

@@ -84,7 +84,7 @@ def candidates_and_oversized(topology: Topology, spec: CollectiveSpec,
             p = parse_params(algo, params)
             if estimate_ops(topology, spec, algo, p) > limit:
                 oversized += 1
-                continue       # plan() would refuse it (HIERCOLL_MAX_OPS): flat direct at 4096
+                continue       # too large to walk (HIERCOLL_MAX_OPS), bounds need it: flat direct at 4096
             if algo.unsupported(topology, spec, p) is None:
                 out.append(Candidate(name, p.model_dump(mode="json")))
     return out, oversized
