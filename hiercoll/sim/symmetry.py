@@ -219,6 +219,8 @@ def choose_fold(schedule: Schedule, topology: Topology, mode: str) -> tuple[Symm
     when they fold further; the note says why nothing (or less than the schedule's own) folds."""
     if mode == "exact" or topology.shared_gpu:
         return None, None, None
+    if not topology.symmetric_nodes and schedule.meta.symmetry_period:
+        return None, None, fabric_fold(topology, schedule.meta.symmetry_period)[1]   # unchecked
     lsym = find_level_symmetry(schedule, topology)      # folds furthest: try it first
     if lsym is not None:
         return lsym, lsym.period, (f"folded by level shifts onto one node ({lsym.period} of "
