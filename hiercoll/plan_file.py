@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
 
 from hiercoll.errors import HiercollError, ScheduleError, format_validation_error
-from hiercoll.schedule import Schedule, Transport
+from hiercoll.schedule import Schedule, SymmetryGroup, Transport
 from hiercoll.schedule_io import parse_expanded
 from hiercoll.topology import Topology
 from hiercoll.topology.load import topology_from_dict
@@ -78,7 +78,7 @@ class _RecipeMeta(BaseModel):
     topology_fingerprint: StrictStr
     schema_version: Literal[1] = 1
     symmetry_period: StrictInt | None = None
-    symmetry_group: Literal["shift", "xor"] = "shift"
+    symmetry_group: SymmetryGroup = "shift"
 
 
 class _Recipe(BaseModel):

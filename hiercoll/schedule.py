@@ -13,12 +13,14 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, ScheduleError
 
 SCHEMA_VERSION = 1
+# how a declared symmetry_period maps ranks: r -> r + kP, or r -> r xor kP
+SymmetryGroup = Literal["shift", "xor"]
 INPUT, OUTPUT = "input", "output"
 LIBRARY_ALGORITHM = "nccl"   # the pseudo-algorithm: one library call, no ops
 
@@ -140,7 +142,7 @@ class ScheduleMeta:
     # the simulator before it simulates one representative per orbit); None: no such claim.
     # symmetry_group "xor": ranks r and r xor kP instead (recursive doubling / halving pairs)
     symmetry_period: int | None = None
-    symmetry_group: str = "shift"
+    symmetry_group: SymmetryGroup = "shift"
 
     def to_json(self) -> dict[str, Any]:
         d = {"algorithm": self.algorithm, "params": self.params,

@@ -16,6 +16,7 @@ from hiercoll.schedule import (
     Region,
     Schedule,
     ScheduleMeta,
+    SymmetryGroup,
     Transport,
     validate_structure,
 )
@@ -29,7 +30,7 @@ class _MetaModel(BaseModel):
     topology_fingerprint: str
     schema_version: Literal[1] = Field(description=f"this hiercoll reads version {SCHEMA_VERSION}")
     symmetry_period: int | None = Field(default=None, ge=1)
-    symmetry_group: Literal["shift", "xor"] = "shift"
+    symmetry_group: SymmetryGroup = "shift"
 
 
 class _OpModel(BaseModel):

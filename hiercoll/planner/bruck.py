@@ -13,11 +13,12 @@ times the data of a direct all-to-all, in log2 W dependent steps. Works for any 
 
 from __future__ import annotations
 
-from hiercoll.collectives import Kind
+from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.builder import Dep, RankBuilder, chunk_bounds
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
 from hiercoll.planner.labels import BruckLabel, Label
 from hiercoll.schedule import Region
+from hiercoll.topology import Topology
 
 RECV = "bruck_recv"
 
@@ -37,6 +38,11 @@ class Bruck(Algorithm[BaseParams]):
     name = "bruck"
     kinds = frozenset({Kind.ALL_TO_ALL})
     Params = BaseParams
+
+    def peers_per_rank(self, topology: Topology, spec: CollectiveSpec, params: BaseParams) -> int:
+        """Block i hops popcount(i) times: ~W/2 x log2 W copies per rank."""
+        w = spec.world_size
+        return w * (w - 1).bit_length() // 4 + 2
 
     def symmetry_period(self, ctx: PlanContext[BaseParams]) -> int | None:
         return node_period(ctx)   # every peer is rank-relative (r + 2^k)

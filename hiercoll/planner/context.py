@@ -14,7 +14,7 @@ from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError
 from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.labels import Label
-from hiercoll.schedule import INPUT, OUTPUT, Op, Region
+from hiercoll.schedule import INPUT, OUTPUT, Op, Region, SymmetryGroup
 from hiercoll.topology import Topology
 
 
@@ -61,9 +61,15 @@ class Algorithm(ABC, Generic[ParamsT]):
         recipes on identical nodes have P = gpus_per_node; the simulator checks the claim."""
         return None
 
+    def peers_per_rank(self, topology: Topology, spec: CollectiveSpec, params: ParamsT) -> int:
+        """About how many transfers one rank makes per chunk and channel, from sizes alone
+        (registry.estimate_ops, the op limit's estimate: never below what is built). Flat
+        families exchange with every other rank."""
+        return spec.world_size
+
     # "xor": symmetry_period's P means rank r xor kP runs rank r's program with every rank
     # xor-ed by kP (pairwise exchanges at power-of-two distances), not shifted
-    symmetry_group: ClassVar[str] = "shift"
+    symmetry_group: ClassVar[SymmetryGroup] = "shift"
 
     def index_of(self, ctx: PlanContext[ParamsT], rank: int, label: Label) -> int:
         """Index of the op labelled `label` on `rank`; override with a formula for scale."""
@@ -134,13 +140,10 @@ class OpBudget:
     simulation folds (it builds one node's or one period's ranks), so the limit applies to
     what a consumer walks, not to planning."""
 
-    ranks: int             # most distinct ranks whose ops may be built
+    ranks: int             # most ranks one walk may cover (>= 1: else plan() refuses)
     message: str           # "size: ... above the limit ..." (the reason, without the fix)
 
     def check(self, ranks: int, what: str) -> None:
-        if self.ranks < 1:
-            raise HiercollError(f"{self.message}: not even one rank's ops fit; use fewer ranks/"
-                                "chunks/channels or a hierarchical algorithm, or raise HIERCOLL_MAX_OPS")
         if ranks > self.ranks:
             raise HiercollError(f"{self.message} for {what} (it builds {ranks} ranks' ops; at "
                                 f"most {self.ranks} fit); use fewer ranks/chunks/channels or a "
@@ -213,7 +216,7 @@ def xor_period(ctx: PlanContext[ParamsT], even_shards: bool = True) -> int | Non
     w, g = ctx.world, ctx.topology.gpus_per_node
     if ctx.spec.kind not in TRANSLATION_INVARIANT or w & (w - 1) or g & (g - 1):
         return None
-    if even_shards and ctx.spec.shard(0)[1] != ctx.spec.shard(w - 1)[1]:
+    if even_shards and ctx.spec.count % w:      # CollectiveSpec.shard: the first count % W longer
         return None
     return g
 

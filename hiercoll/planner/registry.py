@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.planner.bruck import Bruck
 from hiercoll.planner.context import Algorithm, BaseParams, OpBudget, ParamsT, PlanContext, RecipeOps, params_dict
@@ -101,24 +101,12 @@ BYTES_PER_OP = 300                # an expanded Op with its regions and deps, ro
 def estimate_ops(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
                  params: BaseParams) -> int:
     """An upper-ish estimate of the plan's op count, from sizes alone (nothing is built): per
-    rank ~2 steps per peer it exchanges with (flat: every other rank; hierarchical: per node,
-    an NVLink scatter to each local peer plus the send; W = 512: hier's all-reduce has ~1086
-    ops a rank against 2 x 9 x 64 here, not the 142 that counting its N + L peers once gave),
-    times chunks and channels (tests/test_autopick_speed.py checks it against the ops built)."""
+    rank ~2 steps per peer it exchanges with (the family's `peers_per_rank`), times chunks and
+    channels (tests/test_autopick_speed.py checks it against the ops built)."""
     world = max(spec.world_size, 1)
     chunks = max(int(getattr(params, "chunks", 1) or 1), 1)
     channels = max(int(getattr(params, "channels", 1) or 1), 1)
-    if algo.name.startswith("hier"):
-        peers = topology.num_nodes * (topology.gpus_per_node + 1)
-        if (algo.name == "hier_2d" and spec.kind == Kind.ALL_REDUCE
-                and getattr(params, "inter", None) == "direct"):
-            # one-shot across nodes: each rank pushes all N node-partials to every rail peer,
-            # N x (N - 1) copies (W = 4096: ~270k ops a rank, not the ~9k of the other phases)
-            peers += topology.num_nodes ** 2
-    elif algo.name == "bruck":     # block i hops popcount(i) times: ~W/2 x log2 W copies per rank
-        peers = world * (world - 1).bit_length() // 4 + 2
-    else:
-        peers = world
+    peers = algo.peers_per_rank(topology, spec, params)
     return world * 2 * max(peers, 2) * chunks * channels     # + a local copy or two per rank
 
 
@@ -147,10 +135,11 @@ def op_budget(topology: Topology, spec: CollectiveSpec, algo: Algorithm[Any],
     why = (f"size: {algo.name} {spec.kind.value} on {spec.world_size} ranks would be about "
            f"{ops:.3g} ops (~{gib:.3g} GiB expanded), above the limit of {limit:.3g} "
            f"({MAX_OPS_ENV})")
-    budget = OpBudget(limit // max(ops // max(spec.world_size, 1), 1), why)
-    if budget.ranks < 1:
-        budget.check(1, "planning it")
-    return budget
+    ranks = limit // max(ops // max(spec.world_size, 1), 1)
+    if ranks < 1:
+        raise HiercollError(f"{why}: not even one rank's ops fit; use fewer ranks/chunks/channels "
+                            f"or a hierarchical algorithm, or raise {MAX_OPS_ENV}")
+    return OpBudget(ranks, why)
 
 
 def _plan(topology: Topology, spec: CollectiveSpec, algo: Algorithm[ParamsT],

@@ -32,26 +32,24 @@ OpShape = tuple[OpKind, int, int, bool, tuple[int, ...], tuple[int, bool] | None
 
 def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
     """(links with weights, latency) for one op. A copy streams src HBM -> path -> dst HBM; a
-    reduce reads every source into the issuing GPU and writes the result to its destination."""
-    if op.kind == OpKind.COPY and not net.topology.costs.engine_links():
-        # the common case without engine caps, built directly (a dense all-to-all-v has W^2
-        # distinct copies): the network path holds no HBM link, so only the two HBMs may merge
-        a, b = op.srcs[0].rank, op.dst.rank
-        ha, hb = net.hbm(a), net.hbm(b)
-        ends = ((ha, 2.0),) if ha == hb else ((ha, 1.0), (hb, 1.0))
-        return ends + net.net_path(a, b), net.latency_us(a, b)
-    weights: dict[int, float] = {}
+    reduce reads every source into the issuing GPU and writes the result to its destination.
 
-    def add(items: Sequence[tuple[int, float]]) -> None:
-        for lid, w in items:
-            weights[lid] = weights.get(lid, 0.0) + w
-
+    A copy's links are distinct but for its two HBMs (a network path holds none), so it is built
+    as a tuple, without merging (a dense all-to-all-v has W^2 distinct copies); a reduce's paths
+    may share links and are merged. The engine links are the op's own."""
+    links: tuple[tuple[int, float], ...]
     if op.kind == OpKind.COPY:
         a, b = op.srcs[0].rank, op.dst.rank
-        add([(net.hbm(a), 1.0), (net.hbm(b), 1.0)])
-        add(net.net_path(a, b))
+        ha, hb = net.hbm(a), net.hbm(b)
+        links = (((ha, 2.0),) if ha == hb else ((ha, 1.0), (hb, 1.0))) + net.net_path(a, b)
         latency = net.latency_us(a, b)
     else:
+        weights: dict[int, float] = {}
+
+        def add(items: Sequence[tuple[int, float]]) -> None:
+            for lid, w in items:
+                weights[lid] = weights.get(lid, 0.0) + w
+
         i = op.rank
         reads = list(op.srcs) + ([op.dst] if op.accumulate else [])
         latency = 0.0
@@ -62,16 +60,17 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
         add([(net.hbm(op.dst.rank), 1.0)])
         add(net.net_path(i, op.dst.rank))
         latency += net.latency_us(i, op.dst.rank)
+        links = tuple(weights.items())
     ce_all = net.topology.costs.ce_concurrent_gbps
     if ce_all is not None and on_copy_engine(op, net.itemsize, net.topology.costs.ce_threshold_bytes):
-        add([(net.copy_engines(op.rank, ce_all), 1.0)])
+        links += ((net.copy_engines(op.rank, ce_all), 1.0),)
     cap = op_engine_cap(net, op)
     if cap is not None:
         # the cap is on what the engine loads and stores: a copy loads one byte per byte it
         # stores (weight 1); a reduce loads every source (and the destination, accumulating)
         traffic = 1.0 if op.kind == OpKind.COPY else (len(op.srcs) + op.accumulate + 1) / 2
-        add([(net.engine(op.rank, op.channel, cap[0], cap[1]), traffic)])
-    return tuple(weights.items()), latency
+        links += ((net.engine(op.rank, op.channel, cap[0], cap[1]), traffic),)
+    return links, latency
 
 
 def on_copy_engine(op: Op, itemsize: int, threshold_bytes: int) -> bool:

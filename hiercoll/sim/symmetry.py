@@ -131,13 +131,11 @@ def _find_xor_symmetry(schedule: Schedule, period: int) -> Symmetry | None:
 
 
 def xor_fabric_fold(topology: Topology, sym: Symmetry) -> tuple[int | None, str | None]:
-    """Xor by multiples of a node maps nodes onto nodes; only a fabric where every node sees the
-    same network (one switch, no tiers: an xor of a node index crosses leaf groups that a shift
-    by whole groups keeps) is mapped onto itself."""
-    tiered = topology.inter is not None and bool(topology.inter.tiers) and topology.num_nodes > 1
-    if not topology.symmetric_nodes or tiered:
+    """Xor by multiples of a node maps identical nodes onto each other; the network too only
+    without tiers (an xor of a node index reorders nodes across leaf groups)."""
+    if topology.inter is not None and topology.inter.tiers and topology.num_nodes > 1:
         return None, ("not folded: xor symmetry (recursive doubling / halving pairs) folds only "
-                      "identical nodes under one switch; every rank simulated")
+                      "nodes under one switch, not a tiered fabric; every rank simulated")
     return sym.period, None
 
 
@@ -219,8 +217,8 @@ def choose_fold(schedule: Schedule, topology: Topology, mode: str) -> tuple[Symm
     when they fold further; the note says why nothing (or less than the schedule's own) folds."""
     if mode == "exact" or topology.shared_gpu:
         return None, None, None
-    if not topology.symmetric_nodes and schedule.meta.symmetry_period:
-        return None, None, fabric_fold(topology, schedule.meta.symmetry_period)[1]   # unchecked
+    if not topology.symmetric_nodes:      # no shift maps the network onto itself: check nothing
+        return None, None, fabric_fold(topology, schedule.meta.symmetry_period)[1]
     lsym = find_level_symmetry(schedule, topology)      # folds furthest: try it first
     if lsym is not None:
         return lsym, lsym.period, (f"folded by level shifts onto one node ({lsym.period} of "
@@ -229,8 +227,7 @@ def choose_fold(schedule: Schedule, topology: Topology, mode: str) -> tuple[Symm
     if mode == "trusted":
         from hiercoll.sim.bounds import declared_period
         period = declared_period(schedule, topology)
-        xor = schedule.meta.symmetry_group == "xor"
-        sym = Symmetry(period, 0, False, xor=xor) if period and (not xor or not period & (period - 1)) else None
+        sym = Symmetry(period, 0, False, xor=schedule.meta.symmetry_group == "xor") if period else None
     else:
         sym = find_symmetry(schedule, topology)
     if sym is not None and sym.xor:

@@ -195,6 +195,13 @@ class Place:
         return pos + 1 if include_self else pos
 
 
+def hier_peers(topology: Topology) -> int:
+    """peers_per_rank of the hierarchical family: per node, an NVLink scatter to each local peer
+    plus the send (W = 512: hier's all-reduce builds ~1086 ops a rank against 2 x 9 x 64
+    estimated, not the 142 that counting its N + L peers once gave)."""
+    return topology.num_nodes * (topology.gpus_per_node + 1)
+
+
 def node_radices(ctx: PlanContext[SwizzleT]) -> tuple[int, ...]:
     """The level radices a plan's swizzled node order walks: the topology's scale-out levels
     for an algorithm with `level_node_orders` on full tier groups, else one level of N."""

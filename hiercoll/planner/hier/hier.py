@@ -10,7 +10,7 @@ from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.planner.hier.all_gather import ag_index, build_all_gather
 from hiercoll.planner.hier.all_to_all import a2a_index, build_all_to_all
-from hiercoll.planner.hier.common import HierParams, Place, node_radices, rails_unsupported
+from hiercoll.planner.hier.common import HierParams, Place, hier_peers, node_radices, rails_unsupported
 from hiercoll.planner.hier.group import build_group_cast, build_group_reduce
 from hiercoll.planner.hier.reduce_scatter import build_reduce_scatter, rs_index, rs_length
 from hiercoll.planner.labels import GatherSendLabel, Label
@@ -27,6 +27,9 @@ class Hier(Algorithm[HierParams]):
         return super().unsupported(topo, spec, params) or rails_unsupported(topo, params.nics)
 
     level_node_orders = True
+
+    def peers_per_rank(self, topology: Topology, spec: CollectiveSpec, params: HierParams) -> int:
+        return hier_peers(topology)
 
     def symmetry_period(self, ctx: PlanContext[HierParams]) -> int | None:
         """A node shift; on several levels only a shift by one top-level group keeps every

@@ -20,10 +20,10 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from hiercoll.collectives import Kind
+from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
-from hiercoll.planner.hier.common import Place, SwizzleParams, other_slot
+from hiercoll.planner.hier.common import Place, SwizzleParams, hier_peers, other_slot
 from hiercoll.planner.hier.reduce_scatter import SCATTER, node_pieces, scatter, shards_of
 from hiercoll.planner.labels import (
     FinalReduceLabel,
@@ -34,6 +34,7 @@ from hiercoll.planner.labels import (
     ScatterLabel,
 )
 from hiercoll.schedule import Region
+from hiercoll.topology import Topology
 
 PART, RECV = "hier2d_part", "hier2d_recv"
 
@@ -58,6 +59,13 @@ class Hier2D(Algorithm[Hier2DParams]):
     name = "hier_2d"
     kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE})
     Params = Hier2DParams
+
+    def peers_per_rank(self, topology: Topology, spec: CollectiveSpec, params: Hier2DParams) -> int:
+        if spec.kind == Kind.ALL_REDUCE and params.inter == InterAlgo.DIRECT:
+            # one-shot across nodes: each rank pushes all N node-partials to every rail peer,
+            # N x (N - 1) copies (W = 4096: ~270k ops a rank, not the ~9k of the other phases)
+            return hier_peers(topology) + topology.num_nodes ** 2
+        return hier_peers(topology)
 
     def symmetry_period(self, ctx: Ctx) -> int | None:
         p = ctx.params

@@ -25,7 +25,7 @@ from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.planner.hier import all_gather as hier_ag
 from hiercoll.planner.hier import reduce_scatter as hier_rs
-from hiercoll.planner.hier.common import Place, SwizzleParams
+from hiercoll.planner.hier.common import Place, SwizzleParams, hier_peers
 from hiercoll.planner.hier.hier_2d import InterAlgo
 from hiercoll.planner.hier.levels import Levels, levels_of, levels_unsupported
 from hiercoll.planner.hier.tiers_build import build_all_gather, build_reduce_scatter
@@ -71,6 +71,9 @@ class HierTiers(Algorithm[HierTiersParams]):
     name = "hier_tiers"
     kinds = frozenset({Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE})
     Params = HierTiersParams
+
+    def peers_per_rank(self, topology: Topology, spec: CollectiveSpec, params: HierTiersParams) -> int:
+        return hier_peers(topology)
 
     def unsupported(self, topo: Topology, spec: CollectiveSpec, params: HierTiersParams) -> str | None:
         why = super().unsupported(topo, spec, params) or levels_unsupported(topo)
