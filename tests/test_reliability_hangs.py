@@ -193,7 +193,11 @@ def test_a_plan_over_the_op_limit_still_simulates_folded(monkeypatch):
     under a limit the whole plan exceeds, with the time it has with room for every rank, while
     every walk over all ranks is refused in one line before building."""
     from hiercoll.errors import HiercollError
+    from hiercoll.executor.cuda.lowering import symmetric_layout
+    from hiercoll.executor.interface import check_launch
+    from hiercoll.export.chakra import build_traces
     from hiercoll.schedule import topological_order
+    from hiercoll.sim import check
     topo = hc.load_topology("dgx-h100", nodes=8)
     spec = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=64 << 20)
     roomy = hc.simulate(hc.plan(topo, spec, "hier"), topo)
@@ -203,8 +207,10 @@ def test_a_plan_over_the_op_limit_still_simulates_folded(monkeypatch):
     sched = hc.plan(topo, spec, "hier")
     folded = hc.simulate(sched, topo)
     assert len(folded.ranks_simulated) == 8 and folded.time_us == roomy.time_us
-    walks = (sched.expand, functools.partial(hc.simulate, sched, topo, mode="exact"),
-             lambda: sched.num_ops, functools.partial(topological_order, sched))
+    walks = (sched.expand, sched.to_json_dict, functools.partial(hc.simulate, sched, topo, mode="exact"),
+             lambda: sched.num_ops, functools.partial(topological_order, sched),
+             functools.partial(check, sched), functools.partial(check_launch, sched, 64),
+             functools.partial(build_traces, sched, topo), functools.partial(symmetric_layout, sched))
     for walk in walks:
         with pytest.raises(HiercollError, match=r"at most 12 fit.*HIERCOLL_MAX_OPS"):
             walk()
