@@ -66,6 +66,31 @@ def test_non_power_of_two_world_sizes(nodes, gpus, algo, kind):
     assert steps == set(range(expect))
 
 
+@pytest.mark.parametrize("chunks", [2, 4, 16])
+@pytest.mark.parametrize("kind", [Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_REDUCE])
+def test_rank_relative_chunks(kind, chunks):
+    """Even shards and a power-of-two chunk count: chunks are counted from the sender's
+    position in each range (fewer, equal and more chunks than a range's segments), each one
+    contiguous piece, every piece of every range moved once; and the plan is xor-symmetric."""
+    from hiercoll.planner.halving_doubling import rank_relative, step_pieces
+    topo = small_topology(2, 4)
+    spec = make_spec(kind, 8, 8 * 6, "fp32", chunks, "sum")
+    fold = Fold(8)
+    assert rank_relative(spec, fold, chunks)
+    for lo, hi in ((0, 8), (4, 8), (2, 4), (5, 6)):
+        for sender in range(lo, hi):
+            got = step_pieces(spec, fold, lo, hi, sender, chunks)
+            assert sorted(c for c, _, _ in got) == list(range(chunks))
+            a, n = fold.segment(spec, lo, hi)
+            covered = sorted((off, cnt) for _, off, cnt in got)
+            assert covered[0][0] == a and sum(cnt for _, cnt in covered) == n
+            assert all(x[0] + x[1] == y[0] for x, y in zip(covered, covered[1:]))
+        if hi - lo > 1:     # the order is the sender's (its position in the range), not absolute
+            assert step_pieces(spec, fold, lo, hi, lo, chunks) != step_pieces(spec, fold, lo, hi, hi - 1, chunks)
+    s = _checked(topo, spec, "rhd", {"chunks": chunks, "channels": 2}, seed=chunks)
+    assert s.meta.symmetry_group == "xor" and s.meta.symmetry_period == 4
+
+
 @pytest.mark.parametrize("world", [2, 4, 8, 16, 128])
 def test_step_counts_are_log2_w(world):
     """rd: log2 W exchanges per rank; rhd all-reduce: log2 W halving + log2 W doubling steps;

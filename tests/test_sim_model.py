@@ -157,7 +157,8 @@ def test_recursive_halving_doubling_folds_by_xor_exactly():
     uneven shards and tiered fabrics are not folded (and the note says why)."""
     from hiercoll.sim.symmetry import find_symmetry
     topo = hc.load_topology("dgx-h100", 8)
-    for algo, params in (("rhd", {}), ("rd", {}), ("rd", {"chunks": 2, "channels": 2})):
+    for algo, params in (("rhd", {}), ("rd", {}), ("rd", {"chunks": 2, "channels": 2}),
+                         ("rhd", {"chunks": 4, "channels": 2}), ("rhd", {"chunks": 32, "channels": 4})):
         spec = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=64 << 16)
         s = hc.plan(topo, spec, algo, params)
         assert s.meta.symmetry_group == "xor" and find_symmetry(s, topo) is not None
@@ -166,6 +167,9 @@ def test_recursive_halving_doubling_folds_by_xor_exactly():
         assert folded.time_us == pytest.approx(exact.time_us, rel=1e-9), (algo, params)
     uneven = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=(64 * 1000 + 2) * 2)
     assert hc.plan(topo, uneven, "rhd").meta.symmetry_period is None
+    # a chunk count that is not a power of two splits ranges in balanced pieces: not xor-symmetric
+    spec = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=64 << 16)
+    assert hc.plan(topo, spec, "rhd", {"chunks": 3}).meta.symmetry_period is None
     tiered = hc.load_topology("h100-rail-3tier", 64)
     spec = CollectiveSpec(kind="all_reduce", world_size=512, dtype="bf16", nbytes=512 << 10)
     res = simulate(hc.plan(tiered, spec, "rhd"), tiered)

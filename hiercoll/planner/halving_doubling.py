@@ -17,6 +17,12 @@ input to the even one first (all-gather: its shard) and gets its shard (all-redu
 result) back at the end, two extra steps. Chunks split each step's range (chunk c of a range is
 the same piece on both partners), chunk c on channel c % channels; a step's chunk waits only for
 the pieces of the step before that it reads.
+
+Where every segment is one size and the chunk count a power of two, chunk c of a range is
+counted from the sender's own position in it (segment g is the range's (g xor v)-th), not from
+the range's start: xor-ing every rank by a power of two then maps each chunk onto the same
+chunk, so multi-chunk rhd keeps the xor symmetry a one-chunk one has (one node simulated, and
+one node's ops walked for the auto-picker's bound, instead of every rank's).
 """
 
 from __future__ import annotations
@@ -48,6 +54,34 @@ def overlapping(written: Written, start: int, end: int) -> list[Dep | int]:
 def pieces(offset: int, count: int, chunks: int) -> list[tuple[int, int, int]]:
     """(chunk, offset, count) of a range split into `chunks` balanced pieces."""
     return [(c, offset + o, n) for c in range(chunks) for o, n in [chunk_bounds(count, chunks, c)]]
+
+
+def step_pieces(spec: CollectiveSpec, fold: Fold, lo: int, hi: int, sender: int,
+                chunks: int) -> list[tuple[int, int, int]]:
+    """(chunk, offset, count) of virtual segments lo .. hi-1 as `sender` splits them. With even
+    segments and a power-of-two chunk count, in the sender's relative order (see the module
+    docstring): an aligned block of relative positions is an aligned block of segments, so each
+    chunk stays one contiguous range; otherwise the range in balanced pieces."""
+    if not rank_relative(spec, fold, chunks):
+        return pieces(*fold.segment(spec, lo, hi), chunks)
+    n, mine = hi - lo, sender & (hi - lo - 1)     # ranges are aligned powers of two
+    if chunks <= n:
+        per = n // chunks
+        turn = mine & ~(per - 1)
+        return [(c, *fold.segment(spec, lo + (c * per ^ turn), lo + (c * per ^ turn) + per))
+                for c in range(chunks)]
+    split = chunks // n
+    out = []
+    for x in range(n):
+        off, cnt = fold.segment(spec, lo + (x ^ mine), lo + (x ^ mine) + 1)
+        out += [(x * split + j, off + o, m) for j in range(split) for o, m in [chunk_bounds(cnt, split, j)]]
+    return out
+
+
+def rank_relative(spec: CollectiveSpec, fold: Fold, chunks: int) -> bool:
+    """Whether chunks are counted from the sender's position: a power-of-two world (no fold)
+    of equal shards and a power-of-two chunk count."""
+    return fold.extra == 0 and spec.count % fold.p == 0 and chunks & (chunks - 1) == 0
 
 
 def fold_in(ctx: PlanContext[BaseParams], b: RankBuilder, fold: Fold) -> tuple[str, Written]:
@@ -95,7 +129,7 @@ def reduce_scatter_steps(ctx: PlanContext[BaseParams], b: RankBuilder, fold: Fol
         qr = fold.rank_of(q)
         a, n = fold.segment(spec, *send)
         q_slot = recv_offset(spec, fold, q, s) - a
-        for c, off, cn in pieces(a, n, k):
+        for c, off, cn in step_pieces(spec, fold, *send, v, k):
             b.copy(Region(r, cur, off, cn), Region(qr, RECV, q_slot + off, cn), channel=c % chans,
                    deps=overlapping(written, off, off + cn), label=LogStepLabel("rs", s, c))
         ka, kn = fold.segment(spec, *keep)
@@ -104,7 +138,7 @@ def reduce_scatter_steps(ctx: PlanContext[BaseParams], b: RankBuilder, fold: Fol
         if not final:
             b.alloc(ACC[s % 2], spec.count)
         produced: Written = []
-        for c, off, cn in pieces(ka, kn, k):
+        for c, off, cn in step_pieces(spec, fold, *keep, q, k):
             mine, theirs = Region(r, cur, off, cn), Region(r, RECV, my_slot + off, cn)
             dst = last_dst(off, cn) if final else Region(r, ACC[s % 2], off, cn)
             i = b.reduce([mine, theirs] if v < q else [theirs, mine], dst, channel=c % chans,
@@ -127,13 +161,12 @@ def all_gather_steps(ctx: PlanContext[BaseParams], b: RankBuilder, fold: Fold,
         m = 1 << t
         base, q = (v // m) * m, v ^ m
         qr = fold.rank_of(q)
-        a, n = fold.segment(spec, base, base + m)
-        for c, off, cn in pieces(a, n, k):
+        for c, off, cn in step_pieces(spec, fold, base, base + m, v, k):
             b.copy(ctx.output(r, off, cn), ctx.output(qr, off, cn), channel=c % chans,
                    deps=overlapping(written, off, off + cn), label=LogStepLabel("ag", t, c))
         qbase = (q // m) * m
-        qa, qn = fold.segment(spec, qbase, qbase + m)
-        written += [(off, off + cn, Dep(qr, LogStepLabel("ag", t, c))) for c, off, cn in pieces(qa, qn, k)]
+        written += [(off, off + cn, Dep(qr, LogStepLabel("ag", t, c)))
+                    for c, off, cn in step_pieces(spec, fold, qbase, qbase + m, q, k)]
     return written
 
 
@@ -152,9 +185,10 @@ class HalvingDoubling(Algorithm[BaseParams]):
     symmetry_group = "xor"
 
     def symmetry_period(self, ctx: PlanContext[BaseParams]) -> int | None:
-        # chunks split a step's range at absolute offsets: xor-ing ranks permutes which chunk
-        # (and channel) carries which piece, so only one chunk is xor-symmetric
-        return xor_period(ctx) if ctx.params.chunks == 1 else None
+        # chunks counted from the sender's position (step_pieces) map onto themselves under an
+        # xor; a balanced split of the range (other chunk counts) does not
+        k = ctx.params.chunks
+        return xor_period(ctx) if k & (k - 1) == 0 else None
 
     def build_rank(self, ctx: PlanContext[BaseParams], b: RankBuilder) -> None:
         spec, r = ctx.spec, b.rank
