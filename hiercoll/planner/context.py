@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError
+from hiercoll.gcpause import without_cyclic_gc
 from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.labels import Label
 from hiercoll.schedule import INPUT, OUTPUT, Op, Region, SymmetryGroup
@@ -112,7 +113,8 @@ class PlanContext(Generic[ParamsT]):
             self._labels.move_to_end(rank)
             return self._labels[rank]
         b = self.new_builder(rank)
-        self.algorithm.build_rank(self, b)
+        with without_cyclic_gc():
+            self.algorithm.build_rank(self, b)
         self._labels[rank] = b.labels
         self._label_count += len(b.labels)
         # bounded by labels held, not ranks: a group layout's ranks each carry a few labels, and
@@ -123,9 +125,13 @@ class PlanContext(Generic[ParamsT]):
         return b.labels
 
     def build(self, rank: int) -> tuple[list[Op], dict[str, int]]:
+        """One rank's ops. The cyclic GC waits meanwhile: a rank is thousands of acyclic
+        objects, and a collection rescans every op already held (over half of building a
+        4096-rank ring's ranks)."""
         b = self.new_builder(rank)
-        self.algorithm.build_rank(self, b)
-        ops = b.finish(lambda r, label: self.algorithm.index_of(self, r, label))
+        with without_cyclic_gc():
+            self.algorithm.build_rank(self, b)
+            ops = b.finish(lambda r, label: self.algorithm.index_of(self, r, label))
         return ops, b.buffers
 
 

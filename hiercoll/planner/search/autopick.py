@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from hiercoll.collectives import GROUPED, CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.files import write_atomic
+from hiercoll.gcpause import without_cyclic_gc
 from hiercoll.planner.registry import max_ops, plan
 from hiercoll.planner.search.candidates import (
     Candidate,
@@ -188,6 +189,7 @@ def _bound(topology: Topology, schedule: Schedule) -> float:
     return max(rank_bound_us(schedule, topology), _critical_path_bound(topology, schedule))
 
 
+@without_cyclic_gc()     # bounds and simulations of thousands of ranks: millions of acyclic objects
 def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
              only: list[str] | None = None, prune: bool = True,
              library: LibraryTable | None = None, library_model: bool = False) -> Row:
