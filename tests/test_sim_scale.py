@@ -11,7 +11,7 @@ import pytest
 
 import hiercoll as hc
 from hiercoll.collectives import CollectiveSpec, PairStream, Segment, Split, _zip_ranges
-from hiercoll.sim.fluid import SLACK_MARGIN, Flow, max_min_rates
+from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, SLACK_MARGIN, Flow, _fill_by_heap, _fill_by_scan, max_min_rates
 from tests.helpers import random_group_cast, random_group_reduce
 
 
@@ -64,6 +64,31 @@ def test_links_that_cannot_fill_change_no_rate() -> None:
         binding = {lid for lid in used if demand[lid] > cap[lid] * (1 - SLACK_MARGIN)}
         assert binding != used or all(demand[l] >= cap[l] * (1 - SLACK_MARGIN) for l in used)
         assert max_min_rates(flows, binding, cap) == full
+
+
+def test_heap_and_scan_filling_agree() -> None:
+    """Large problems fill by heap, small ones by scan: on random flows over up to 200 links
+    (ties between equal links included) both give the same rates to rounding, and so do the
+    network's kept per-link weights and flow sets against counting them afresh."""
+    rng = random.Random()
+    for _ in range(300):
+        n = rng.randint(2, 200)
+        cap = [rng.choice([100.0, 450.0, 50.0, 3000.0]) * rng.choice([1, 0.5, 2]) for _ in range(n)]
+        flows = [Flow(tuple((lid, rng.choice([1.0, 2.0, 1.5, 0.5]))
+                            for lid in rng.sample(range(n), rng.randint(1, min(6, n)))), 1.0)
+                 for _ in range(rng.randint(1, 300))]
+        weights, on = [0.0] * n, [set() for _ in range(n)]
+        for f in flows:
+            for lid, w in f.links:
+                weights[lid] += w
+                on[lid].add(f)
+        scan = _fill_by_scan({lid: on[lid] for lid in range(n)}, dict(enumerate(weights)), cap)
+        heap = _fill_by_heap({lid: on[lid] for lid in range(n)}, dict(enumerate(weights)), cap)
+        assert scan.keys() == heap.keys() == set(flows)
+        assert all(heap[f] == pytest.approx(scan[f], rel=1e-12) for f in flows)
+        kept = max_min_rates(set(flows), set(range(n)), cap, weights, on)
+        assert kept == max_min_rates(set(flows), set(range(n)), cap)
+    assert HEAP_ABOVE_LINKS < 200
 
 
 def test_a_recipe_builds_each_rank_once_over_repeated_walks() -> None:

@@ -19,7 +19,7 @@ their callbacks in order and then lets the network settle that instant's changes
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,7 @@ class FluidNetwork:
         # summed weight x ceiling of the flows on each link, and the share below which it is slack
         # (tracing records every link's utilisation, so nothing is left out then)
         self.demand = [0.0] * n
+        self.weight = [0.0] * n      # summed weight of the flows on each link (max_min_rates)
         self.slack_below = [c * (1.0 - SLACK_MARGIN) if not record else -1.0 for c in capacities]
         self.usage = LinkUsage([0.0] * n, [0.0] * n, [0] * n, [0.0] * n,
                                [[] for _ in range(n)] if record else None)
@@ -113,9 +114,10 @@ class FluidNetwork:
             if c < ceiling:
                 ceiling = c
         flow = Flow(links, float(nbytes), token, t_ref=now, ceiling=ceiling)
-        usage, demand = self.usage, self.demand
+        usage, demand, weight = self.usage, self.demand, self.weight
         for lid, w in links:
             self.flows_on[lid].add(flow)
+            weight[lid] += w
             if lid in self.crowded and len(self.flows_on[lid]) == 2:
                 self._set_capacity(lid, self.crowded[lid])
             usage.bytes[lid] += w * nbytes
@@ -168,7 +170,7 @@ class FluidNetwork:
         for f in flows:                      # settle bytes moved at the old rate
             f.remaining -= f.rate * (now - f.t_ref)
             f.t_ref = now
-        rates = max_min_rates(flows, links, self.cap)
+        rates = max_min_rates(flows, links, self.cap, self.weight, self.flows_on)
         at = self.clock.at
         for f in flows:
             rate = rates[f]
@@ -188,10 +190,11 @@ class FluidNetwork:
         if flow.version != version:
             return                            # its rate changed since this wake-up was set
         now = self.clock.now
-        usage, demand = self.usage, self.demand
+        usage, demand, weight = self.usage, self.demand, self.weight
         for lid, w in flow.links:
             on = self.flows_on[lid]
             on.discard(flow)
+            weight[lid] = weight[lid] - w if on else 0.0
             if lid in self.crowded and len(on) == 1:
                 self._set_capacity(lid, self.alone[lid])
             usage.active[lid] -= 1
@@ -205,24 +208,54 @@ class FluidNetwork:
         self.on_done(flow.token)
 
 
-def max_min_rates(flows: set[Flow], links: set[int], cap: list[float]) -> dict[Flow, float]:
+# progressive filling scans every open link per level while a problem is this small, and keeps
+# the links in a heap by fill level above it (ECMP spines: thousands of links, tens of levels)
+HEAP_ABOVE_LINKS = 64
+
+
+def max_min_rates(flows: set[Flow], links: set[int], cap: list[float],
+                  weights: list[float] | None = None,
+                  on: Sequence[Collection[Flow]] | None = None) -> dict[Flow, float]:
     """Weighted progressive filling: raise every unfrozen flow's rate together; when a link
     fills, freeze its flows at the current level. Unique max-min fair allocation. Links of a
     flow that are not in `links` do not constrain it (the caller leaves out links that cannot
     fill; every flow has at least one that can: its tightest).
 
-    Hot (called at every instant that starts or ends flows): plain dicts and lists, only links
-    that still carry unfrozen flows are scanned."""
-    remaining = {lid: cap[lid] for lid in links}
-    weight_sum = dict.fromkeys(links, 0.0)
-    members: dict[int, list[Flow]] = {lid: [] for lid in links}
+    Hot (called at every instant that starts or ends flows): plain dicts and lists. A small
+    problem scans its open links per level; a large one (a 4096-GPU step whose flows all cross
+    an oversubscribed aggregation tier: ~1300 links, ~10 levels, at every flow's end) keeps
+    them in a heap, so a level costs the links its frozen flows touch, not every open link.
+
+    `weights` / `on`: every link's summed flow weight and its flows, where the caller keeps
+    them (then every flow on a link of `links` must be in `flows`); else counted here."""
+    members: Mapping[int, Collection[Flow]]
+    if weights is not None and on is not None:
+        weight_sum = {lid: weights[lid] for lid in links}
+        members = {lid: on[lid] for lid in links}
+    else:
+        weight_sum = dict.fromkeys(links, 0.0)
+        counted: dict[int, list[Flow]] = {lid: [] for lid in links}
+        for f in flows:
+            for lid, w in f.links:
+                if lid in weight_sum:
+                    weight_sum[lid] += w
+                    counted[lid].append(f)
+        members = counted
+    fill = _fill_by_heap if len(links) > HEAP_ABOVE_LINKS else _fill_by_scan
+    rates = fill(members, weight_sum, cap)
+    level = max(rates.values(), default=0.0)
     for f in flows:
-        for lid, w in f.links:
-            if lid in weight_sum:
-                weight_sum[lid] += w
-                members[lid].append(f)
+        if f not in rates:
+            rates[f] = level
+    return rates
+
+
+def _fill_by_scan(members: Mapping[int, Collection[Flow]], weight_sum: dict[int, float],
+                  cap: list[float]) -> dict[Flow, float]:
+    """Each level: the smallest fill level over every open link."""
+    remaining = {lid: cap[lid] for lid in weight_sum}
     rates: dict[Flow, float] = {}
-    active = [lid for lid in links if weight_sum[lid] > 1e-12]
+    active = [lid for lid in weight_sum if weight_sum[lid] > 1e-12]
     level = 0.0
     while active:
         best = min(remaining[lid] / weight_sum[lid] for lid in active)
@@ -243,7 +276,57 @@ def max_min_rates(flows: set[Flow], links: set[int], cap: list[float]) -> dict[F
                             weight_sum[l2] -= w
         done = set(bottlenecks)
         active = [lid for lid in active if weight_sum[lid] > 1e-12 and lid not in done]
-    for f in flows:
-        if f not in rates:
-            rates[f] = level
+    return rates
+
+
+def _fill_by_heap(members: Mapping[int, Collection[Flow]], weight_sum: dict[int, float],
+                  cap: list[float]) -> dict[Flow, float]:
+    """Links wait in a heap by the level at which they fill (re-pushed when a frozen flow
+    leaves them; a stale entry is skipped by its version). Links full within SATURATED_RTOL of
+    the popped level are bottlenecks of the same level, as in the scan."""
+    left = {lid: cap[lid] for lid in weight_sum}     # capacity not yet taken, as of level at[lid]
+    at = dict.fromkeys(weight_sum, 0.0)
+    version = dict.fromkeys(weight_sum, 0)
+    heap = [(cap[lid] / ws, lid, 0) for lid, ws in weight_sum.items() if ws > 1e-12]
+    heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
+    rates: dict[Flow, float] = {}
+
+    def current(entry: tuple[float, int, int]) -> bool:
+        return entry[2] == version[entry[1]] and weight_sum[entry[1]] > 1e-12
+
+    while heap:
+        entry = pop(heap)
+        if not current(entry):
+            continue
+        level = entry[0]
+        full = [entry[1]]
+        while heap:                            # links full at this level too
+            if not current(heap[0]):
+                pop(heap)
+                continue
+            t2, l2, _ = heap[0]
+            if (t2 - level) * weight_sum[l2] > SATURATED_RTOL * cap[l2]:
+                break
+            full.append(pop(heap)[1])
+        touched: set[int] = set()
+        for b in full:
+            for f in members[b]:
+                if f in rates:
+                    continue
+                rates[f] = level
+                for l2, w in f.links:
+                    ws = weight_sum.get(l2)
+                    if ws is None:
+                        continue
+                    left[l2] -= (level - at[l2]) * ws
+                    at[l2] = level
+                    weight_sum[l2] = ws - w
+                    touched.add(l2)
+            weight_sum[b] = 0.0
+        for l2 in touched:
+            ws = weight_sum[l2]
+            if ws > 1e-12:
+                version[l2] += 1
+                push(heap, (level + max(left[l2], 0.0) / ws, l2, version[l2]))
     return rates
