@@ -281,35 +281,43 @@ def _fill_by_scan(members: Mapping[int, Collection[Flow]], weight_sum: dict[int,
 
 def _fill_by_heap(members: Mapping[int, Collection[Flow]], weight_sum: dict[int, float],
                   cap: list[float]) -> dict[Flow, float]:
-    """Links wait in a heap by the level at which they fill (re-pushed when a frozen flow
-    leaves them; a stale entry is skipped by its version). Links full within SATURATED_RTOL of
-    the popped level are bottlenecks of the same level, as in the scan."""
+    """Links wait in a heap by the level at which they fill. A frozen flow leaving a link only
+    raises that level, so an entry is a lower bound of its link's: it is brought up to date
+    when it reaches the top (pushed again if it rose), not on every change. Links full within
+    SATURATED_RTOL of the popped level are bottlenecks of the same level, as in the scan."""
     left = {lid: cap[lid] for lid in weight_sum}     # capacity not yet taken, as of level at[lid]
     at = dict.fromkeys(weight_sum, 0.0)
-    version = dict.fromkeys(weight_sum, 0)
-    heap = [(cap[lid] / ws, lid, 0) for lid, ws in weight_sum.items() if ws > 1e-12]
+    heap = [(cap[lid] / ws, lid) for lid, ws in weight_sum.items() if ws > 1e-12]
     heapq.heapify(heap)
-    pop, push = heapq.heappop, heapq.heappush
+    pop, replace = heapq.heappop, heapq.heapreplace
     rates: dict[Flow, float] = {}
 
-    def current(entry: tuple[float, int, int]) -> bool:
-        return entry[2] == version[entry[1]] and weight_sum[entry[1]] > 1e-12
+    def top_is_current() -> bool:
+        """Whether the top entry holds its link's fill level now (else it is dropped or
+        re-queued at that level)."""
+        t, lid = heap[0]
+        ws = weight_sum[lid]
+        if ws <= 1e-12:
+            pop(heap)
+            return False
+        now = at[lid] + max(left[lid], 0.0) / ws
+        if now > t:
+            replace(heap, (now, lid))
+            return False
+        return True
 
     while heap:
-        entry = pop(heap)
-        if not current(entry):
+        if not top_is_current():
             continue
-        level = entry[0]
-        full = [entry[1]]
+        level, first = pop(heap)
+        full = [first]
         while heap:                            # links full at this level too
-            if not current(heap[0]):
-                pop(heap)
+            if not top_is_current():
                 continue
-            t2, l2, _ = heap[0]
+            t2, l2 = heap[0]
             if (t2 - level) * weight_sum[l2] > SATURATED_RTOL * cap[l2]:
                 break
             full.append(pop(heap)[1])
-        touched: set[int] = set()
         for b in full:
             for f in members[b]:
                 if f in rates:
@@ -322,11 +330,5 @@ def _fill_by_heap(members: Mapping[int, Collection[Flow]], weight_sum: dict[int,
                     left[l2] -= (level - at[l2]) * ws
                     at[l2] = level
                     weight_sum[l2] = ws - w
-                    touched.add(l2)
             weight_sum[b] = 0.0
-        for l2 in touched:
-            ws = weight_sum[l2]
-            if ws > 1e-12:
-                version[l2] += 1
-                push(heap, (level + max(left[l2], 0.0) / ws, l2, version[l2]))
     return rates
