@@ -45,12 +45,28 @@ CASES: list[tuple[str, str, str, int, str, dict[str, Any], str, float | None]] =
     ("4096 hier exact", "all_reduce", TIER3, 512, "hier", {}, "exact", 60),
     ("4096 ring exact", "all_reduce", TIER3, 512, "ring", {"channels": 1}, "exact", 60),
     ("4096 ring auto slow node", "all_reduce", TIER3 + "+slow", 512, "ring", {"channels": 1}, "auto", 120),
+    # log-depth: 24-36 ops a rank, so every rank can be simulated; the slow-node target names no
+    # algorithm, the unfolded one names ring and hierarchical (rhd's row has none)
+    ("4096 rhd exact", "all_reduce", TIER3, 512, "rhd", {}, "exact", None),
+    ("4096 rhd auto slow node", "all_reduce", TIER3 + "+slow", 512, "rhd", {}, "auto", 120),
 ]
 
 # ASTRA-sim's analytical (contention-unaware) backend, every GPU simulated: issue 16's figures
 ASTRA = {"1024 ring": "2.1 s (ring all-reduce, every GPU)",
          "4096 ring": "41 s, 0.8 GB (ring all-reduce, every GPU)"}
 
+
+WHY_MISSED = (
+    "Why the missed rows stay missed. (1) Folded on the default ECMP fabric: the hash of a "
+    "flow's endpoints moves with them, so no node or leaf shift maps every path onto a path; "
+    "only whole pods (2048 GPUs) are interchangeable, and `auto` simulates a pod's ranks. A flat "
+    "ring survives only pod shifts on a three-tier Clos even with spray: its hop from leaf group "
+    "g to g+1 is inside a pod for some g and across pods for others. (2) Unfolded at 4096 GPUs: "
+    "a ring all-reduce is 4096 x 8190 = 33.5 million ops; `hier` and `hier_tiers` have ~8.7k "
+    "and ~17k ops a rank (35 and 71 million). Replaying an op costs ~25 CPU us all-in in this "
+    "Python engine (build, dependencies, flow start and end, rate updates; measured on the "
+    "256-GPU ring), so such a run needs well over 60 s whatever the max-min solver does. "
+    "Meeting them needs a compiled or array-based engine; the 24-36 ops a rank of `rhd` fit.")
 
 BEFORE = ("Before (issue 16, same 2-core machine, CPU s): unfolded ring all-reduce 0.5 / 10-17 / "
           "46 / 248 s at 64 / 256 / 512 / 1024 GPUs (3.1 GB at 1024), not finished in 300 s at 4096 "
@@ -203,13 +219,19 @@ def render(payload: dict[str, Any]) -> str:
           "`exact` simulates every rank (unfolded). `CPU s` covers building the topology and "
           "spec, planning, the symmetry check and the simulation; `ranks sim.` is how many ranks "
           "the simulator ran (fewer than GPUs: folded); `peak RSS` is the case's own process; "
-          "`load` is the machine's 1-minute load average when the case started.", "",
+          "`load` is the machine's 1-minute load average when the case started. `rhd` (recursive "
+          "halving-doubling) has 24-36 ops a rank, so every rank of 4096 is simulated; on a "
+          "tiered fabric it does not fold (its xor symmetry reorders nodes across leaf groups), so "
+          "`auto` runs it unfolded too. The slow-node target names no algorithm; it is met with "
+          "`rhd` and missed with the ring.", "",
           "| case | GPUs | topology | algorithm | mode | CPU s | peak RSS MiB | ranks sim. | "
           "simulated time us | target (CPU s) | load | ASTRA-sim (analytical) |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         astra = ASTRA.get(" ".join(r["label"].split()[:2]), "")
-        mode = f"{r['mode']} ({'folded' if r['mode'] == 'auto' else 'unfolded'})"
+        folded = r["mode"] == "auto" and r.get("ranks_simulated", 0) < r["gpus"]
+        mode = f"{r['mode']} ({'folded' if folded else 'unfolded'})" if r.get("ranks_simulated") \
+            else f"{r['mode']} ({'folded' if r['mode'] == 'auto' else 'unfolded'})"
         algo = r["algorithm"] if r["collective"] == "all_reduce" else f"{r['algorithm']} ({r['collective']})"
         if r.get("error"):
             md.append(f"| {r['label']} | {r['gpus']} | {r['topology']} | {algo} | {mode} | "
@@ -224,7 +246,7 @@ def render(payload: dict[str, Any]) -> str:
            "built) while walks over every rank are refused.", "",
            "A killed case shows the CPU seconds it had spent when its cap stopped it (no "
            "simulated time: it did not finish); wall time exceeds CPU time where the `load` "
-           "column is above the 2 cores.", "", BEFORE]
+           "column is above the 2 cores.", "", WHY_MISSED, "", BEFORE]
     return "\n".join(md) + "\n"
 
 
