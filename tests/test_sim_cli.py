@@ -35,3 +35,37 @@ def test_verify_large_plan_uses_static_check(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)   # too large for 1 MiB: ran as a size-reduced copy
     assert out["ok"] and out["check"]["ok"] and out["reference"]["reduced_by"] > 1
     assert out["skipped"] is None
+
+
+def test_simulate_reports_progress(tmp_path, capsys, monkeypatch):
+    """simulate(progress=...) hears (ops ended, ops to run) as it goes, ending at (n, n); the
+    CLI shows it as a bar on a terminal's stderr and prints nothing extra elsewhere."""
+    import io
+
+    from rich.console import Console
+
+    import hiercoll as hc
+    import hiercoll.cli.common as common
+    from hiercoll.collectives import CollectiveSpec
+    topo = hc.load_topology("dgx-h100", 8)
+    spec = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=64 << 14)
+    sched = hc.plan(topo, spec, "ring", {"chunks": 4})
+    seen: list[tuple[int, int]] = []
+    res = hc.simulate(sched, topo, mode="exact", progress=lambda done, total: seen.append((done, total)))
+    n = sum(len(sched.rank_ops(r)) for r in range(64))
+    assert len(seen) >= 3 and seen[-1] == (n, n) == (res.num_ops, res.num_ops)
+    assert all(a[0] <= b[0] and a[1] == n for a, b in zip(seen, seen[1:]))
+    assert seen[0][0] < n                      # heard before the end, not only at it
+
+    plan = tmp_path / "p.json"
+    assert main(["plan", "-t", "dgx-h100", "-n", "8", "-c", "all_reduce", "-b", "1MiB", "-a", "ring",
+                 "-p", "chunks=4", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--exact"]) == 0
+    assert capsys.readouterr().err == ""       # not a terminal: no bar
+    screen = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=screen, force_terminal=True, width=100))
+    with common.op_progress("simulating") as progress:
+        assert progress is not None
+        progress(5, 10)
+    assert "simulating" in screen.getvalue()

@@ -8,6 +8,7 @@ from hiercoll.cli.common import (
     add_json_flag,
     console,
     enum_choices,
+    op_progress,
     print_json,
     print_table,
     require_extra,
@@ -38,8 +39,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.png is not None:
         require_extra("matplotlib", "--png")
     plan = load_plan(args.plan)
-    res = simulate(plan.schedule, plan.topology, mode="exact" if args.exact else "auto",
-                   record=args.trace is not None, call_mode=args.mode)
+    with op_progress("simulating (ops ended)") as progress:
+        res = simulate(plan.schedule, plan.topology, mode="exact" if args.exact else "auto",
+                       record=args.trace is not None, call_mode=args.mode, progress=progress)
     if args.trace is not None:
         write_atomic(args.trace, trace_json(plan.schedule, res))
     if args.png is not None:

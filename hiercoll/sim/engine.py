@@ -12,7 +12,7 @@ generator resume and three events; a 1024-GPU ring replays two million ops).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hiercoll.schedule import Op, OpKind, OpRef, OpSource, Schedule
@@ -181,8 +181,12 @@ class _Channel:
         self.d = 0
 
 
+# (ops ended, ops to run): a long simulation's progress, reported now and then
+Progress = Callable[[int, int], None]
+
+
 def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
-               record: bool = False) -> tuple[OpTiming, FluidNetwork]:
+               record: bool = False, progress: Progress | None = None) -> tuple[OpTiming, FluidNetwork]:
     isz = schedule.spec.dtype.itemsize
     fold = net.fold
     timing = OpTiming({}, {})
@@ -245,7 +249,9 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
     fluid = FluidNetwork(clock, [l.bytes_per_us for l in net.links], finished, record, crowded)
     ready.reverse()                    # drain pops from the end: start in rank, channel order
     drain()
-    clock.run(fluid.settle)
+    clock.run(fluid.settle, None if progress is None else lambda: progress(len(end), total))
+    if progress is not None:
+        progress(len(end), total)
     if len(end) < total:
         from hiercoll.errors import VerificationError
         missing = next(op.ref for r in ranks for op in schedule.rank_ops(r) if op.ref not in end)

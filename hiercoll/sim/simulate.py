@@ -9,7 +9,7 @@ from hiercoll.errors import HiercollError
 from hiercoll.gcpause import without_cyclic_gc
 from hiercoll.schedule import Op, Schedule, predecessor_map
 from hiercoll.sim.bounds import lower_bound
-from hiercoll.sim.engine import on_copy_engine, pinned, run_timing
+from hiercoll.sim.engine import Progress, on_copy_engine, pinned, run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
 from hiercoll.sim.symmetry import choose_fold
@@ -23,7 +23,7 @@ CallMode = Literal["eager", "graph"]
 
 def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
              record: bool = False, *, costs_from: Topology | None = None,
-             call_mode: CallMode = "eager") -> SimResult:
+             call_mode: CallMode = "eager", progress: Progress | None = None) -> SimResult:
     """Time `schedule` on `topology`. `mode="auto"` folds ranks that a verified translation
     symmetry makes identical (the result says so); `"exact"` simulates every rank; `"trusted"`
     folds on the planner's declaration without re-checking it (the auto-picker's inner loop:
@@ -32,13 +32,16 @@ def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
     `call_mode`: eager calls pay the host's per-call and per-op launch costs, graph replays
     their own per-call cost (topology.costs.eager / .graph). `costs_from`: time the schedule
     with the bandwidths, latencies and costs of another topology of the same shape (what a
-    calibration varies), without re-planning."""
+    calibration varies), without re-planning. `progress(ended, total)`: called with the ops
+    ended so far every 1024 simulated instants and once at the end (an unfolded 4096-GPU run
+    takes minutes)."""
     with without_cyclic_gc():
-        return _simulate(schedule, topology, mode, record, costs_from=costs_from, call_mode=call_mode)
+        return _simulate(schedule, topology, mode, record, costs_from=costs_from, call_mode=call_mode,
+                         progress=progress)
 
 
 def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, *,
-              costs_from: Topology | None, call_mode: CallMode) -> SimResult:
+              costs_from: Topology | None, call_mode: CallMode, progress: Progress | None) -> SimResult:
     schedule.refuse_library_call("simulate")
     if schedule.meta.topology_fingerprint != topology.fingerprint():
         raise HiercollError("simulate: the schedule was planned for another topology "
@@ -56,7 +59,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     schedule = pinned(schedule, ranks)      # every walk below reads the same built ops
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize,
                   levels=bool(sym and sym.levels))
-    timing, fluid = run_timing(schedule, net, ranks, record)
+    timing, fluid = run_timing(schedule, net, ranks, record, progress)
     end = call_time_us(schedule, topology, ranks, max(timing.end.values(), default=0.0), call_mode)
     copies = schedule.world_size // fold if fold else 1
     links = [LinkStat(name=info.name, tier=info.tier.value, bytes=fluid.usage.bytes[i],
