@@ -214,15 +214,13 @@ def node_period(ctx: PlanContext[ParamsT], *switches: bool) -> int | None:
     return ctx.topology.gpus_per_node
 
 
-def xor_period(ctx: PlanContext[ParamsT], even_shards: bool = True) -> int | None:
+def xor_period(ctx: PlanContext[ParamsT]) -> int | None:
     """gpus_per_node for pairwise exchanges at power-of-two distances (rank r pairs with r xor
     2^t): with a power-of-two world and node size, xor-ing every rank by a multiple of the node
-    size maps nodes onto nodes and each pair onto a pair. `even_shards`: the recipe moves shards
-    (rhd), which must all be one size for rank r xor kP to move what r moves."""
+    size maps nodes onto nodes and each pair onto a pair. What the recipe moves must map too:
+    a recipe that moves shards checks they are one size (rhd: `rank_relative`)."""
     w, g = ctx.world, ctx.topology.gpus_per_node
     if ctx.spec.kind not in TRANSLATION_INVARIANT or w & (w - 1) or g & (g - 1):
-        return None
-    if even_shards and ctx.spec.count % w:      # CollectiveSpec.shard: the first count % W longer
         return None
     return g
 

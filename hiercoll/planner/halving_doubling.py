@@ -80,7 +80,8 @@ def step_pieces(spec: CollectiveSpec, fold: Fold, lo: int, hi: int, sender: int,
 
 def rank_relative(spec: CollectiveSpec, fold: Fold, chunks: int) -> bool:
     """Whether chunks are counted from the sender's position: a power-of-two world (no fold)
-    of equal shards and a power-of-two chunk count."""
+    of equal shards (CollectiveSpec.shard makes the first count % W longer) and a power-of-two
+    chunk count. Also what rhd's xor symmetry needs: rank r xor kP moves what r moves."""
     return fold.extra == 0 and spec.count % fold.p == 0 and chunks & (chunks - 1) == 0
 
 
@@ -186,9 +187,10 @@ class HalvingDoubling(Algorithm[BaseParams]):
 
     def symmetry_period(self, ctx: PlanContext[BaseParams]) -> int | None:
         # chunks counted from the sender's position (step_pieces) map onto themselves under an
-        # xor; a balanced split of the range (other chunk counts) does not
-        k = ctx.params.chunks
-        return xor_period(ctx) if k & (k - 1) == 0 else None
+        # xor; a balanced split of the range (the other cases) does not
+        if not rank_relative(ctx.spec, Fold(ctx.world), ctx.params.chunks):
+            return None
+        return xor_period(ctx)
 
     def build_rank(self, ctx: PlanContext[BaseParams], b: RankBuilder) -> None:
         spec, r = ctx.spec, b.rank

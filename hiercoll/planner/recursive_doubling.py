@@ -34,7 +34,7 @@ class RecursiveDoubling(Algorithm[BaseParams]):
     symmetry_group = "xor"
 
     def symmetry_period(self, ctx: PlanContext[BaseParams]) -> int | None:
-        return xor_period(ctx, even_shards=False)   # every step moves the whole vector
+        return xor_period(ctx)   # every step moves the whole vector: any size maps
 
     def build_rank(self, ctx: PlanContext[BaseParams], b: RankBuilder) -> None:
         spec, r, n = ctx.spec, b.rank, ctx.spec.count
