@@ -18,6 +18,11 @@ class ReferenceTooLarge(HiercollError):
     that can fall back to the static check catch this, not a message)."""
 
 
+class OpLimitError(HiercollError):
+    """Walking the plan's ranks would build more ops than HIERCOLL_MAX_OPS allows (callers that
+    can do without the walk, e.g. counting a recipe's ops, catch this, not a message)."""
+
+
 class VerificationError(Exception):
     """A schedule that runs but computes the wrong result, races or deadlocks."""
 

@@ -15,7 +15,7 @@ from hiercoll.cli.common import (
     parse_kv,
     print_json,
 )
-from hiercoll.errors import HiercollError
+from hiercoll.errors import OpLimitError
 from hiercoll.plan_file import save_plan
 from hiercoll.planner.search.select import plan_with
 from hiercoll.schedule import Schedule
@@ -71,6 +71,6 @@ def op_count(schedule: Schedule) -> int | None:
     if schedule.is_expanded or not period or world % period:
         try:
             return schedule.num_ops
-        except HiercollError:
+        except OpLimitError:
             return None
     return world // period * sum(len(schedule.rank_ops(r)) for r in range(period))

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from hiercoll.collectives import CollectiveSpec, Kind
-from hiercoll.errors import HiercollError
+from hiercoll.errors import OpLimitError
 from hiercoll.gcpause import without_cyclic_gc
 from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.labels import Label
@@ -151,7 +151,7 @@ class OpBudget:
 
     def check(self, ranks: int, what: str) -> None:
         if ranks > self.ranks:
-            raise HiercollError(f"{self.message} for {what} (it builds {ranks} ranks' ops; at "
+            raise OpLimitError(f"{self.message} for {what} (it builds {ranks} ranks' ops; at "
                                 f"most {self.ranks} fit); use fewer ranks/chunks/channels or a "
                                 "hierarchical algorithm, simulate it folded (`mode=\"auto\"` on a "
                                 "symmetric topology builds one node's or one period's ranks), "
