@@ -75,7 +75,7 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
 
 def on_copy_engine(op: Op, itemsize: int, threshold_bytes: int) -> bool:
     """Whether the cuda backend runs `op` on a copy engine: a copy to or from a peer of at least
-    the threshold (`lowering._engine`, which the simulator may not import, says the same)."""
+    the threshold (`lowering._engine` calls this, so both agree)."""
     return (op.kind == OpKind.COPY and op.dst.count * itemsize >= max(threshold_bytes, 1)
             and (op.dst.rank != op.rank or op.srcs[0].rank != op.rank))
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
+from hiercoll.sim.engine import on_copy_engine
 
 SPINS_PER_MS = 1000      # rough: one acquire poll of a local slot takes about a microsecond
 
@@ -308,9 +309,8 @@ def _engine(op: Op, itemsize: int, opts: CudaOptions) -> Engine:
     if (opts.inter_transport == InterTransport.NCCL and op.transport == Transport.INTER
             and op.kind == OpKind.COPY):
         return Engine.NET
-    big = op.dst.count * itemsize >= max(opts.ce_threshold_bytes, 1)
-    remote = op.dst.rank != op.rank or op.srcs[0].rank != op.rank
-    return Engine.CE if op.kind == OpKind.COPY and big and remote else Engine.SM
+    # the simulator's rule, so what it times on a copy engine runs on one
+    return Engine.CE if on_copy_engine(op, itemsize, opts.ce_threshold_bytes) else Engine.SM
 
 
 def _auto_grid(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptions) -> int:
