@@ -65,6 +65,23 @@ def test_group_cast_with_splits_file(tmp_path, capsys):
     assert code == 0
 
 
+def test_all_to_all_v_from_a_counts_file(tmp_path, capsys):
+    """`--splits` takes {counts: W x W}: it plans and verifies; a bad matrix is one line naming
+    the file and the entry, exit 2."""
+    f = tmp_path / "counts.yaml"
+    f.write_text(json.dumps({"counts": [[0, 1, 2, 3], [4, 0, 5, 6], [7, 8, 0, 9], [1, 2, 3, 0]]}))
+    plan = tmp_path / "p.json"
+    code, _, err = run(capsys, "plan", "-t", "h200x4", "-c", "group_cast", "--splits", str(f),
+                       "-a", "direct", "-o", str(plan))
+    assert code == 0, err
+    assert run(capsys, "verify", str(plan))[0] == 0
+    f.write_text(json.dumps({"counts": [[0, 1, 2, 3], [4, 0, -5, 6], [7, 8, 0, 9], [1, 2, 3, 0]]}))
+    code, _, err = run(capsys, "plan", "-t", "h200x4", "-c", "group_cast", "--splits", str(f),
+                       "-a", "direct", "-o", str(plan))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and str(f) in lines[0] and "counts[1][2] = -5" in lines[0]
+
+
 @pytest.mark.parametrize("argv,match", [
     (["topo", "show", "dgx-a100"], "unknown preset|neither a preset"),
     (["plan", "-t", "h200x4", "-c", "all_reduce", "-b", "12XB", "-a", "ring", "-o", "x.json"], "--bytes"),
