@@ -13,12 +13,13 @@ ROOT = Path(__file__).resolve().parents[1] / "hiercoll"
 # them; the simulator knows the IR and the topology; the planner may ask the simulator (the
 # auto-picker); the backends (executor) know the IR and the kernels but no planner; the harness
 # drives backends over planned cases; the CLI sits on top.
-BASE = {"errors", "units", "files", "gcpause"}
+BASE = {"errors", "units", "files", "gcpause", "progress"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": {"errors"},
     "files": set(),
     "gcpause": set(),
+    "progress": set(),
     "collectives": {"errors", "gcpause"},
     "topology": {"errors", "units"},
     "schedule": {"collectives", "errors", "schedule_io"},

@@ -37,7 +37,7 @@ def test_verify_large_plan_uses_static_check(tmp_path, capsys):
     assert out["skipped"] is None
 
 
-def test_simulate_reports_progress(tmp_path, capsys, monkeypatch):
+def test_simulate_reports_progress(tmp_path, capsys):
     """simulate(progress=...) hears (ops ended, ops to run) as it goes, ending at (n, n); the
     CLI shows it as a bar on a terminal's stderr and prints nothing extra elsewhere."""
     import io
@@ -45,8 +45,8 @@ def test_simulate_reports_progress(tmp_path, capsys, monkeypatch):
     from rich.console import Console
 
     import hiercoll as hc
-    import hiercoll.cli.common as common
     from hiercoll.collectives import CollectiveSpec
+    from hiercoll.progress import terminal_bar
     topo = hc.load_topology("dgx-h100", 8)
     spec = CollectiveSpec(kind="all_reduce", world_size=64, dtype="bf16", nbytes=64 << 14)
     sched = hc.plan(topo, spec, "ring", {"chunks": 4})
@@ -64,8 +64,10 @@ def test_simulate_reports_progress(tmp_path, capsys, monkeypatch):
     assert main(["simulate", str(plan), "--exact"]) == 0
     assert capsys.readouterr().err == ""       # not a terminal: no bar
     screen = io.StringIO()
-    monkeypatch.setattr(common, "err_console", Console(file=screen, force_terminal=True, width=100))
-    with common.op_progress("simulating") as progress:
-        assert progress is not None
-        progress(5, 10)
+    with terminal_bar("simulating", console=Console(file=screen, force_terminal=True, width=100)) as report:
+        report(5, 10)
     assert "simulating" in screen.getvalue()
+    quiet = io.StringIO()
+    with terminal_bar("simulating", console=Console(file=quiet)) as report:
+        report(5, 10)
+    assert quiet.getvalue() == ""              # not a terminal: a no-op

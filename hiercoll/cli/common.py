@@ -7,8 +7,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from enum import Enum
 from typing import Any
 
@@ -31,21 +29,6 @@ def wide_when_piped() -> None:
     for c in (console, err_console):
         if not c.is_terminal and not os.environ.get("COLUMNS"):
             c.width = PIPED_WIDTH
-
-
-@contextmanager
-def op_progress(title: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A transient rich bar on stderr fed with (done, total), or None. Only on a terminal:
-    elsewhere the bar leaves a blank line in stderr, and an error after it is no longer one
-    line."""
-    if not err_console.is_terminal:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
-        task = bar.add_task(title, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:

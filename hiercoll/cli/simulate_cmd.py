@@ -8,7 +8,6 @@ from hiercoll.cli.common import (
     add_json_flag,
     console,
     enum_choices,
-    op_progress,
     print_json,
     print_table,
     require_extra,
@@ -16,6 +15,7 @@ from hiercoll.cli.common import (
 from hiercoll.executor.interface import Mode
 from hiercoll.files import output_target, write_atomic
 from hiercoll.plan_file import load_plan
+from hiercoll.progress import terminal_bar
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.png is not None:
         require_extra("matplotlib", "--png")
     plan = load_plan(args.plan)
-    with op_progress("simulating (ops ended)") as progress:
+    with terminal_bar("simulating (ops ended)") as progress:
         res = simulate(plan.schedule, plan.topology, mode="exact" if args.exact else "auto",
                        record=args.trace is not None, call_mode=args.mode, progress=progress)
     if args.trace is not None:

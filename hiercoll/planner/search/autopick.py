@@ -18,8 +18,6 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from hiercoll.planner.search.candidates import (
 )
 from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, LibraryTable, shipped_table
 from hiercoll.planner.search.workers import Cluster, run_jobs
+from hiercoll.progress import terminal_bar
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
 
@@ -399,36 +398,20 @@ def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
     specs = [template] if template.kind in GROUPED else [spec_for_size(template, s) for s in sizes]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
     rows: list[Row | None] = [None] * len(specs)
-    with _progress(progress, f"auto-picking {template.kind.value}", len(specs)) as advance:
+    with terminal_bar(f"auto-picking {template.kind.value}", progress) as report:
         if jobs == 1 and cluster is None:
             for i, s in enumerate(specs):
                 rows[i] = pick_one(topology, s, cache, only, library=library, library_model=True)
-                advance()
+                report(i + 1, len(specs))
         else:
             work: list[Job] = [(topology, s, only, cache.data, library) for s in specs]
-            for i, (row, added) in run_jobs(_pick_in_worker, work, jobs, cluster):
+            for done, (i, (row, added)) in enumerate(run_jobs(_pick_in_worker, work, jobs, cluster), 1):
                 rows[i] = row
                 for key, value in added.items():
                     cache.put(key, value)
-                advance()
+                report(done, len(specs))
     cache.save()
     return [r for r in rows if r is not None]
-
-
-@contextmanager
-def _progress(show: bool, title: str, total: int) -> Iterator[Callable[[], None]]:
-    """A rich progress bar on stderr (sizes done), or a no-op. Only on a terminal: elsewhere
-    the transient bar leaves a blank line in stderr, and an error after it is no longer one line."""
-    from rich.console import Console
-    # its own stderr console, configured as the CLI's (the planner does not import the CLI)
-    console = Console(stderr=True, highlight=False)
-    if not show or not console.is_terminal:
-        yield lambda: None
-        return
-    from rich.progress import Progress
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(title, total=total)
-        yield lambda: bar.advance(task)
 
 
 # ---- tuning files --------------------------------------------------------------------------------
