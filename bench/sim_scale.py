@@ -66,10 +66,10 @@ WHY_MISSED = (
     "ring survives only pod shifts on a three-tier Clos even with spray: its hop from leaf group "
     "g to g+1 is inside a pod for some g and across pods for others. (2) Unfolded at 4096 GPUs: "
     "a ring all-reduce is 4096 x 8190 = 33.5 million ops; `hier` and `hier_tiers` have ~8.7k "
-    "and ~17k ops a rank (35 and 71 million). Replaying an op costs ~20 CPU us all-in in this "
+    "and ~17k ops a rank (35 and 71 million). Replaying an op costs 20-30 CPU us all-in in this "
     "Python engine (build, dependencies, flow start and end, rate updates): see the 256-, 512- "
     "and 1024-GPU one-switch ring rows (131k, 524k and 2.1M ops). So a 33.5M-op run needs "
-    "~11 minutes, whatever the max-min solver does. "
+    "11-17 minutes, whatever the max-min solver does. "
     "Meeting them needs a compiled or array-based engine; the 24-36 ops a rank of `rhd` fit.")
 
 BEFORE = ("Before (issue 16, same 2-core machine, CPU s): unfolded ring all-reduce 0.5 / 10-17 / "
