@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import command_line, stamp, write_results
+from common import command_line, provenance, stamp, write_results
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.planner.search.autopick import sweep
@@ -77,9 +77,7 @@ def main() -> None:
     md = [f"# Auto-pick speed: {len(sizes)} sizes ({args.sizes}) on dgx-h100, empty cache, then warm",
           "", "Per size: `simulated` candidates plus those `pruned by bounds` (built for a bound, or "
           "not built at all where a warm cache holds their bounds).",
-          "", f"Command: `{payload['meta']['command']}`  ",
-          f"Date: {payload['meta']['date']}; machine: {payload['meta']['machine']}; "
-          f"git {payload['meta']['git_sha'] or '?'}", "",
+          "", *provenance(payload["meta"]), "",
           "Seconds are wall clock on a shared machine (load average at the end of each run "
           "shown); CPU seconds include the worker processes. Warm: the same sweep again on the "
           "cache the cold run wrote (identical rows, checked). Target (issue 16): 21 sizes on "

@@ -29,5 +29,11 @@ def write_results(name: str, payload: dict[str, Any], markdown: str) -> None:
     write_atomic(RESULTS / f"{name}.md", markdown)
 
 
+def provenance(meta: dict[str, Any]) -> list[str]:
+    """The markdown lines that say how a result was made: its command, date, machine and git."""
+    return [f"Command: `{meta['command']}`  ",
+            f"Date: {meta['date']}; machine: {meta['machine']}; git {meta['git_sha'] or '?'}"]
+
+
 def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0]), *sys.argv[1:]])

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from common import command_line, stamp, write_results
+from common import command_line, provenance, stamp, write_results
 
 # (label, topology as bench/sim_scale.py names it, nodes, algorithm, collective, mode)
 CASES = [
@@ -52,8 +52,7 @@ def one(case: tuple[str, str, int, str, str, str], scale: float) -> dict[str, An
 def render(payload: dict[str, Any]) -> str:
     meta = payload["meta"]
     md = ["# Rounding sensitivity: simulated time with every max-min rate scaled by 1 +- 1e-13", "",
-          f"Command: `{meta['command']}`  ",
-          f"Date: {meta['date']}; machine: {meta['machine']}; git {meta['git_sha'] or '?'}", "",
+          *provenance(meta), "",
           "all_reduce of 1 GiB bf16 (group_cast: bench/sim_scale.py's irregular one). `spread` is "
           "(largest - smallest) / unscaled time over the three runs of a case.", "",
           "| case | ranks simulated | unscaled us | x (1 + 1e-13) us | x (1 - 1e-13) us | spread | CPU s (unscaled) |",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from common import command_line, stamp, write_results
+from common import command_line, provenance, stamp, write_results
 from rich.progress import track
 
 S = 256 << 20
@@ -83,8 +83,7 @@ def run_row(row: tuple[str, str, dict[str, Any], str, str, dict[str, Any]]) -> d
 def render(payload: dict[str, Any]) -> str:
     meta = payload["meta"]
     md = ["# Tiered-fabric examples (the numbers docs/simulator.md and docs/algorithms.md quote)", "",
-          f"Command: `{meta['command']}`  ",
-          f"Date: {meta['date']}; machine: {meta['machine']}; git {meta['git_sha']}", "",
+          *provenance(meta), "",
           "256 MiB bf16, default parameters unless named, default simulation mode (folded where a "
           "symmetry holds). `busiest leaf uplink`: the highest utilisation of any leaf uplink over "
           "the call.", "",
