@@ -3,20 +3,36 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HC := $(VENV)/bin/hiercoll
-# The CPU build of torch (on disk on our CPU machines); a bare `torch` pulls GBs of CUDA wheels.
-TORCH_SPEC ?= torch==2.13.0
+# torch: its CPU build where this machine offers one (a wheel on disk, or PyTorch's CPU wheel
+# index set as PIP_EXTRA_INDEX_URL), else PyPI's build of the same release (CUDA, GBs).
+# TORCH_SPEC=... installs exactly that instead.
+TORCH_VERSION ?= 2.13.0
+TORCH_SPEC ?=
 OUT ?= out/demo
 
-.PHONY: demo test install clean fuzz
+.PHONY: demo test install resolve clean fuzz
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	@if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q "$(TORCH_SPEC)"; \
+	elif $(PY) -m pip install -q "torch==$(TORCH_VERSION)+cpu" 2>/dev/null; then \
+	  echo "torch $(TORCH_VERSION): the CPU build"; \
+	else echo "torch $(TORCH_VERSION): no CPU build offered here, installing PyPI's build"; \
+	  $(PY) -m pip install -q "torch==$(TORCH_VERSION)"; fi
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
+
+# The dev install resolves on any Linux x86-64 machine with PyPI, not only with this machine's pip
+# configuration (wheels on disk, extra indexes): resolved with all of that off, where PyPI's
+# torch==$(TORCH_VERSION) is the CUDA build, which pins its own triton.
+resolve: $(VENV)/.installed
+	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT \
+	  PIP_CONFIG_FILE=/dev/null $(PY) -m pip install --dry-run --ignore-installed --quiet \
+	  "torch==$(TORCH_VERSION)" -e '.[dev]'
+	@echo "resolve: torch==$(TORCH_VERSION) -e '.[dev]' resolves from PyPI alone"
 
 demo: $(VENV)/.installed
 	@mkdir -p $(OUT)

@@ -1,6 +1,7 @@
 """The Triton row kernel compiles for Hopper without a GPU, and the generated code has what the
-memory-ordering rules ask for; its data path runs in Triton's CPU interpreter. CI installs the
-pinned triton (the dev extra), so these run on every change; a CI run without it fails here
+memory-ordering rules ask for; its data path runs in Triton's CPU interpreter. CI installs
+triton through the dev extra (whichever release fits the torch installed: the CPU build brings
+none, a CUDA build pins its own), so these run on every change; a CI run without it fails here
 rather than skipping silently."""
 
 from __future__ import annotations

@@ -197,6 +197,10 @@ def test_pyproject_declares_triton_in_cuda_extra_drops_unused_and_uses_spdx_lice
     project, extras = meta["project"], meta["project"]["optional-dependencies"]
     assert any(d.startswith("triton") for d in extras["cuda"])
     assert any(d.startswith("torch") for d in extras["cuda"])
+    # a CUDA build of torch pins its own triton (torch 2.13.0: 3.7.1): an extra that pins another
+    # makes `pip install torch -e .[dev]` unresolvable anywhere but a machine with a CPU build
+    pins = [d for ds in extras.values() for d in ds if d.replace(" ", "").startswith("triton==")]
+    assert pins == [], pins
     assert project["license"] == "Apache-2.0"                 # PEP 639 string, not {text=...}
     assert not any("pytest-timeout" in d for d in extras["dev"])   # nothing uses it
     assert project["requires-python"] == ">=3.11"             # datetime.UTC, StrEnum, tomllib

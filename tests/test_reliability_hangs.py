@@ -157,7 +157,23 @@ def test_a_stopped_or_killed_gloo_rank_ends_the_job_with_one_line_naming_op_and_
     else:
         assert re.match(r"error: rank 1: op \d+\.\d+ (failed|timed out after 3 s) (waiting for|sending "
                         r"to) rank 0", ours[0]), ours
-    assert "hiercoll" not in "".join(ln for ln in err.splitlines() if "File \"" in ln)
+    assert not our_frames(err), err[-3000:]
+
+
+def our_frames(stderr: str) -> list[str]:
+    """Traceback frames in hiercoll's own files. A word in a path is not a frame of ours: a
+    clone named `hiercoll` holds torchrun's frames under `hiercoll/.venv/lib/...`."""
+    package = str(Path(hc.__file__).resolve().parent) + os.sep
+    return [ln for ln in stderr.splitlines()
+            if ln.lstrip().startswith('File "') and ln.split('"')[1].startswith(package)]
+
+
+def test_our_frames_are_those_of_the_package_not_of_a_folder_named_like_it():
+    package = Path(hc.__file__).resolve().parent
+    venv = package.parent / ".venv" / "lib" / "python3.11" / "site-packages" / "torch" / "run.py"
+    torchrun = f'  File "{venv}", line 9, in main\n    raise ChildFailedError(...)\n'
+    ours = f'  File "{package / "cli" / "run_cmd.py"}", line 3, in _run\n'
+    assert our_frames(torchrun) == [] and our_frames(torchrun + ours) == [ours.rstrip("\n")]
 
 
 # ---- sizes without bounds -----------------------------------------------------------------------

@@ -36,6 +36,8 @@ def topology_docs(draw: st.DrawFn) -> dict[str, Any]:
     for _ in range(draw(st.integers(0, 2))):
         section = draw(st.sampled_from(sorted(doc)))
         target = doc if not isinstance(doc[section], dict) or draw(st.booleans()) else doc[section]
+        if not target:       # an earlier draw emptied this section: nothing left to break
+            continue
         key = draw(st.sampled_from(sorted(target)))
         if draw(st.booleans()):
             target[key] = draw(JUNK)
