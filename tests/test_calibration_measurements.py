@@ -224,3 +224,19 @@ def test_files_load_in_order_and_rows_are_frozen() -> None:
         rows[0].time_us = 1.0
     with pytest.raises(ValidationError, match="colour"):
         Measurement.model_validate(rows[0].model_dump() | {"colour": "red"})
+
+
+def test_bench_peer_rows_torchs_kernels_are_left_out_nccls_is_the_library(tmp_path: Path) -> None:
+    """`hiercoll bench --peers` rows: torch's symmetric-memory kernels have no model to fit, so
+    calibrate/compare skip them; NCCL's peer row is the library call."""
+    base = {"collective": "all_reduce", "world_size": 4, "dtype": "bf16", "nbytes": 8192,
+            "mode": "graph", "p50_us": 9.5, "backend": "peer", "peer": True, "graph_calls": 10}
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"rows": [base | {"algorithm": "torch-one-shot"},
+                                         base | {"algorithm": "nccl", "p50_us": 12.5},
+                                         base | {"algorithm": "ring", "peer": False,
+                                                 "backend": "cuda", "p50_us": 20.0}]}))
+    rows = load_measurements([path])
+    assert [(r.algorithm, r.time_us) for r in rows] == [("nccl", 12.5), ("ring", 20.0)]
+    from hiercoll.harness.results import row_label
+    assert row_label(base | {"algorithm": "torch-one-shot"}) == "peer:torch-one-shot"

@@ -28,13 +28,15 @@ def _ordered_ops(ptx: str, sem: str) -> list[str]:
             words = words[1:]
         if not words:
             continue
-        quals = words[0].split(".")
+        quals = words[0].rstrip(";").split(".")
         if quals[0] in ("atom", "red", "ld", "st") and sem in quals and "sys" in quals:
             found.append(words[0])
+        elif quals[0] == "fence" and "sys" in quals and ({"acq_rel", "sc"} & set(quals)):
+            found.append(words[0].rstrip(";"))   # a fence after relaxed reads: an acquire
     return found
 
 
-def _ptx(dtype: str, aligned: bool) -> str:
+def _ptx(dtype: str, aligned: bool, ptx: bool = True) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -43,10 +45,10 @@ def _ptx(dtype: str, aligned: bool) -> str:
            "err_ptr": "*i64", "first_row": "i32", "num_rows": "i32", "spin_limit": "i32",
            "REDUCE": "constexpr", "ACC": "constexpr", "ALIGNED": "constexpr", "VEC": "constexpr",
            "BLOCK": "constexpr", "LANES": "constexpr", "BUMP_EPOCH": "constexpr",
-           "FUSED": "constexpr"}
+           "FUSED": "constexpr", "PTX": "constexpr"}
     consts = {"REDUCE": 0, "ACC": triton.language.float32, "ALIGNED": aligned,
               "VEC": 8 if dtype == "bf16" else 4, "BLOCK": 4096, "LANES": 256,
-              "BUMP_EPOCH": False, "FUSED": False}
+              "BUMP_EPOCH": False, "FUSED": False, "PTX": ptx}
     attrs = {(k,): [["tt.divisibility", 16]] for k in range(5)}
     src = ASTSource(fn=_program_kernel, signature=sig, constexprs=consts, attrs=attrs)
     try:
@@ -70,9 +72,11 @@ def test_the_ordering_check_reads_every_spelling():
     ptx = "\n".join(["\tred.global.sys.release.add.s32 [%rd1], 1;",
                      "\tatom.release.sys.global.add.u32 %r1, [%rd2], 1;",
                      "\t@%p4 ld.acquire.sys.global.b32 %r2, [%rd3];",
-                     "\tatom.global.gpu.acquire.add.u32 %r3, [%rd4], 0;"])
-    assert len(_ordered_ops(ptx, "release")) == 2
-    assert _ordered_ops(ptx, "acquire") == ["ld.acquire.sys.global.b32"]   # gpu scope: not enough
+                     "\tatom.global.gpu.acquire.add.u32 %r3, [%rd4], 0;",
+                     "\tfence.acq_rel.sys;", "\tfence.acq_rel.gpu;"])
+    assert len(_ordered_ops(ptx, "release")) == 3
+    # gpu scope: not enough
+    assert _ordered_ops(ptx, "acquire") == ["ld.acquire.sys.global.b32", "fence.acq_rel.sys"]
 
 
 def test_aligned_rows_use_16_byte_accesses_and_unaligned_rows_do_not():

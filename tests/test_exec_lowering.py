@@ -53,7 +53,7 @@ def test_direct_all_gather_on_two_ranks_worked_by_hand():
     only signals are the channel-order ones inside a launch and the two barriers."""
     s = plan(_topo(1, 2), _spec("all_gather", 2, 8), "direct").expand()
     ops = s.rank_ops(0)
-    prog = lower(s, 0, CudaOptions(ctas=2))
+    prog = lower(s, 0, CudaOptions(ctas=2, fuse=False, forward=False))   # the multi-stream form
     out = prog.layout.offsets["output"]
     launches = [x for items in prog.streams.values() for x in items]
     assert all(isinstance(x, KernelLaunch) and x.grid == 2 for x in launches)
@@ -73,14 +73,14 @@ def test_direct_all_gather_on_two_ranks_worked_by_hand():
 
 def test_cross_rank_dependency_becomes_a_signal_to_the_waiting_rank():
     s = plan(_topo(1, 4), _spec("all_reduce", 4), "direct").expand()
-    p1 = lower(s, 1, CudaOptions(ctas=4))
+    p1 = lower(s, 1, CudaOptions(ctas=4, fuse=False, forward=False))
     reduce_row = next(r for items in p1.streams.values() for x in items for r in x.rows if r.reduce)
     reduce_op = next(o for o in s.rank_ops(1) if o.kind.value == "reduce")
     base = {r: sum(len(s.rank_ops(q)) for q in range(r)) for r in range(4)}
     want = {Wait(base[d[0]] + d[1], 4, f"{d[0]}.{d[1]}") for d in reduce_op.deps}
     assert want <= set(reduce_row.waits)
     for dr, di in reduce_op.deps:   # each producer signals rank 1's copy of its slot
-        prod = lower(s, dr, CudaOptions(ctas=4))
+        prod = lower(s, dr, CudaOptions(ctas=4, fuse=False, forward=False))
         row = next(r for items in prod.streams.values() for x in items for r in x.rows
                    if r.op == f"{dr}.{di}")
         assert Signal(1, base[dr] + di) in row.signals
@@ -100,7 +100,7 @@ def test_big_copies_go_to_the_copy_engine_between_a_wait_and_a_signal_row():
 
 def test_table_encodes_rows_relative_to_this_ranks_base():
     s = plan(_topo(1, 2), _spec("all_reduce", 2, 16), "direct").expand()
-    prog = lower(s, 0, CudaOptions(ctas=1))
+    prog = lower(s, 0, CudaOptions(ctas=1, fuse=False, forward=False))
     data_delta, sig_delta = [0, 1000], [0, 50]
     t = encode(prog, data_delta, sig_delta)
     rows = [r for x in ([prog.start_barrier] + [y for v in prog.streams.values() for y in v]
@@ -152,8 +152,30 @@ def _check_emulation(s, opts, seed, calls=3):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("nodes", "gpus", "kind", "algo"), CASES)
 def test_emulated_lowering_matches_numpy_over_several_calls(nodes, gpus, kind, algo):
     s = plan(_topo(nodes, gpus), _spec(kind, nodes * gpus), algo).expand()
-    for seed, opts in enumerate((CudaOptions(ctas=3), CudaOptions(ctas=2, ce_threshold_bytes=64))):
+    for seed, opts in enumerate((CudaOptions(ctas=3), CudaOptions(ctas=2, ce_threshold_bytes=64),
+                                 CudaOptions(ctas=1), CudaOptions(ctas=1, single_stream=True))):
         _check_emulation(s, opts, seed)
+
+
+def test_one_cta_launches_order_rows_without_signals_and_share_release_fences():
+    """One CTA walks its rows in order (a CTA barrier between rows), so channel order costs no
+    signal round trip; the direct all-reduce's three small pushes leave behind one release (the
+    last push's row carries all three signals) and the reduce waits for the three peers."""
+    from hiercoll.executor.cuda.lowering import fused_launch
+    s = plan(_topo(1, 4), _spec("all_reduce", 4), "direct").expand()
+    for r in range(4):
+        rows = [row for row in fused_launch(lower(s, r, CudaOptions(ctas=1, single_stream=True,
+                                                                   forward=False))).rows
+                if row.count]
+        pushes, reduce = rows[:3], rows[3]
+        assert [len(x.signals) for x in pushes] == [0, 0, 3], r
+        assert all(w.producer.startswith("barrier:start") for w in pushes[0].waits)
+        assert not pushes[1].waits and not pushes[2].waits
+        own = {f"{r}.{i}" for i in range(4)}
+        assert {w.producer for w in reduce.waits} & own == set()     # no wait on its own rows
+        assert len(reduce.waits) == 3
+    several = lower(s, 0, CudaOptions(ctas=2, single_stream=True, forward=False))
+    assert any(w.producer == "0.0" for row in fused_launch(several).rows for w in row.waits)
 
 
 def test_emulator_catches_a_missing_start_barrier(monkeypatch):
@@ -165,7 +187,7 @@ def test_emulator_catches_a_missing_start_barrier(monkeypatch):
     failures = 0
     for seed in range(12):
         try:
-            _check_emulation(s, CudaOptions(ctas=2), seed)
+            _check_emulation(s, CudaOptions(ctas=2, fuse=False), seed)   # the multi-stream form
         except AssertionError:
             failures += 1
     assert failures > 0
@@ -185,7 +207,7 @@ def test_emulator_reports_a_deadlock_when_a_signal_is_lost(monkeypatch):
 
     monkeypatch.setattr(emu, "lower", drop_signals)
     with pytest.raises(VerificationError, match="deadlocks: rank 0 call 0 step join"):
-        _check_emulation(s, CudaOptions(ctas=1), 0, calls=1)
+        _check_emulation(s, CudaOptions(ctas=1, fuse=False, forward=False), 0, calls=1)
 
 
 PARAM_CASES = [(kind, algo) for kind in ("all_reduce", "reduce_scatter", "all_gather")

@@ -350,3 +350,9 @@ def test_plan_recipe_on_128_ranks_builds_one_node_of_ranks_not_all_twice(tmp_pat
                     hc.CollectiveSpec(kind="all_reduce", world_size=16, nbytes=1 << 20), "hier", {})
     from hiercoll.cli.plan_cmd import op_count
     assert op_count(small) == small.expand().num_ops        # the symmetric count is the count
+
+
+def test_bench_refuses_an_unknown_peer_in_one_line():
+    line = _one_error_line(_hc("bench", "-c", "all_reduce", "-t", "h200x4", "--sizes", "8KiB",
+                               "--peers", "nccl,mpi"))
+    assert "--peers" in line and "'mpi'" in line and "torch-one-shot" in line

@@ -113,7 +113,10 @@ def _from_json(text: str, source: str) -> list[Measurement]:
     except json.JSONDecodeError as exc:
         raise HiercollError(f"{source}: not valid JSON near line {exc.lineno}") from None
     if isinstance(data, dict) and isinstance(data.get("rows"), list):
-        return [_bench_row(r, f"{source}#{i}") for i, r in enumerate(data["rows"])]
+        # a peer's row (torch's symmetric-memory kernels) has no hiercoll model; NCCL's peer
+        # row is the library call
+        return [_bench_row(r, f"{source}#{i}") for i, r in enumerate(data["rows"])
+                if not (isinstance(r, dict) and r.get("peer") and r.get("algorithm") != LIBRARY_ALGORITHM)]
     if isinstance(data, dict) and isinstance(data.get("nccl"), dict) and "world" in data:
         return _baseline(data, source)
     raise HiercollError(f"{source}: JSON without 'rows' (hiercoll bench) or 'nccl' + 'world' "

@@ -2,6 +2,10 @@
 
     torchrun --nproc-per-node 4 -m hiercoll bench --collective all_reduce --topology h200x4 \
         --sizes 8KiB:1GiB --algorithms ring,direct,two_shot,nccl --modes eager,graph --out DIR
+
+Graph mode times a graph of --graph-calls back-to-back calls (nccl-tests' -G), per call. With
+--peers (default on GPUs: nccl and torch's symmetric-memory kernels) every size also gets the
+rows of what users run instead, timed the same way in the same run (harness/peers.py).
     hiercoll bench --one-gpu --collective all_reduce --topology one-gpu-h200 --sizes 8KiB:256MiB
 
 Writes DIR/<collective>-w<W>.json (long-form rows with each plan's recipe + command, versions,
@@ -25,6 +29,7 @@ from hiercoll.cli.backend_args import (
 from hiercoll.cli.common import add_json_flag, print_json, print_table
 from hiercoll.errors import HiercollError
 from hiercoll.executor.interface import BackendName, Mode
+from hiercoll.harness.defaults import GRAPH_CALLS, PEERS
 from hiercoll.harness.results import row_label
 from hiercoll.units import format_size, parse_size_range
 
@@ -45,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--zero-copy", action="store_true",
                    help="cuda: run on the symmetric buffers (time the collective without the "
                    "copy-in/copy-out of user tensors)")
+    p.add_argument("--graph-calls", type=int, default=None,
+                   help=f"graph mode: calls captured in one graph, timed per call (default "
+                   f"{GRAPH_CALLS}, as nccl-tests' CUDA-graph mode)")
+    p.add_argument("--peers", default="all",
+                   help="rows of what users run instead, same harness and run: comma list of "
+                   f"{', '.join(PEERS)}; 'all' (default) or 'none'")
     p.add_argument("--one-gpu", action="store_true",
                    help="cuda: every rank in this one process on its one GPU (no torchrun); "
                    "times what the one-gpu-* topologies predict, not NVLink")
@@ -59,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in ("eager", "graph") for m in modes):
         raise HiercollError(f"--modes: {args.modes!r} should list eager and/or graph")
+    _peer_names(args.peers)      # a misspelt peer is refused before anything starts
     cases = cases_for(sweep_request(args, sizes))
     choice = backend_choice(args)
     if args.one_gpu:
@@ -68,9 +80,16 @@ def run(args: argparse.Namespace) -> int:
     if launch.device.type != "cuda" and "graph" in modes:
         modes = [m for m in modes if m != "graph"]
     rows: list[dict[str, Any]] = []
+    peers = _peer_names(args.peers) if launch.device.type == "cuda" else ()   # CUDA peers only
+    sizes_done: set[int] = set()
     try:
         for case in cases:
-            for row in _bench_case(case, modes, launch, choice, args):
+            found = _bench_case(case, modes, launch, choice, args)
+            size = case.schedule.spec.total_bytes
+            if peers and size not in sizes_done:
+                sizes_done.add(size)
+                found += _bench_peers(case, peers, modes, launch, args)
+            for row in found:
                 rows.append(row)
                 if launch.rank == 0 and not args.json:
                     _print_row(row)
@@ -115,9 +134,43 @@ def _bench_case(case: Case, modes: list[str], launch: Launch, choice: BackendCho
     for mode in modes:
         backend, prepared = prepare_for_mode(case.schedule, choice, mode, cache)
         zero_copy = args.zero_copy and prepared.backend == BackendName.CUDA
-        timing = time_run(backend, prepared, launch.device, Mode(mode), iters, zero_copy=zero_copy)
+        timing = time_run(backend, prepared, launch.device, Mode(mode), iters, zero_copy=zero_copy,
+                          graph_calls=args.graph_calls or GRAPH_CALLS)
+        options = choice.options(mode) if prepared.backend == BackendName.CUDA else {}
         rows.append(make_row(case.schedule, prepared.ran_on, Mode(mode),
-                             case.topology_name, timing, zero_copy=zero_copy).to_json())
+                             case.topology_name, timing, zero_copy=zero_copy,
+                             options=options).to_json())
+    return rows
+
+
+def _peer_names(text: str) -> tuple[str, ...]:
+    if text == "all":
+        return PEERS
+    if text == "none":
+        return ()
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in PEERS]
+    if bad:
+        raise HiercollError(f"--peers: {bad[0]!r} is not a peer; one of {', '.join(PEERS)}, "
+                            "'all' or 'none'")
+    return names
+
+
+def _bench_peers(case: Case, names: tuple[str, ...], modes: list[str], launch: Launch,
+                 args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The peers' rows at this case's size (once per size), every rank alike."""
+    from hiercoll.executor.torch_dtypes import torch_dtype
+    from hiercoll.harness.bench import iterations_for, peer_row, time_call
+    from hiercoll.harness.peers import peers_for
+    spec = case.schedule.spec
+    iters = args.iters or iterations_for(spec.total_bytes)
+    rows = []
+    for peer in peers_for(spec, names, launch.device, torch_dtype(spec.dtype)):
+        for mode in modes:
+            timing = time_call(peer.call, launch.device, Mode(mode), iters,
+                               graph_calls=args.graph_calls or GRAPH_CALLS)
+            rows.append(peer_row(spec, peer.name, Mode(mode), case.topology_name,
+                                 timing).to_json())
     return rows
 
 

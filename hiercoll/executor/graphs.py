@@ -7,6 +7,7 @@ depend on device data. Static input/output tensors live here; callers copy fresh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,16 +32,22 @@ def capture(backend: Backend, prepared: Prepared, input: torch.Tensor, output: t
 
     Collective: every rank must capture the same thing at the same time.
     """
+    graph = capture_calls(lambda: backend.run(prepared, input, output), calls, warmup)
+    return CapturedRun(graph, input, output, calls)
+
+
+def capture_calls(call: Callable[[], object], calls: int = 1, warmup: int = 2) -> torch.cuda.CUDAGraph:
+    """A graph of `calls` back-to-back `call()`s, after `warmup` calls on a side stream."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
-            backend.run(prepared, input, output)
+            call()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(calls):
-            backend.run(prepared, input, output)
+            call()
     torch.cuda.synchronize()
-    return CapturedRun(graph, input, output, calls)
+    return graph

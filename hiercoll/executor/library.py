@@ -32,8 +32,8 @@ from hiercoll.schedule import Schedule
 Call = Callable[[torch.Tensor, torch.Tensor], None]
 
 # torch 2.13 renames the single-tensor collectives (the old names warn); 2.11 has only the old ones.
-_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 _OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX,
         ReduceOp.MIN: dist.ReduceOp.MIN}
@@ -130,7 +130,7 @@ def _reduce_scatter(spec: CollectiveSpec, group: Any, backend: str, notes: list[
         return rs_uneven
 
     def reduce_scatter(inp: torch.Tensor, out: torch.Tensor) -> None:
-        _REDUCE_SCATTER(out, inp, op=op, group=group)
+        reduce_scatter_single(out, inp, op=op, group=group)
         if post != 1.0:
             out.mul_(post)
     return reduce_scatter
@@ -139,7 +139,7 @@ def _reduce_scatter(spec: CollectiveSpec, group: Any, backend: str, notes: list[
 def _all_gather(spec: CollectiveSpec, group: Any, notes: list[str]) -> Call:
     w = spec.world_size
     if spec.count % w == 0:
-        return lambda inp, out: _ALL_GATHER(out, inp, group=group)
+        return lambda inp, out: all_gather_single(out, inp, group=group)
     notes.append("uneven shards: all_gather of shards padded to the largest, then unpacked")
     shards = [spec.shard(r) for r in range(w)]
     width = max(n for _, n in shards)
@@ -148,7 +148,7 @@ def _all_gather(spec: CollectiveSpec, group: Any, notes: list[str]) -> Call:
         padded = torch.zeros(width, dtype=inp.dtype, device=inp.device)
         padded[:inp.numel()].copy_(inp)
         gathered = torch.empty(width * w, dtype=inp.dtype, device=inp.device)
-        _ALL_GATHER(gathered, padded, group=group)
+        all_gather_single(gathered, padded, group=group)
         for r, (o, n) in enumerate(shards):
             out[o:o + n].copy_(gathered[r * width:r * width + n])
     return ag_uneven

@@ -1,25 +1,30 @@
 """One benchmark harness, long-form rows (one per collective x algorithm x mode x size).
 
-Times are per call, from CUDA events around back-to-back calls (eager) or graph replays (graph),
-p50/p90/p99 over iterations, then the max over ranks (the slowest rank finishes the collective).
-On CPU (gloo) wall-clock time per call. Bandwidths follow nccl-tests (CollectiveSpec).
+Times are per call, p50/p90/p99 over iterations, then the max over ranks (the slowest rank
+finishes the collective). Eager: CUDA events around each of back-to-back calls. Graph: as
+nccl-tests' CUDA-graph mode, one graph holds `graph_calls` back-to-back calls and a replay's time
+is divided by them; a one-call graph would time the host's replay cost, which a model captured
+whole never pays per collective. On CPU (gloo) wall-clock time per call. Bandwidths follow
+nccl-tests (CollectiveSpec).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from hiercoll.executor.graphs import capture
+from hiercoll.collectives import CollectiveSpec
+from hiercoll.executor.graphs import capture_calls
 from hiercoll.executor.interface import Backend, Mode, Prepared
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.gcpause import without_cyclic_gc
+from hiercoll.harness.defaults import GRAPH_CALLS
 from hiercoll.harness.inputs import device_inputs
 from hiercoll.schedule import Schedule
 
@@ -30,6 +35,7 @@ class Timing:
     p90_us: float
     p99_us: float
     iters: int
+    graph_calls: int = 0    # calls per graph replay (graph mode), 0 for eager
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +64,9 @@ class BenchRow:
     predicted_us: float | None = None
     zero_copy: bool = False      # cuda: the call worked on the symmetric buffers (no copy-in/out)
     one_gpu: bool = False        # every rank in one process on one GPU (bench --one-gpu)
+    graph_calls: int = 0         # graph mode: back-to-back calls per replay (0: eager)
+    peer: bool = False           # not a hiercoll plan: a peer's call (harness.peers), same timer
+    options: dict[str, Any] = field(default_factory=dict)   # cuda lowering knobs of the run
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,7 +74,7 @@ class BenchRow:
 
 def make_row(schedule: Schedule, backend: str, mode: Mode, topology: str, timing: Timing, *,
              predicted_us: float | None = None, zero_copy: bool = False,
-             one_gpu: bool = False) -> BenchRow:
+             one_gpu: bool = False, options: dict[str, Any] | None = None) -> BenchRow:
     spec, meta = schedule.spec, schedule.meta
     algbw, busbw = spec.bandwidths_gbps(timing.p50_us)
     return BenchRow(collective=spec.kind.value, algorithm=meta.algorithm, backend=backend,
@@ -76,7 +85,21 @@ def make_row(schedule: Schedule, backend: str, mode: Mode, topology: str, timing
                     params=dict(meta.params), spec=meta.spec.model_dump(mode="json",
                                                                         exclude_none=True),
                     reduce_op=spec.reduce_op.value, topology_fingerprint=meta.topology_fingerprint,
-                    predicted_us=predicted_us, zero_copy=zero_copy, one_gpu=one_gpu)
+                    predicted_us=predicted_us, zero_copy=zero_copy, one_gpu=one_gpu,
+                    graph_calls=timing.graph_calls, options=dict(options or {}))
+
+
+def peer_row(spec: CollectiveSpec, name: str, mode: Mode, topology: str,
+             timing: Timing) -> BenchRow:
+    """A peer's point (harness.peers): no plan behind it, so no recipe to re-plan; `nccl`
+    keeps the library's algorithm name, which calibrate reads as the library call."""
+    algbw, busbw = spec.bandwidths_gbps(timing.p50_us)
+    return BenchRow(collective=spec.kind.value, algorithm=name, backend="peer", mode=mode.value,
+                    world_size=spec.world_size, topology=topology, dtype=spec.dtype.value,
+                    nbytes=spec.total_bytes, p50_us=timing.p50_us, p90_us=timing.p90_us,
+                    p99_us=timing.p99_us, algbw_gbps=algbw, busbw_gbps=busbw, iters=timing.iters,
+                    reduce_op=spec.reduce_op.value, graph_calls=timing.graph_calls, peer=True,
+                    zero_copy=True)
 
 
 def summarise_us(times_us: list[float]) -> Timing:
@@ -91,7 +114,8 @@ def iterations_for(nbytes: int, budget_bytes: float = 8e9, lo: int = 5, hi: int 
 
 
 def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: Mode,
-             iters: int, warmup: int = 3, group: Any = None, zero_copy: bool = False) -> Timing:
+             iters: int, warmup: int = 3, group: Any = None, zero_copy: bool = False,
+             graph_calls: int = GRAPH_CALLS) -> Timing:
     """Collective: every rank must call it with the same arguments. `zero_copy` (cuda backend):
     pass the prepared symmetric input/output views, so no copy-in/copy-out is timed."""
     spec, rank = prepared.schedule.spec, prepared.rank
@@ -112,21 +136,31 @@ def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: M
             if i >= warmup:
                 times.append((time.perf_counter() - t0) * 1e6)
         return _summarise(times, device, group)
+    return time_call(lambda: backend.run(prepared, inp, out), device, mode, iters, warmup,
+                     group, graph_calls)
+
+
+def time_call(call: Callable[[], object], device: torch.device, mode: Mode, iters: int,
+              warmup: int = 3, group: Any = None, graph_calls: int = GRAPH_CALLS) -> Timing:
+    """Per-call times of a capturable CUDA `call` (a plan's run or a peer's), collective over
+    `group`: eager back-to-back calls, or `iters` replays of one graph of `graph_calls` calls."""
     if mode == Mode.GRAPH:
-        cap = capture(backend, prepared, inp, out)
-        call = cap.replay
+        graph = capture_calls(call, graph_calls, warmup)
+        graph.replay()
+        run: Callable[[], object] = graph.replay
+        per = graph_calls
     else:
         for _ in range(warmup):
-            backend.run(prepared, inp, out)
-
-        def call() -> None:
-            backend.run(prepared, inp, out)
+            call()
+        run, per = call, 1
     torch.cuda.synchronize()
     dist.barrier(group)
-    return _summarise(event_times_us(call, iters), device, group)
+    times = [t / per for t in event_times_us(run, iters)]
+    timing = _summarise(times, device, group)
+    return replace(timing, graph_calls=graph_calls if mode == Mode.GRAPH else 0)
 
 
-def event_times_us(call: Callable[[], None], iters: int) -> list[float]:
+def event_times_us(call: Callable[[], object], iters: int) -> list[float]:
     """Microseconds of each of `iters` back-to-back calls, from CUDA events around each (the
     caller has warmed up and synchronised). Python's garbage collector is paused meanwhile: a
     collection inside a host-bound eager call is the harness's cost, not the plan's."""

@@ -57,6 +57,8 @@ def row_label(row: dict[str, Any]) -> str:
     """The algorithm, or for the library pseudo-algorithm the library that ran it: a library
     call through gloo is labelled gloo, not nccl."""
     algo, backend = row["algorithm"], row.get("backend")
+    if row.get("peer"):
+        return f"peer:{algo}"
     if algo == "nccl" and backend and backend != algo:
         return f"{backend} (library call)"
     return str(algo)

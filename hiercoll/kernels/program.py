@@ -1,12 +1,22 @@
 """The row-walking kernel of the cuda backend: wait on signals, copy or reduce, signal.
 
 Three layers: `_program_kernel` (private, @triton.jit), `launch_rows` (validates and launches), and
-the backend that calls it. Memory ordering follows the AITER fix (ROCm-portable, no inline PTX):
-- producer: data stores -> CTA barrier -> one atomic add per target with sem="release",
-  scope="sys";
-- consumer: one thread spins with sem="acquire", scope="sys"; then *every* thread does its own
-  acquire load at system scope before reading peer data (a block barrier alone is not enough).
+the backend that calls it. Memory ordering follows the AITER fix:
+- producer: data stores -> CTA barrier -> release at system scope on every target slot (one lane
+  per target, all targets at once);
+- consumer: *every* thread reads every slot it waits on at system scope and spins until all are
+  satisfied, then acquires at system scope itself (a block barrier after one polling thread is
+  not enough); only then does it read peer data.
 Slots count up forever (epoch * CTAs), so graph replay needs no reset.
+
+Why it is shaped this way (a row's cost is its chain of dependent memory round trips, and on
+NVLink each is a microsecond): a row's waits are loaded together (one round trip, not one per
+wait), and its signals go out together as fire-and-forget reductions (`red.release.sys`): the
+CTA does not stall for each remote atomic's reply. On CUDA a thread's acquire is relaxed
+system-scope loads (independent, so one poll costs one round trip however many slots) and one
+`fence.acq_rel.sys` once all are satisfied: an acquire load would order each poll after the
+previous one. Elsewhere (HIP, Triton's interpreter) each read is an atomic add of 0 with acquire
+semantics (`PTX=False`).
 """
 
 from __future__ import annotations
@@ -42,25 +52,84 @@ NUM_WARPS = 8
 BLOCK = 4096     # elements per CTA per step
 
 
+WAIT_BLOCK = tl.constexpr(8)    # waits a row loads at once (more: WAIT_BLOCK at a time)
+
+
 @triton.jit
-def _wait(sig_base, slot, need, spin_limit, err_ptr, row, widx, lanes):
-    """Spin (one thread) until sig_base[slot] >= need, then every thread acquires."""
-    ptr = sig_base + slot
-    seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
-    spins = 0
-    while seen < need:
-        seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
-        spins += 1
-        if spin_limit > 0:
-            if spins > spin_limit:
-                tl.atomic_xchg(err_ptr + 1, tl.cast(row, tl.int64))
-                tl.atomic_xchg(err_ptr + 2, tl.cast(widx, tl.int64))
-                tl.atomic_xchg(err_ptr + 3, seen.to(tl.int64))
-                tl.atomic_xchg(err_ptr + 4, need.to(tl.int64))
-                tl.atomic_xchg(err_ptr + 0, 1)
-                seen = need
-    # every consuming thread orders its later loads after an acquire of its own
-    tl.atomic_add(ptr + lanes * 0, lanes * 0, sem="acquire", scope="sys")
+def _poll(ptrs, live, need, PTX: tl.constexpr):
+    """Each live lane's int32 slot, read at system scope (dead lanes read as `need`). CUDA: a
+    relaxed load (strong, so it observes a release), made an acquire by `_acquire_fence` once
+    every slot is satisfied; the loads of one poll are independent and overlap. Elsewhere: an
+    atomic add of 0 with acquire semantics per load."""
+    if PTX:
+        return tl.inline_asm_elementwise(
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\tmov.b32 $0, $3;\n\t"
+            "@p ld.relaxed.sys.global.b32 $0, [$1];\n\t}", "=r,l,r,r",
+            [ptrs, live.to(tl.int32), need], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        return tl.where(live, tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys"), need)
+
+
+@triton.jit
+def _acquire_fence(lanes, PTX: tl.constexpr):
+    """fence.acq_rel.sys in every thread: with the relaxed reads before it that saw the
+    signals, each thread's own acquire (the atomics of the portable path already were)."""
+    if PTX:
+        tl.inline_asm_elementwise("fence.acq_rel.sys;\n\tmov.b32 $0, 0;", "=r,r", [lanes],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _release_add(ptrs, active, PTX: tl.constexpr):
+    """Add 1 to each active slot with release semantics at system scope, without waiting for
+    the reply (a fire-and-forget reduction on CUDA)."""
+    if PTX:
+        tl.inline_asm_elementwise(
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
+            "@p red.release.sys.global.add.s32 [$1], 1;\n\tmov.b32 $0, 0;\n\t}",
+            "=r,l,r", [ptrs, active.to(tl.int32)], dtype=tl.int32,
+            is_pure=False, pack=1)
+    else:
+        tl.atomic_add(ptrs, 1, mask=active, sem="release", scope="sys")
+
+
+@triton.jit
+def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row,
+              LANES: tl.constexpr, PTX: tl.constexpr):
+    """Every thread spins until each of the row's `nwait` slots reaches per_epoch * epoch, then
+    acquires: reads of peer data after this see what the signalling ranks wrote before their
+    release."""
+    k = tl.arange(0, WAIT_BLOCK)
+    lanes = tl.arange(0, LANES)
+    for k0 in range(0, nwait, WAIT_BLOCK):
+        live = (k0 + k) < nwait
+        entry = table + wstart + WAIT_WORDS * (k0 + k)
+        slot = tl.load(entry, mask=live, other=0)
+        need = (tl.load(entry + 1, mask=live, other=0) * epoch).to(tl.int32)
+        # [WAIT_BLOCK, LANES]: every thread reads every slot itself
+        ptrs = sig + tl.broadcast_to(slot[:, None], (WAIT_BLOCK, LANES))
+        live2 = tl.broadcast_to(live[:, None], (WAIT_BLOCK, LANES))
+        need2 = tl.broadcast_to(need[:, None], (WAIT_BLOCK, LANES))
+        seen = _poll(ptrs, live2, need2, PTX)
+        pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
+        spins = 0
+        while pending > 0:
+            seen = _poll(ptrs, live2, need2, PTX)
+            pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
+            spins += 1
+            if spin_limit > 0:
+                if spins > spin_limit:
+                    short = tl.where(tl.sum(seen < need2, axis=1) > 0, k, WAIT_BLOCK)
+                    first = tl.min(short, axis=0)
+                    low = tl.min(tl.where(k == first, tl.min(seen, axis=1), 2**31 - 1), axis=0)
+                    want = tl.max(tl.where(k == first, need, 0), axis=0)
+                    tl.atomic_xchg(err_ptr + 1, tl.cast(row, tl.int64))
+                    tl.atomic_xchg(err_ptr + 2, tl.cast(k0 + first, tl.int64))
+                    tl.atomic_xchg(err_ptr + 3, low.to(tl.int64))
+                    tl.atomic_xchg(err_ptr + 4, want.to(tl.int64))
+                    tl.atomic_xchg(err_ptr + 0, 1)
+                    pending = 0
+        _acquire_fence(lanes, PTX)   # in the loop: after it, Triton dropped the unused asm
 
 
 # Row ranges and the spin limit are not specialised: one binary per dtype/variant, so
@@ -69,7 +138,7 @@ def _wait(sig_base, slot, need, spin_limit, err_ptr, row, widx, lanes):
 def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_limit,
                     REDUCE: tl.constexpr, ACC: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr,
                     BLOCK: tl.constexpr, LANES: tl.constexpr, BUMP_EPOCH: tl.constexpr = False,
-                    FUSED: tl.constexpr = False):
+                    FUSED: tl.constexpr = False, PTX: tl.constexpr = False):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     epoch = tl.load(epoch_ptr)
@@ -81,12 +150,14 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
     lanes = tl.arange(0, LANES)
     for r in range(first_row, first_row + num_rows):
         row = table + r * ROW_WORDS
+        # rows of one CTA are in channel order without a signal between them (the lowering
+        # drops it for one-CTA launches): this barrier orders every thread's accesses of the
+        # previous row before this row's
+        tl.debug_barrier()
         nwait = tl.load(row + F_NWAIT)
-        wstart = tl.load(row + F_WAIT)
-        for k in range(nwait):
-            slot = tl.load(table + wstart + WAIT_WORDS * k)
-            need = (tl.load(table + wstart + WAIT_WORDS * k + 1) * epoch).to(tl.int32)
-            _wait(sig, slot, need, spin_limit, err_ptr, r, k, lanes)
+        if nwait > 0:
+            _wait_row(table, sig, tl.load(row + F_WAIT), nwait, epoch, spin_limit, err_ptr, r,
+                      LANES, PTX)
         count = tl.load(row + F_COUNT)
         if count > 0:
             dst_off = tl.load(row + F_DST)
@@ -131,9 +202,10 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         if nsig > 0:
             tl.debug_barrier()   # all of this CTA's stores happen before the release below
             sstart2 = tl.load(row + F_SIG)
-            for k in range(nsig):
-                slot = tl.load(table + sstart2 + k)
-                tl.atomic_add(sig + slot, 1, sem="release", scope="sys")
+            for k0 in range(0, nsig, LANES):   # one lane per target slot, all at once
+                live = (k0 + lanes) < nsig
+                slot = tl.load(table + sstart2 + k0 + lanes, mask=live, other=0)
+                _release_add(sig + slot, live, PTX)
     if FUSED and num_rows > 0:
         # CTA 0 is past the end barrier, which every CTA of this rank reached after reading the
         # epoch at its start: storing it now cannot change what any CTA of this call uses
@@ -170,7 +242,13 @@ def _kernel_args(state: KernelState, span: RowSpan, reduce_op: str, spin_limit: 
     return (state.table, data, state.sig, state.epoch, state.err, span.first_row, span.num_rows,
             spin_limit, REDUCE_CODES[reduce_op],
             tl.float64 if data.dtype == torch.float64 else tl.float32, span.aligned, vec, BLOCK,
-            32 * NUM_WARPS, bump_epoch, fused)
+            32 * NUM_WARPS, bump_epoch, fused, uses_ptx(interpret))
+
+
+def uses_ptx(interpret: bool) -> bool:
+    """NVIDIA's PTX for acquire loads and fire-and-forget releases; HIP and Triton's CPU
+    interpreter take the portable atomics (same semantics, slower)."""
+    return not interpret and torch.version.hip is None
 
 
 def launch_rows(state: KernelState, span: RowSpan, *, reduce_op: str, spin_limit: int = 0,

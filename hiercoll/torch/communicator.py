@@ -38,6 +38,7 @@ from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, Reduc
 from hiercoll.errors import HiercollError
 from hiercoll.executor.backends import get_backend
 from hiercoll.executor.interface import Backend, BackendName, Prepared
+from hiercoll.executor.library import all_gather_single
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.harness.prepare import BackendChoice
 from hiercoll.planner.search.select import check_tuning_path, plan_with
@@ -49,9 +50,6 @@ from hiercoll.torch.plan_cache import MIN_BUCKET, PlanCache, PlanKey, size_bucke
 from hiercoll.torch.reference import unfused_add_rms_norm
 from hiercoll.torch.resolve import dtype_of, reduce_op, resolve_backend, resolve_topology
 from hiercoll.torch.work import Work
-
-# torch 2.13 renames the single-tensor all-gather (the old name warns); 2.11 has only the old one
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 Pack = Callable[[torch.Tensor, torch.Tensor], None]     # (plan input, plan output) <- user data
 Unpack = Callable[[torch.Tensor], None]                  # user data <- plan output
@@ -488,7 +486,7 @@ class Communicator:
         mine = torch.tensor(ins, dtype=torch.int64, device=self._device)
         every = torch.empty(w * w, dtype=torch.int64, device=self._device)
         with _patch.inside():
-            _ALL_GATHER(every, mine, group=self._group)
+            all_gather_single(every, mine, group=self._group)
         table = every.view(w, w).tolist()           # table[src][dst] rows
         if [table[s][self._rank] for s in range(w)] != outs:
             raise HiercollError(f"output_split_sizes: {outs} but the ranks send "

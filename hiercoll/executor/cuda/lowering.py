@@ -8,7 +8,9 @@ every rank that waits for it (release, system scope); a waiter needs `per_epoch 
 system scope), where `epoch` counts calls (a device counter, so CUDA-graph replay works and slots
 are never reset). Each channel of a rank is one stream; consecutive SM ops of a channel form one
 persistent kernel launch that walks their rows, with a grid-wide wait on the previous row (channel
-order); copy-engine ops become [wait row] copy [signal row]. Each call is fenced by two barriers:
+order) where the launch has several CTAs (one CTA walks its rows in order, a CTA barrier between
+rows); copy-engine ops become [wait row] copy [signal row]. A small row whose successor waits for
+nothing hands its signals to it (one release fence for both). Each call is fenced by two barriers:
 a start barrier after the copy-in (no peer reads this rank's input, or writes its scratch and
 output, before this rank has its new input in and has copied out the previous call's output) and
 an end barrier before the copy-out (every peer's pushes into this rank's output are done). The
@@ -83,6 +85,10 @@ class CudaOptions:
     launch_per_op: bool = _knob(
         False, "--launch-per-op", "cuda: one kernel launch per op (what --profile times per op; "
         "slower: consecutive ops of a channel otherwise share one launch)")
+    forward: bool = _knob(
+        True, "--no-forward", "cuda: keep every copy as planned (by default a reader of a "
+        "copy's scratch reads its source over the peer mapping instead: executor/cuda/"
+        "forwarding.py)")
 
     def tuned(self, executor: dict[str, Any]) -> CudaOptions:
         """These options with a tuning file's `executor` knobs (the auto-picker's choice for the
@@ -345,8 +351,10 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
             p = prev.get(key)
             if p is not None:
                 channel_prev[op.ref] = p.ref
+                # one CTA walks a launch's rows in order, a CTA barrier between rows: channel
+                # order needs a signal only where several CTAs share the rows
                 both_sm = engines[p.ref] == Engine.SM and engines[op.ref] == Engine.SM
-                if both_sm or Engine.NET in (engines[p.ref], engines[op.ref]):
+                if (both_sm and grid > 1) or Engine.NET in (engines[p.ref], engines[op.ref]):
                     consumers.setdefault(p.ref, set()).add(waiter)
             prev[key] = op
     return _Global(tuple(base), n, grid, engines,
@@ -380,9 +388,54 @@ def _aligned(rows: list[Row], itemsize: int) -> bool:
                for r in rows)
 
 
+FUSE_SMALL_BYTES = 256 * 1024   # all-SM plans up to this op size take one kernel in eager too
+
+
+def lowered_schedule(schedule: Schedule, opts: CudaOptions) -> Schedule:
+    """What the kernels run: the plan with its copies forwarded where allowed (forwarding.py).
+    Every rank derives the same schedule (memoised: each rank's lowering asks for it). Not with
+    `launch_per_op`: a per-op profile times the plan's ops as planned."""
+    if not opts.forward or opts.launch_per_op:
+        return schedule
+    key = (id(schedule), opts)
+    hit = _FORWARDED.get(key)
+    if hit is not None and hit[0] is schedule:
+        return hit[1]
+    from hiercoll.executor.cuda.forwarding import forward_copies
+    itemsize = schedule.spec.dtype.itemsize
+
+    def allowed(op: Op) -> bool:
+        if op.transport == Transport.INTER and opts.inter_transport != InterTransport.PEER:
+            return False
+        return _engine(op, itemsize, opts) == Engine.SM
+
+    out = forward_copies(schedule, allowed)
+    if len(_FORWARDED) > 16:
+        _FORWARDED.clear()
+    _FORWARDED[key] = (schedule, out)
+    return out
+
+
+_FORWARDED: dict[tuple[int, CudaOptions], tuple[Schedule, Schedule]] = {}
+
+
+def effective_options(schedule: Schedule, opts: CudaOptions) -> CudaOptions:
+    """Small all-SM plans run as one kernel per call in eager mode too (single stream, fused):
+    channel streams only pay off where copies overlap kernels or big ops share the GPU, and each
+    extra launch and cross-stream wait costs the host microseconds per call."""
+    if opts.single_stream or not opts.fuse or opts.launch_per_op:
+        return opts
+    itemsize = schedule.spec.dtype.itemsize
+    small = all(_engine(op, itemsize, opts) == Engine.SM
+                and op.dst.count * itemsize <= FUSE_SMALL_BYTES for op in schedule.ops())
+    return replace(opts, single_stream=True) if small else opts
+
+
 def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> RankProgram:
     """Rank `rank`'s program. Deterministic: every rank can lower every other rank."""
     opts = opts or CudaOptions()
+    schedule = lowered_schedule(schedule, opts)
+    opts = effective_options(schedule, opts)
     g = _global(schedule, opts)
     layout = symmetric_layout(schedule)
     itemsize = schedule.spec.dtype.itemsize
@@ -392,7 +445,7 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
     prev_in_launch: dict[int, Op | None] = {}
 
     def flush(ch: int) -> None:
-        rows = pending.pop(ch, [])
+        rows = _coalesce_signals(pending.pop(ch, []), itemsize)
         if rows:
             streams.setdefault(ch, []).append(KernelLaunch(tuple(rows), g.grid,
                                                            _aligned(rows, itemsize)))
@@ -416,7 +469,7 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                                                          False, 1.0, (), signals),), 1, True))
             continue
         prev = prev_in_launch.get(key)
-        if prev is not None:
+        if prev is not None and g.grid > 1:
             waits.append(Wait(g.gid(prev.ref), g.grid, prev.id))
         pending.setdefault(key, []).append(Row(
             op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
@@ -445,6 +498,24 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                        {ch: tuple(v) for ch, v in sorted(streams.items())},
                        _barrier(g, w, rank, 1, "end"), schedule.spec.accumulates_output,
                        tuple(notes), net)
+
+
+COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to the next row
+
+
+def _coalesce_signals(rows: list[Row], itemsize: int) -> list[Row]:
+    """Move a small row's signals onto the next row of the launch when that row waits for
+    nothing: they then leave together behind one release fence (each fence waits for the CTA's
+    outstanding stores to land, about a microsecond over NVLink) instead of one fence per row.
+    A consumer sees the data no later than one small row afterwards; big rows keep their own
+    signals so a pipeline's consumer can start while the next chunk moves."""
+    out = list(rows)
+    for i in range(len(out) - 1):
+        row, nxt = out[i], out[i + 1]
+        if row.signals and not nxt.waits and row.count * itemsize <= COALESCE_BYTES:
+            out[i + 1] = replace(nxt, signals=row.signals + nxt.signals)
+            out[i] = replace(row, signals=())
+    return out
 
 
 def _fusable(g: _Global, opts: CudaOptions) -> bool:
