@@ -15,6 +15,7 @@ ROW_WORDS = 12
 (F_COUNT, F_DST, F_REDUCE, F_ACC, F_SCALE, F_NSRC, F_SRC, F_NWAIT, F_WAIT, F_NSIG, F_SIG,
  F_ID) = range(ROW_WORDS)
 WAIT_WORDS = 2          # (slot, per_epoch)
+STEP_ELEMENTS = 4096    # elements one CTA moves per step of a row (the kernel's BLOCK)
 ERR_WORDS = 8           # [flag, row, wait index, observed, needed, ...]
 
 

@@ -49,7 +49,7 @@ WAIT_WORDS = tl.constexpr(_t.WAIT_WORDS)
 
 REDUCE_CODES = {"sum": 0, "avg": 0, "max": 1, "min": 2}
 NUM_WARPS = 8
-BLOCK = 4096     # elements per CTA per step
+BLOCK = _t.STEP_ELEMENTS     # elements per CTA per step
 
 
 WAIT_BLOCK = tl.constexpr(8)    # waits a row loads at once (more: WAIT_BLOCK at a time)

@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from hiercoll.errors import HiercollError
+from hiercoll.kernels.abi import STEP_ELEMENTS
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
 
@@ -39,8 +40,11 @@ def spin_limit_for(timeout_ms: float) -> int:
 
 ALIGN_BYTES = 256           # every buffer starts on this boundary inside the allocation
 VECTOR_BYTES = 16           # one vector access; regions aligned to it take the vectorised kernel
-MAX_CTAS = 32
-BYTES_PER_CTA = 64 * 1024   # auto grid: one CTA per this many bytes of the largest SM op
+# Auto grid: one CTA per step of the largest SM op (every CTA does one step of it at once), up
+# to the SMs one channel may take. A CTA's step is one round trip of its loads; over NVLink that
+# is microseconds, so a 256 KiB pull on 4 CTAs (8 steps each) took 26 us where 32 CTAs take one
+# round trip, and big ops need every SM's loads in flight to stream at link rate.
+MAX_CTAS = 120
 
 
 class Engine(StrEnum):
@@ -327,8 +331,8 @@ def _auto_grid(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptio
                    if engines[op.ref] == Engine.SM), default=0)
     channels = max((len({op.channel for op in schedule.rank_ops(r)})
                     for r in range(schedule.world_size)), default=1)
-    cap = max(1, min(MAX_CTAS, 120 // max(channels, 1)))
-    return max(1, min(cap, -(-biggest // BYTES_PER_CTA)))
+    cap = max(1, MAX_CTAS // max(channels, 1))
+    return max(1, min(cap, -(-biggest // (STEP_ELEMENTS * itemsize))))
 
 
 def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
