@@ -27,7 +27,9 @@ def test_host_launches_match_the_lowering(kind, algo):
     channels = random.choice([1, 2])
     sched = plan(topo, spec, algo, {"channels": channels} if algo in ("ring", "direct") else None)
     threshold = random.choice([0, 64 << 10, 1 << 20, 8 << 20])
-    opts = CudaOptions(ce_threshold_bytes=threshold)
+    # the plan as planned, on channel streams: what the host model counts (copy forwarding and
+    # the eager fused form are lowering knobs the simulator does not model yet: issue 28)
+    opts = CudaOptions(ce_threshold_bytes=threshold, forward=False, fuse=False)
     for r in range(spec.world_size):
         prog = lower(sched, r, opts)
         items = [x for v in prog.streams.values() for x in v]
