@@ -139,6 +139,12 @@ b, a, sig, err = run([Row("0.0", 333, Addr(0, 260), (Addr(0, 0), Addr(0, 1)), Tr
                           (), (Signal(0, 5),))], 3, torch.bfloat16, "max")
 out["max_bf16"] = float((a[260:593] - torch.maximum(b[0:333], b[1:334])).abs().max())
 out["grid_signals"] = int(sig[5])
+# ten sources: the first eight are loaded together (SRC_UNROLL), the rest one at a time
+srcs = tuple(Addr(0, 20 * i) for i in range(10))
+b, a, sig, err = run([Row("0.0", 20, Addr(0, 400), srcs, True, False, 1.0, (), ())], 2,
+                     torch.float32, "min")
+want = torch.stack([b[20 * i:20 * i + 20] for i in range(10)]).min(0).values
+out["min10"] = float((a[400:420] - want).abs().max())
 # a wait that is never satisfied: with a spin limit the kernel gives up and says who it waited on
 rows = [Row("1.4", 8, Addr(0, 500), (Addr(0, 0),), False, False, 1.0, (Wait(7, 2, "0.3"),), ())]
 _, _, _, err = run(rows, 1, torch.float32, "sum", epoch=3, slots={7: 5}, spin_limit=50)
@@ -165,5 +171,6 @@ def test_kernel_data_path_in_the_triton_interpreter():
     assert out["slots"] == [0, 0, 1, 2]           # one CTA: +1 per signal entry
     assert out["max_bf16"] == 0.0
     assert out["grid_signals"] == 3               # one add per CTA
+    assert out["min10"] == 0.0
     assert out["timeout"] == [1, 0, 0, 5, 6]      # flag, row, wait index, seen, needed (2 x 3)
     assert out["bumped"] == [2, 0]                # epoch 1 -> 2, the wait for 4 passed

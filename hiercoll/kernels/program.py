@@ -132,6 +132,19 @@ def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row,
         _acquire_fence(lanes, PTX)   # in the loop: after it, Triton dropped the unused asm
 
 
+SRC_UNROLL = tl.constexpr(8)   # a reduce's sources loaded together (more: one at a time)
+
+
+@triton.jit
+def _combine(acc, y, REDUCE: tl.constexpr):
+    if REDUCE == 1:
+        return tl.maximum(acc, y)
+    elif REDUCE == 2:
+        return tl.minimum(acc, y)
+    else:
+        return acc + y
+
+
 # Row ranges and the spin limit are not specialised: one binary per dtype/variant, so
 # `warm_up` (num_rows=0) compiles exactly what the calls will launch.
 @triton.jit(do_not_specialize=["first_row", "num_rows", "spin_limit"])
@@ -154,19 +167,26 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         # drops it for one-CTA launches): this barrier orders every thread's accesses of the
         # previous row before this row's
         tl.debug_barrier()
+        # the whole header at once (independent loads: one round trip), then everything it
+        # points to at once; the table is written before the first launch, so reading it ahead
+        # of the row's acquire is safe
         nwait = tl.load(row + F_NWAIT)
-        if nwait > 0:
-            _wait_row(table, sig, tl.load(row + F_WAIT), nwait, epoch, spin_limit, err_ptr, r,
-                      LANES, PTX)
+        wstart = tl.load(row + F_WAIT)
         count = tl.load(row + F_COUNT)
+        dst_off = tl.load(row + F_DST)
+        nsrc = tl.load(row + F_NSRC)
+        sstart = tl.load(row + F_SRC)
+        is_reduce = tl.load(row + F_REDUCE)
+        acc_flag = tl.load(row + F_ACC)
+        scale = tl.load(row + F_SCALE).to(tl.int32).to(tl.float32, bitcast=True)
+        nsig = tl.load(row + F_NSIG)
+        sstart2 = tl.load(row + F_SIG)
+        sig_live = lanes < nsig
+        sig_slots = tl.load(table + sstart2 + lanes, mask=sig_live, other=0)
+        src0_off = tl.load(table + sstart, mask=count > 0, other=0)
+        if nwait > 0:
+            _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, r, LANES, PTX)
         if count > 0:
-            dst_off = tl.load(row + F_DST)
-            nsrc = tl.load(row + F_NSRC)
-            sstart = tl.load(row + F_SRC)
-            is_reduce = tl.load(row + F_REDUCE)
-            acc_flag = tl.load(row + F_ACC)
-            scale = tl.load(row + F_SCALE).to(tl.int32).to(tl.float32, bitcast=True)
-            src0_off = tl.load(table + sstart)
             if ALIGNED:
                 dst_off = tl.multiple_of(dst_off, VEC)
                 src0_off = tl.multiple_of(src0_off, VEC)
@@ -181,28 +201,32 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                 x = tl.load(src0 + offs, mask=mask)
                 if is_reduce != 0:
                     acc = x.to(ACC)
-                    for s in range(1, nsrc):
+                    # the first sources unrolled, loaded before any is added: their loads
+                    # (over NVLink for a pull) overlap instead of costing one round trip each;
+                    # added in row order all the same (ranks get the same bits)
+                    for s in tl.static_range(1, SRC_UNROLL):
+                        take = s < nsrc
+                        s_off = tl.load(table + sstart + s, mask=take, other=0)
+                        if ALIGNED:
+                            s_off = tl.multiple_of(s_off, VEC)
+                        y = tl.load(data + s_off + offs, mask=mask & take, other=0).to(ACC)
+                        acc = tl.where(take, _combine(acc, y, REDUCE), acc)
+                    for s in range(SRC_UNROLL, nsrc):
                         s_off = tl.load(table + sstart + s)
                         if ALIGNED:
                             s_off = tl.multiple_of(s_off, VEC)
                         y = tl.load(data + s_off + offs, mask=mask).to(ACC)
-                        if REDUCE == 1:
-                            acc = tl.maximum(acc, y)
-                        elif REDUCE == 2:
-                            acc = tl.minimum(acc, y)
-                        else:
-                            acc = acc + y
+                        acc = _combine(acc, y, REDUCE)
                     acc = acc * scale.to(ACC)
                     if acc_flag != 0:
                         acc = acc + tl.load(dst + offs, mask=mask).to(ACC)
                     tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
                 else:
                     tl.store(dst + offs, x, mask=mask)
-        nsig = tl.load(row + F_NSIG)
         if nsig > 0:
             tl.debug_barrier()   # all of this CTA's stores happen before the release below
-            sstart2 = tl.load(row + F_SIG)
-            for k0 in range(0, nsig, LANES):   # one lane per target slot, all at once
+            _release_add(sig + sig_slots, sig_live, PTX)    # one lane per target, all at once
+            for k0 in range(LANES, nsig, LANES):   # rows with more targets than lanes
                 live = (k0 + lanes) < nsig
                 slot = tl.load(table + sstart2 + k0 + lanes, mask=live, other=0)
                 _release_add(sig + slot, live, PTX)
