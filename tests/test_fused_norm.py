@@ -291,3 +291,16 @@ def test_one_gpu_fused_stress(stage, mode):
         r = stress_one_gpu(unfused_add_rms_norm, 4, rows, 2880, 50, mode, stage=stage, spin_limit=2_000_000,
                            seed=int(np.random.default_rng().integers(1 << 30)))
         assert r.ok, r.to_json()
+
+
+def test_the_stress_compares_ranks_in_a_dtype_nccl_moves():
+    """The first multi-GPU run died at once: the rank-identical check broadcast an int16 view,
+    which NCCL refuses ("Short"). The bits now travel as uint8, NaN and -0.0 kept apart."""
+    torch = pytest.importorskip("torch")
+    from hiercoll.harness.fused_norm_stress import NCCL_DTYPES, comparison_bits
+    a = torch.tensor([1.0, float("nan"), -0.0], dtype=torch.bfloat16)
+    b = torch.tensor([[0.0, 2.5]], dtype=torch.bfloat16)
+    bits = comparison_bits(a, b)
+    assert bits.dtype in NCCL_DTYPES and bits.numel() == 2 * 5
+    assert torch.equal(comparison_bits(a, b), bits)
+    assert not torch.equal(comparison_bits(a.abs(), b), bits)        # -0.0 is not +0.0

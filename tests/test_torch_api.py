@@ -324,6 +324,35 @@ def _refusals(out: dict[str, Any], world: int, tmp: str) -> None:
     out["bad_calls"] = bad
 
 
+def _replicated_residual(comm: Any, rank: int, out: dict[str, Any]) -> None:
+    """check_replicated: a residual that differs on rank 1 is one line naming rank 1; the same
+    residual everywhere passes (and the environment variable turns the check on too)."""
+    from hiercoll.errors import HiercollError
+    x, w = torch.ones(3, 8), torch.ones(8)
+    same = torch.arange(24.0).view(3, 8)
+    comm.fused_add_rms_norm(x, same, w, check_replicated=True)
+    differs = same + rank
+    msgs = []
+    for kwargs, env in (({"check_replicated": True}, None), ({}, "1")):
+        if env:
+            os.environ["HIERCOLL_CHECK_REPLICATED"] = env
+        try:
+            comm.fused_add_rms_norm(x, differs, w, **kwargs)
+            msgs.append(None)
+        except HiercollError as exc:
+            msgs.append(str(exc))
+        finally:
+            os.environ.pop("HIERCOLL_CHECK_REPLICATED", None)
+    out["replicated"] = msgs
+
+
+def test_a_residual_that_is_not_replicated_is_named_when_asked(w2: list[dict[str, Any]]) -> None:
+    for r in w2:
+        assert r["replicated"] == ["fused_add_rms_norm: residual differs between rank 0 and "
+                                   "rank 1 (it must be replicated on every rank of the group: "
+                                   "pass the full residual stream, not a shard)"] * 2
+
+
 def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     import torch.distributed as dist
 
@@ -346,6 +375,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
                 _collectives(sub, tp, rank, out, "tp")
         else:
             _cache_pool_patch(comm, rank, out)
+            _replicated_residual(comm, rank, out)
             _doc_example_tp_mlp(comm, out)
             _tuning_file(comm, out, out_dir)
         _refusals(out, world, out_dir)

@@ -142,6 +142,18 @@ def stress_one_gpu(reference: Reference, world: int, rows: int, hidden: int, ite
                              first_bad, bad_rank, identical, time.perf_counter() - t0)
 
 
+# what NCCL's collectives move (int16, uint16, bool are refused: "data type is not supported
+# for NCCL process group: Short", the first multi-GPU run of this stress)
+NCCL_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+               torch.float32, torch.float64)
+
+
+def comparison_bits(*tensors: torch.Tensor) -> torch.Tensor:
+    """The tensors' bytes as one uint8 tensor: what ranks broadcast to compare bits (NaN equals
+    NaN, -0.0 differs from +0.0), in a dtype every process group moves."""
+    return torch.cat([t.contiguous().view(-1).view(torch.uint8) for t in tensors])
+
+
 def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode: str = "eager",
                  seed: int = 0,
                  stage: int | None = None, dtype: torch.dtype = torch.bfloat16,
@@ -212,7 +224,7 @@ def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode:
                                 0.0 if e <= BOUND else 1.0], dtype=torch.float64, device=dev)
         dist.all_reduce(verdict, op=dist.ReduceOp.MAX, group=group)
         if ctx is not None:     # rank-identical bits: rank 0's outputs against everyone's
-            mine = torch.cat([out.view(-1), rout.view(-1)]).view(torch.int16)
+            mine = comparison_bits(out, rout)
             ref0 = mine.clone()
             dist.broadcast(ref0, src=dist.get_global_rank(group, 0) if group else 0, group=group)
             same = torch.tensor([0.0 if torch.equal(mine, ref0) else 1.0], device=dev)

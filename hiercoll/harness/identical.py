@@ -41,3 +41,14 @@ def identical_everywhere(out: torch.Tensor, device: torch.device, group: Any = N
     t = torch.tensor([h, -h], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return bool(t[0].item() == -t[1].item())
+
+
+def first_differing_rank(t: torch.Tensor, device: torch.device, group: Any = None) -> int | None:
+    """Collective over the group: the lowest rank whose `t` has other bytes than rank 0's, or
+    None when every rank holds the same (48-bit fingerprints, one all-gather)."""
+    world = dist.get_world_size(group)
+    mine = torch.tensor([float(fingerprint(t))], dtype=torch.float64, device=device)
+    every = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    first = every[0].item()
+    return next((r for r in range(1, world) if every[r].item() != first), None)

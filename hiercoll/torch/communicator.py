@@ -26,6 +26,7 @@ Every rank of the group must make the same calls in the same order (as with torc
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,11 +256,28 @@ class Communicator:
         return self._grouped(Kind.GROUP_REDUCE, output, input, splits, reduce_op(op), async_op)
 
     def fused_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                           eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+                           eps: float = 1e-6, check_replicated: bool | None = None,
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """(normed, new_residual) = RMSNorm(all_reduce(x) + residual) (reference.py says where
         each rounding happens). cuda: the fused kernel (hiercoll.executor.cuda.fused_norm) when
         it is installed; otherwise all_reduce in fp32 through this communicator, then the
-        reference math."""
+        reference math.
+
+        `residual` and `weight` must be the same on every rank of the group (the replicated
+        residual stream of tensor parallelism): the 2-stage kernel normalises each rank's rows
+        with the residual of the rank that owns them, so a residual that differs per rank gives
+        other ranks' results. `check_replicated=True` (or HIERCOLL_CHECK_REPLICATED=1) compares
+        a checksum of `residual` across ranks first and raises one line naming the first rank
+        that differs from rank 0 (one small all-gather per call: a debugging aid)."""
+        if check_replicated is None:
+            check_replicated = os.environ.get("HIERCOLL_CHECK_REPLICATED", "") not in ("", "0")
+        if check_replicated:
+            from hiercoll.harness.identical import first_differing_rank
+            other = first_differing_rank(residual, self._device, self._group)
+            if other is not None:
+                raise HiercollError(f"fused_add_rms_norm: residual differs between rank 0 and "
+                                    f"rank {other} (it must be replicated on every rank of the "
+                                    "group: pass the full residual stream, not a shard)")
         if self._symmetric:
             fused = _fused_kernel()
             if fused is not None and x.dim() >= 1 and x.shape == residual.shape:
