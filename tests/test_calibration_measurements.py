@@ -240,3 +240,22 @@ def test_bench_peer_rows_torchs_kernels_are_left_out_nccls_is_the_library(tmp_pa
     assert [(r.algorithm, r.time_us) for r in rows] == [("nccl", 12.5), ("ring", 20.0)]
     from hiercoll.harness.results import row_label
     assert row_label(base | {"algorithm": "torch-one-shot"}) == "peer:torch-one-shot"
+
+
+def test_a_bench_row_of_a_hier_plan_reads_back(tmp_path: Path) -> None:
+    """hier's `nics` defaults to None; bench wrote `params.nics: null`, which calibrate and
+    compare refused ("params.nics.int"). Rows leave unset parameters out, and reading drops them."""
+    pytest.importorskip("torch")
+    import hiercoll as hc
+    from hiercoll.executor.interface import Mode
+    from hiercoll.harness.bench import Timing, make_row
+    topo = hc.load_topology("bench/gpu/topologies/h200-2node-x2.yaml")
+    s = hc.plan(topo, hc.CollectiveSpec(kind="reduce_scatter", world_size=4, nbytes=1 << 20), "hier")
+    assert s.meta.params.get("nics", 0) is None
+    row = make_row(s, "cuda", Mode.GRAPH, "h200-2node-x2", Timing(20.0, 21.0, 22.0, 10, 10)).to_json()
+    assert "nics" not in row["params"]
+    old = dict(row, params=dict(s.meta.params))           # what earlier runs wrote
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"rows": [row, old]}))
+    a, b = load_measurements([path])
+    assert a.params == b.params == {k: v for k, v in s.meta.params.items() if v is not None}

@@ -131,6 +131,7 @@ def _bench_row(r: Any, source: str) -> Measurement:
     if not isinstance(params, dict):
         raise HiercollError(f"{source}: params: expected an object of the plan's parameters, "
                             f"got {type(params).__name__}")
+    params = {k: v for k, v in params.items() if v is not None}   # unset: the default
     fields = {"source": source, "tool": "hiercoll-bench",
               "collective": _kind(r.get("collective"), source),
               "algorithm": LIBRARY_ALGORITHM if library else r.get("algorithm"),

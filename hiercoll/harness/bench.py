@@ -82,11 +82,17 @@ def make_row(schedule: Schedule, backend: str, mode: Mode, topology: str, timing
                     dtype=spec.dtype.value, nbytes=spec.total_bytes, p50_us=timing.p50_us,
                     p90_us=timing.p90_us, p99_us=timing.p99_us,   # full precision: the files
                     algbw_gbps=algbw, busbw_gbps=busbw, iters=timing.iters,   # round when printed
-                    params=dict(meta.params), spec=meta.spec.model_dump(mode="json",
+                    params=plan_params(meta.params), spec=meta.spec.model_dump(mode="json",
                                                                         exclude_none=True),
                     reduce_op=spec.reduce_op.value, topology_fingerprint=meta.topology_fingerprint,
                     predicted_us=predicted_us, zero_copy=zero_copy, one_gpu=one_gpu,
                     graph_calls=timing.graph_calls, options=dict(options or {}))
+
+
+def plan_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A plan's parameters as a row records them: unset ones (None: the algorithm's default,
+    e.g. hier's `nics`) left out, so calibrate/compare re-plan with the same default."""
+    return {k: v for k, v in params.items() if v is not None}
 
 
 def peer_row(spec: CollectiveSpec, name: str, mode: Mode, topology: str,
