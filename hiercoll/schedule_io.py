@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -43,12 +43,13 @@ class _OpModel(BaseModel):
     deps: list[tuple[int, int]]
     transport: Transport
     acc: bool = False
-    scale: float = 1.0
+    scale: float = Field(default=1.0, allow_inf_nan=False,
+                         description="a finite factor (avg: 1/W); Infinity/NaN have no meaning")
 
 
 class _RankModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    buffers: dict[str, int]
+    buffers: dict[str, Annotated[int, Field(ge=0, description="elements; 0 for an unused one")]]
     ops: list[_OpModel]
 
 

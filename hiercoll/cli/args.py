@@ -21,7 +21,8 @@ def add_spec_args(p: argparse.ArgumentParser, sizes: bool = False) -> None:
     if sizes:
         p.add_argument("--sizes", default="4KiB:1GiB", help="LOW:HIGH[:FACTOR] or a,b,c (bytes)")
     else:
-        p.add_argument("--bytes", "-b", default="0", help="S as in nccl-tests, e.g. 64MiB")
+        p.add_argument("--bytes", "-b", default=None,
+                       help="S as in nccl-tests, e.g. 64MiB (required unless --splits gives sizes)")
     p.add_argument("--dtype", default="bf16", choices=enum_choices(DType))
     p.add_argument("--reduce-op", default="sum", choices=enum_choices(ReduceOp))
     p.add_argument("--root", type=int, default=0, help="broadcast/reduce root")
@@ -45,11 +46,14 @@ def load_splits(path: str | None) -> GroupSplits | None:
 
 
 def make_spec(args: argparse.Namespace, topology: Topology, nbytes: int | None = None) -> CollectiveSpec:
-    size = nbytes if nbytes is not None else parse_size(args.bytes, "--bytes")
     splits = load_splits(args.splits)
     kind = Kind(args.collective)
     if kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE) and splits is None:
         raise HiercollError(f"--splits: {kind.value} needs a splits file (see README, 'group collectives')")
+    if nbytes is None and args.bytes is None and splits is None:
+        raise HiercollError("--bytes: how big is the collective? give -b SIZE (S as in "
+                            "nccl-tests, e.g. -b 64MiB; -b 0 for an empty one)")
+    size = nbytes if nbytes is not None else parse_size(args.bytes or "0", "--bytes")
     try:
         return CollectiveSpec(kind=kind, world_size=topology.world_size, dtype=args.dtype,
                               nbytes=size if splits is None else 0, reduce_op=args.reduce_op,

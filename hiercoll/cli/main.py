@@ -40,7 +40,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     @staticmethod
     def _has_default(action: argparse.Action) -> bool:
-        return not (action.default is None or action.default is False
+        # a flag (--x / --no-x) says on or off by its name: "(default: True)" beside --no-fuse
+        # reads as if passing it kept fusion on
+        flag = isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction)
+        return not (action.default is None or action.default is False or flag
                     or action.default is argparse.SUPPRESS or not action.option_strings)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:

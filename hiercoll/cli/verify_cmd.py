@@ -16,7 +16,7 @@ from hiercoll.errors import ReferenceTooLarge
 from hiercoll.executor.reference import DEFAULT_MAX_MEMORY, verify
 from hiercoll.plan_file import load_plan
 from hiercoll.sim import check
-from hiercoll.units import parse_size
+from hiercoll.units import format_size, parse_size
 
 EXIT_SKIPPED = 3
 
@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, default=3, help="random inputs x random op orders")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--max-memory", type=parse_size, default=DEFAULT_MAX_MEMORY,
-                   help="largest plan the reference executor runs on data, in bytes (larger "
-                   "plans run as a size-reduced copy)")
+                   help="largest plan the reference executor runs on data, e.g. 512MiB (larger "
+                   f"plans run as a size-reduced copy; default {format_size(DEFAULT_MAX_MEMORY)})")
     p.add_argument("--allow-skip", action="store_true",
                    help="exit 0 when a check was skipped (the reference executor or the race check) and "
                    "the checks that ran passed")

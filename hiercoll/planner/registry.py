@@ -116,8 +116,8 @@ def max_ops() -> int:
         return DEFAULT_MAX_OPS
     try:
         value = int(float(raw))
-    except ValueError:
-        raise HiercollError(f"{MAX_OPS_ENV}: {raw!r} should be a number of ops, e.g. "
+    except (ValueError, OverflowError):      # 'abc'; 'inf' and '1e400' (float inf) overflow int
+        raise HiercollError(f"{MAX_OPS_ENV}: {raw!r} should be a finite number of ops, e.g. "
                             f"{DEFAULT_MAX_OPS}") from None
     if value < 1:
         raise HiercollError(f"{MAX_OPS_ENV}: {raw!r} should be >= 1")

@@ -1,0 +1,60 @@
+"""Issue 30's first-contact findings that are fixed, each as a user meets it (the CLI in a
+subprocess): one `error:` line and exit 2 for bad input, help text that says what a flag does."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import one_error_line, run_cli
+
+
+def test_plan_without_a_size_is_refused_not_planned_empty(tmp_path: Path) -> None:
+    line = one_error_line(run_cli("plan", "-t", "h200x4", "-c", "all_reduce", "-a", "ring",
+                                  "-o", str(tmp_path / "p.json")))
+    assert "--bytes" in line and "-b 64MiB" in line
+    assert not (tmp_path / "p.json").exists()
+    assert run_cli("plan", "-t", "h200x4", "-c", "all_reduce", "-b", "0", "-a", "ring", "-o",
+                   str(tmp_path / "p.json")).returncode == 0      # asked for explicitly
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "-inf"])
+def test_an_infinite_op_limit_is_one_line(tmp_path: Path, value: str) -> None:
+    env = dict(os.environ, HIERCOLL_MAX_OPS=value)
+    line = one_error_line(run_cli("plan", "-t", "h200x4", "-c", "all_reduce", "-b", "1MiB",
+                                  "-a", "ring", "-o", str(tmp_path / "p.json"), env=env))
+    assert "HIERCOLL_MAX_OPS" in line
+
+
+def test_flag_help_names_no_default_and_sizes_read_as_sizes() -> None:
+    run_help = run_cli("run", "--help").stdout
+    no_fuse = run_help[run_help.index("--no-fuse  "):run_help.index("--launch-per-op  ")]
+    assert "default: True" not in no_fuse
+    verify_help = " ".join(run_cli("verify", "--help").stdout.split())
+    assert "default 2GiB" in verify_help and "2147483648" not in verify_help
+
+
+def _plan_file(tmp_path: Path) -> dict:
+    path = tmp_path / "p.json"
+    assert run_cli("plan", "-t", "h200x4", "-c", "all_reduce", "-b", "64KiB", "-a", "direct",
+                   "--form", "expanded", "-o", str(path)).returncode == 0
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("command", ["verify", "simulate"])
+def test_a_negative_buffer_or_an_infinite_scale_is_one_line(tmp_path: Path, command: str) -> None:
+    data = _plan_file(tmp_path)
+    data["ranks"][1]["buffers"]["direct_recv"] = -5
+    bad = tmp_path / "neg.json"
+    bad.write_text(json.dumps(data))
+    line = one_error_line(run_cli(command, str(bad)))
+    assert "ranks.1.buffers.direct_recv" in line and "greater than or equal to 0" in line
+    data = _plan_file(tmp_path)
+    reduce = next(op for op in data["ranks"][0]["ops"] if op["kind"] == "reduce")
+    reduce["scale"] = float("inf")
+    bad.write_text(json.dumps(data))         # json writes Infinity, as a hand edit would
+    line = one_error_line(run_cli(command, str(bad)))
+    assert "scale" in line and "finite" in line
