@@ -58,3 +58,24 @@ def test_a_negative_buffer_or_an_infinite_scale_is_one_line(tmp_path: Path, comm
     bad.write_text(json.dumps(data))         # json writes Infinity, as a hand edit would
     line = one_error_line(run_cli(command, str(bad)))
     assert "scale" in line and "finite" in line
+
+
+def test_compare_refuses_a_row_whose_topology_path_does_not_resolve_here(tmp_path: Path) -> None:
+    """A bench row names its topology as the path it was given (relative to where bench ran).
+    From another directory compare re-planned the 2-node hier row on one node and exited 0."""
+    import subprocess
+    import sys
+
+    import hiercoll as hc
+    from tests.helpers import ROOT
+    name = "bench/gpu/topologies/h200-2node-x2.yaml"
+    topo = hc.load_topology(str(ROOT / name))
+    row = {"collective": "reduce_scatter", "algorithm": "hier", "backend": "cuda", "mode": "graph",
+           "world_size": 4, "topology": name, "topology_fingerprint": topo.fingerprint(),
+           "dtype": "bf16", "nbytes": 1 << 20, "p50_us": 20.0, "params": {"chunks": 1}}
+    bench = tmp_path / "rows.json"
+    bench.write_text(json.dumps({"rows": [row]}))
+    proc = subprocess.run([sys.executable, "-m", "hiercoll", "compare", str(bench), "-t", "h200x4"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
+    line = one_error_line(proc)
+    assert name in line and "does not load from here" in line

@@ -16,16 +16,23 @@ from hiercoll.errors import HiercollError
 from hiercoll.topology import Topology, load_topology
 
 
-def row_shape(m: Measurement) -> str | None:
+class _Unloadable(str):
+    """A row's topology name that does not load from here (a file path relative to another
+    directory, a preset this version lacks): the reason."""
+
+
+def row_shape(m: Measurement) -> str | _Unloadable | None:
     """The shape fingerprint of the machine a row names, if it names one we can load (a preset,
-    checked against the row's own fingerprint), else None."""
+    checked against the row's own fingerprint); `_Unloadable` (why) if the name does not load;
+    else None."""
     if not m.topology or m.topology_fingerprint is None:
         return None
     return _shape_of(m.topology, m.world_size, m.topology_fingerprint, m.one_gpu)
 
 
 @functools.cache
-def _shape_of(name: str, world_size: int, fingerprint: str, one_gpu: bool) -> str | None:
+def _shape_of(name: str, world_size: int, fingerprint: str,
+              one_gpu: bool) -> str | _Unloadable | None:
     """Loaded once per distinct machine (a bench file's rows all name the same one). A preset
     that ships calibrated is tried with its defaults too: rows measured before its calibration
     carry the default-cost fingerprint."""
@@ -34,8 +41,8 @@ def _shape_of(name: str, world_size: int, fingerprint: str, one_gpu: bool) -> st
             topo = load_topology(name, uncalibrated=uncalibrated)
             if topo.world_size != world_size and world_size % topo.gpus_per_node == 0:
                 topo = load_topology(name, world_size // topo.gpus_per_node, uncalibrated)
-        except HiercollError:
-            return None
+        except HiercollError as exc:
+            return _Unloadable(str(exc))
         if topo.fingerprint() == fingerprint:
             return topo.model_copy(update={"shared_gpu": one_gpu}).shape_fingerprint()
     return None
@@ -59,7 +66,13 @@ def check_rows(rows: Sequence[Measurement], topology: Topology) -> None:
                                 f"shared_gpu: {str(m.one_gpu).lower()} (e.g. "
                                 f"{'one-gpu-h200x4' if m.one_gpu else 'h200x4'})")
         theirs = row_shape(m)
-        if theirs is not None and theirs != shape:
+        if isinstance(theirs, _Unloadable):
+            if m.topology_fingerprint != topology.fingerprint():
+                raise HiercollError(f"{m.source}: measured on topology {m.topology!r}, which "
+                                    f"does not load from here ({theirs.split(': ', 1)[-1]}); "
+                                    "run from the directory the row's path is relative to, "
+                                    "or give that topology as --topology")
+        elif theirs is not None and theirs != shape:
             raise HiercollError(f"{m.source}: measured on topology {m.topology_fingerprint} "
                                 f"({m.topology or '?'}), whose shape differs from "
                                 "--topology's; calibrate a topology of that machine")

@@ -209,7 +209,8 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                         s_off = tl.load(table + sstart + s, mask=take, other=0)
                         if ALIGNED:
                             s_off = tl.multiple_of(s_off, VEC)
-                        y = tl.load(data + s_off + offs, mask=mask & take, other=0).to(ACC)
+                        upto = tl.where(take, count, 0)     # masked off past nsrc
+                        y = tl.load(data + s_off + offs, mask=offs < upto, other=0).to(ACC)
                         acc = tl.where(take, _combine(acc, y, REDUCE), acc)
                     for s in range(SRC_UNROLL, nsrc):
                         s_off = tl.load(table + sstart + s)
