@@ -79,3 +79,16 @@ def test_compare_refuses_a_row_whose_topology_path_does_not_resolve_here(tmp_pat
                           capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
     line = one_error_line(proc)
     assert name in line and "does not load from here" in line
+
+
+@pytest.mark.parametrize(("mask", "want"), [
+    ([], "the file's list is empty"),
+    ([{"q": [0, 2**62], "k": [0, 2**62], "type": "full"}], "use chunks of at least"),
+])
+def test_attention_masks_that_broke_it_are_one_line(tmp_path: Path, mask: list, want: str) -> None:
+    """An empty mask file was max() of nothing; a range up to 2**62 a MemoryError."""
+    path = tmp_path / "mask.json"
+    path.write_text(json.dumps(mask))
+    line = one_error_line(run_cli("workload", "attention", "--mask", str(path), "-t", "h200x4",
+                                  "--chunk-size", "64"))
+    assert want in line

@@ -151,6 +151,17 @@ def test_a_tuning_file_that_chose_the_library_plans_a_library_call(tmp_path):
     (None, "--library-table: cannot read"),
     ({"source": "s", "mode": "graph", "world_size": 2, "topology": "t",
       "times_us": {"all_reduce": [[1024, 5.0]]}}, "--library-table: measured on 2 ranks"),
+    # issue 30's fuzz: a time of -0.0 or 0, a size of 0, a row without nbytes were tracebacks
+    ({"source": "s", "mode": "graph", "world_size": 4, "topology": "t",
+      "times_us": {"all_reduce": [[1024, -0.0]]}}, "times_us.all_reduce.0.1"),
+    ({"source": "s", "mode": "graph", "world_size": 4, "topology": "t",
+      "times_us": {"all_reduce": [[0, 5.0]]}}, "times_us.all_reduce.0.0"),
+    ({"rows": [{"algorithm": "nccl", "collective": "all_reduce", "world_size": 4, "mode": "graph",
+                "p50_us": 9.0}]}, "rows[0].nbytes: None should be a positive number of bytes"),
+    ({"rows": [{"algorithm": "nccl", "collective": "all_reduce", "world_size": 4, "mode": "graph",
+                "nbytes": 0, "p50_us": 9.0}]}, "rows[0].nbytes: 0"),
+    ({"rows": [{"algorithm": "nccl", "collective": "all_reduce", "world_size": 4, "mode": "graph",
+                "nbytes": 8192, "p50_us": -0.0}]}, "rows[0].p50_us: -0.0 should be a positive"),
 ])
 def test_library_table_errors_are_one_line_and_exit_2(tmp_path, capsys, content, match):
     path = tmp_path / "table.json"

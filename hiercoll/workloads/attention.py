@@ -150,8 +150,9 @@ def load_mask(path: str | Path) -> Mask:
     """A mask file (YAML or JSON): a list of `{q: [s, e], k: [s, e], type: ...}`."""
     p = Path(path)
     data = read_structured_file(p)
-    if not isinstance(data, list):
-        raise HiercollError(f"{p}: expected a list of {{q: [start, end], k: [start, end], type: ...}}")
+    if not isinstance(data, list) or not data:
+        raise HiercollError(f"{p}: expected a list of {{q: [start, end], k: [start, end], type: ...}}"
+                            + (" (the file's list is empty)" if data == [] else ""))
     try:
         return tuple(e.as_slice() for e in _MASK_FILE.validate_python(data))
     except ValidationError as err:
@@ -359,13 +360,22 @@ class ChunkAreas:
         return tuple(c.by_type[i] for c in self.chunks)
 
 
+MAX_CHUNKS = 1 << 22    # areas and the dispatch hold a few numbers per chunk: ~100 MB here
+
+
 def _check_chunking(total_seqlen: int, chunk_size: int) -> int:
-    """Number of chunks; refuses a sequence the chunks do not tile."""
+    """Number of chunks; refuses a sequence the chunks do not tile, or that would take more
+    chunks than fit in memory (a mask range up to 2**62 was a MemoryError)."""
     _positive("total_seqlen", total_seqlen)
     _positive("chunk_size", chunk_size)
-    return divide_evenly(total_seqlen, chunk_size, lambda pad: (
+    n = divide_evenly(total_seqlen, chunk_size, lambda pad: (
         f"total_seqlen: {total_seqlen} is not a multiple of chunk_size {chunk_size}; "
         f"pad the sequence by {pad} tokens to {total_seqlen + pad} or pick a divisor"))
+    if n > MAX_CHUNKS:
+        raise HiercollError(f"chunk_size: {total_seqlen} tokens in chunks of {chunk_size} is {n} "
+                            f"chunks, over {MAX_CHUNKS}; use chunks of at least "
+                            f"{-(-total_seqlen // MAX_CHUNKS)} tokens")
+    return n
 
 
 def _chunks_of(s: MaskSlice, chunk_size: int) -> range:

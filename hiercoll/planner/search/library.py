@@ -16,7 +16,7 @@ import json
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,7 +59,9 @@ class LibraryTable(BaseModel):
     topology: str
     topology_fingerprint: str | None = None
     shape_fingerprint: str | None = None
-    times_us: dict[Kind, list[tuple[int, float]]]
+    times_us: dict[Kind, list[tuple[Annotated[int, Field(gt=0)],
+                                    Annotated[float, Field(gt=0, allow_inf_nan=False)]]]] = Field(
+        description="per collective: (bytes > 0, p50 us > 0, finite) points")
 
     def applies_to(self, topology: Topology, spec: CollectiveSpec) -> bool:
         return (spec.world_size == self.world_size and bool(self.times_us.get(spec.kind))
@@ -131,6 +133,26 @@ def load_library_table(path: str | Path) -> LibraryTable:
         raise HiercollError(format_validation_error(err, str(p))) from None
 
 
+def _bench_kind(r: dict[str, Any], path: Path, i: int) -> Kind:
+    try:
+        return Kind(str(r.get("collective")))
+    except ValueError:
+        raise HiercollError(f"--library-table: {path}: rows[{i}].collective: "
+                            f"{r.get('collective')!r} is not a collective") from None
+
+
+def _bench_point(r: dict[str, Any], path: Path, i: int) -> tuple[int, float]:
+    """(bytes, p50 us) of a bench row, or one line naming the row's field and what it needs."""
+    n, t = r.get("nbytes"), r.get("p50_us")
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise HiercollError(f"--library-table: {path}: rows[{i}].nbytes: {n!r} should be a "
+                            "positive number of bytes")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+        raise HiercollError(f"--library-table: {path}: rows[{i}].p50_us: {t!r} should be a "
+                            "positive, finite time in microseconds")
+    return n, float(t)
+
+
 def _from_bench(data: dict[str, Any], path: Path) -> LibraryTable:
     rows = [r for r in data["rows"] if r.get("algorithm") == LIBRARY]
     if not rows:
@@ -142,10 +164,9 @@ def _from_bench(data: dict[str, Any], path: Path) -> LibraryTable:
                             f"{LIBRARY}; bench with --backend cuda on the GPUs")
     mode = "graph" if any(r.get("mode") == "graph" for r in rows) else "eager"
     times: dict[Kind, list[tuple[int, float]]] = {}
-    for r in rows:
-        if r.get("mode") == mode:
-            times.setdefault(Kind(r["collective"]), []).append((int(r["nbytes"]),
-                                                                float(r["p50_us"])))
+    for i, r in enumerate(data["rows"]):
+        if r in rows and r.get("mode") == mode:
+            times.setdefault(_bench_kind(r, path, i), []).append(_bench_point(r, path, i))
     prov = data.get("provenance", {})
     return LibraryTable(source=f"{path}: {prov.get('command', 'hiercoll bench')} on "
                                f"{prov.get('device', '?')}, NCCL {prov.get('nccl', '?')}, "
