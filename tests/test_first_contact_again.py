@@ -92,3 +92,21 @@ def test_attention_masks_that_broke_it_are_one_line(tmp_path: Path, mask: list, 
     line = one_error_line(run_cli("workload", "attention", "--mask", str(path), "-t", "h200x4",
                                   "--chunk-size", "64"))
     assert want in line
+
+
+@pytest.mark.parametrize(("field", "value"), [("nic_gbps", 5e-324), ("nic_gbps", 1e308),
+                                              ("hbm_gbps", 1e-9)])
+def test_extreme_topology_numbers_are_refused_not_simulated_forever(tmp_path: Path, field: str,
+                                                                     value: float) -> None:
+    """A node override of nic_gbps 5e-324 made autopick's event loop spin (a flow that never
+    ends); numbers outside 1 MB/s .. 1 PB/s are refused by the topology model in one line."""
+    doc = {"name": "t", "num_nodes": 2, "gpus_per_node": 2,
+           "gpu": {"name": "T", "hbm_gbps": 3000.0, "num_sms": 100},
+           "intra": {"kind": "nvswitch", "gbps": 300.0, "latency_us": 1.0},
+           "inter": {"num_nics": 2, "nic_gbps": 50.0, "latency_us": 3.0},
+           "node_overrides": [{"node": 1, field: value}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    line = one_error_line(run_cli("autopick", "-t", str(path), "-c", "all_reduce", "--sizes",
+                                  "1MiB", "--no-cache"))
+    assert f"node_overrides.0.{field}" in line

@@ -13,6 +13,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+# Plausible ranges: numbers outside them are typos or fuzz (5e-324 GB/s made a simulation spin on
+# a flow that never ends; 1e308 overflowed to inf). 1 MB/s .. 1 PB/s; latencies up to 1000 s.
+MIN_GBPS = 1e-3
+MAX_GBPS = 1e6
+MAX_US = 1e9
 
 class _Strict(BaseModel):
     """Hardware models: no unknown fields; strict types (an int field takes no bool, no "2", no
@@ -24,7 +29,7 @@ class _Strict(BaseModel):
 
 class Gpu(_Strict):
     name: str = Field(description="Marketing name, e.g. H200")
-    hbm_gbps: float = Field(gt=0, description="HBM bandwidth, read+write combined, 1e9 B/s")
+    hbm_gbps: float = Field(ge=MIN_GBPS, le=MAX_GBPS, description="HBM bandwidth, read+write combined, 1e9 B/s")
     num_sms: int = Field(gt=0, description="Streaming multiprocessors (CUs on AMD)")
     memory_gib: float = Field(default=80.0, gt=0)
 
@@ -37,11 +42,11 @@ class IntraKind(StrEnum):
 
 class IntraFabric(_Strict):
     kind: Annotated[IntraKind, Strict(False)]   # the value as text ("nvswitch"), as files give it
-    gbps: float = Field(gt=0, description="nvswitch/pcie: per-GPU port bandwidth per direction; "
+    gbps: float = Field(ge=MIN_GBPS, le=MAX_GBPS, description="nvswitch/pcie: per-GPU port bandwidth per direction; "
                         "mesh: bandwidth of one link per direction")
-    latency_us: float = Field(ge=0, description="one-hop latency of a transfer inside the node")
+    latency_us: float = Field(ge=0, le=MAX_US, description="one-hop latency of a transfer inside the node")
     links_per_pair: int = Field(default=1, ge=1, description="mesh only: parallel links per GPU pair")
-    bridge_gbps: float | None = Field(default=None, gt=0,
+    bridge_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS,
                                       description="pcie only: host bridge limit per direction")
 
 
@@ -63,12 +68,12 @@ class FabricTier(_Strict):
     uplinks: int | None = Field(default=None, ge=1, description="ports per switch toward the "
                                 "tier above, one per parent switch (default 1; none on the "
                                 "outermost tier)")
-    uplink_gbps: float | None = Field(default=None, gt=0, description="per uplink port per "
+    uplink_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description="per uplink port per "
                                       "direction, 1e9 B/s; default from oversubscription")
     oversubscription: float | None = Field(default=None, ge=1.0, description="a switch's "
                                            "downlink over uplink capacity (default 1: "
                                            "non-blocking); or give uplink_gbps")
-    latency_us: float = Field(default=0.0, ge=0, description="added per extra hop through a "
+    latency_us: float = Field(default=0.0, ge=0, le=MAX_US, description="added per extra hop through a "
                               "switch of this tier (inter.latency_us counts one leaf)")
     radix: int | None = Field(default=None, ge=2, description="ports per switch; checked "
                               "against the downlinks plus uplinks the layout needs")
@@ -78,13 +83,14 @@ class FabricTier(_Strict):
 
 class InterFabric(_Strict):
     num_nics: int = Field(ge=1, description="NICs per node")
-    nic_gbps: float = Field(gt=0, description="per-NIC bandwidth per direction (400 Gb/s = 50)")
-    latency_us: float = Field(ge=0, description="one-way latency GPU->NIC->switch->NIC->GPU")
+    nic_gbps: float = Field(ge=MIN_GBPS, le=MAX_GBPS, description="per-NIC bandwidth per direction (400 Gb/s = 50)")
+    latency_us: float = Field(ge=0, le=MAX_US, description="one-way latency GPU->NIC->switch->NIC->GPU")
     nic_affinity: list[int] | None = Field(
         default=None, description="for each NIC, the local rank it is nearest to (rails); "
         "default spreads NICs evenly: NIC i nearest to local rank i*gpus_per_node/num_nics")
     gpu_nic_gbps: float | None = Field(
-        default=None, gt=0, description="GPU<->NIC path (PCIe switch) per direction; default nic_gbps*2")
+        default=None, ge=MIN_GBPS, le=MAX_GBPS,
+        description="GPU<->NIC path (PCIe switch) per direction; default nic_gbps*2")
     oversubscription: float = Field(default=1.0, ge=1.0,
                                     description="switch fabric oversubscription: 1.0 = non-blocking")
     tiers: list[FabricTier] | None = Field(
@@ -144,9 +150,10 @@ class NodeOverride(_Strict):
     node: int = Field(ge=0, description="the node (scale-up domain) index")
     nic: int | None = Field(default=None, ge=0, description="only this NIC of the node "
                             "(nic_gbps only); default every NIC")
-    nic_gbps: float | None = Field(default=None, gt=0, description="per-NIC bandwidth per direction")
-    hbm_gbps: float | None = Field(default=None, gt=0, description="each GPU's HBM bandwidth")
-    intra_gbps: float | None = Field(default=None, gt=0, description="each GPU's scale-up "
+    nic_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS,
+                                   description="per-NIC bandwidth per direction")
+    hbm_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description="each GPU's HBM bandwidth")
+    intra_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description="each GPU's scale-up "
                                      "port (mesh: link) bandwidth per direction")
 
 
@@ -199,13 +206,13 @@ class Costs(_Strict):
                                     "transfers reach")
     nic_efficiency: float = Field(default=1.0, gt=0, le=1.0,
                                   description="fraction of the NIC bandwidth transfers reach")
-    sm_op_gbps: float | None = Field(default=None, gt=0, description="most one SM-driven op "
+    sm_op_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description="most one SM-driven op "
                                      "(a kernel's CTAs copying or reducing) moves, GB/s; None: "
                                      "only links limit it")
-    ce_op_gbps: float | None = Field(default=None, gt=0, description="most one copy-engine copy "
+    ce_op_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description="most one copy-engine copy "
                                      "moves, GB/s; None: only links limit it")
     ce_concurrent_gbps: float | None = Field(
-        default=None, gt=0, description="what a GPU's copy engines move in all, GB/s, while two "
+        default=None, ge=MIN_GBPS, le=MAX_GBPS, description="what a GPU's copy engines move in all, GB/s, while two "
         "or more of its copies run at once (copies to three peers at once measured 199 GB/s per "
         "H200 where one copy moves 380); None: only per-copy caps and links limit them")
     ce_threshold_bytes: int = Field(default=8 << 20, ge=0, description="copies of at least this "
