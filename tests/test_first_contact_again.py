@@ -110,3 +110,34 @@ def test_extreme_topology_numbers_are_refused_not_simulated_forever(tmp_path: Pa
     line = one_error_line(run_cli("autopick", "-t", str(path), "-c", "all_reduce", "--sizes",
                                   "1MiB", "--no-cache"))
     assert f"node_overrides.0.{field}" in line
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    """`bench --help` listed --collective, --nodes, --dtype, --reduce-op, --backend and --modes
+    with no text (issue 30)."""
+    import argparse
+
+    from hiercoll.cli.main import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [f"{name} {action.option_strings[0]}"
+            for name, cmd in sub.choices.items() for action in cmd._actions
+            if action.option_strings and not action.help and action.dest != "help"]
+    assert bare == []
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "nccl"])
+def test_run_prints_time_and_bandwidths_and_the_backend_that_ran(tmp_path: Path, algorithm: str) -> None:
+    """`hiercoll run` printed no time, and a library plan run on gloo said `(nccl, eager)`."""
+    import re
+
+    from tests.test_exec_cli import _topo2, _torchrun
+    topo = tmp_path / "t.json"
+    topo.write_text(_topo2().model_dump_json())
+    plan = tmp_path / "p.json"
+    assert run_cli("plan", "-t", str(topo), "-c", "all_reduce", "-b", "64KiB", "-a", algorithm,
+                   "-o", str(plan)).returncode == 0
+    proc = _torchrun("run", str(plan), "--backend", "gloo", "--check", "--iters", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "(gloo, eager)" in proc.stdout
+    assert re.search(r"p50 [\d.]+ us per call, algbw [\d.]+ GB/s, busbw [\d.]+ GB/s", proc.stdout)

@@ -23,8 +23,9 @@ def add_spec_args(p: argparse.ArgumentParser, sizes: bool = False) -> None:
     else:
         p.add_argument("--bytes", "-b", default=None,
                        help="S as in nccl-tests, e.g. 64MiB (required unless --splits gives sizes)")
-    p.add_argument("--dtype", default="bf16", choices=enum_choices(DType))
-    p.add_argument("--reduce-op", default="sum", choices=enum_choices(ReduceOp))
+    p.add_argument("--dtype", default="bf16", choices=enum_choices(DType), help="element type")
+    p.add_argument("--reduce-op", default="sum", choices=enum_choices(ReduceOp),
+                   help="reduction of reducing collectives")
     p.add_argument("--root", type=int, default=0, help="broadcast/reduce root")
     p.add_argument("--splits", default=None, help="group_cast/group_reduce splits (YAML/JSON); "
                    "an all-to-all-v as {counts: W x W matrix} (counts[s][d]: elements s sends d)")

@@ -24,7 +24,9 @@ BACKEND_CHOICES = [b.value for b in BackendName if b != BackendName.REFERENCE]
 
 
 def add_backend_arg(p: argparse.ArgumentParser, default: BackendName) -> None:
-    p.add_argument("--backend", default=default.value, choices=BACKEND_CHOICES)
+    p.add_argument("--backend", default=default.value, choices=BACKEND_CHOICES,
+                   help="gloo: CPU processes; cuda: hiercoll's kernels on GPUs; nccl: the "
+                   "library call for every case")
 
 
 def add_cuda_args(p: argparse.ArgumentParser) -> None:
@@ -76,11 +78,15 @@ def sweep_request(args: argparse.Namespace, sizes: list[int] | None) -> SweepReq
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
     """stress/bench: a plan file, or a collective on a topology, and the overrides."""
     p.add_argument("plan", nargs="?", default=None, help="plan file (or use --collective ...)")
-    p.add_argument("--collective", "-c", default=None, choices=enum_choices(Kind))
+    p.add_argument("--collective", "-c", default=None, choices=enum_choices(Kind), metavar="KIND",
+                   help=f"without a plan file: the collective ({', '.join(enum_choices(Kind))})")
     p.add_argument("--topology", "-t", default=None, help="preset or file (without a plan file)")
-    p.add_argument("--nodes", "-n", type=int, default=None)
+    p.add_argument("--nodes", "-n", type=int, default=None,
+                   help="node count of a preset topology (default: the preset's)")
     p.add_argument("--algorithms", default=None,
                    help="comma list (default: the plan's, or every applicable algorithm); "
                    "'nccl' is the library call")
-    p.add_argument("--dtype", default=None, choices=enum_choices(DType))
-    p.add_argument("--reduce-op", default=None, choices=enum_choices(ReduceOp))
+    p.add_argument("--dtype", default=None, choices=enum_choices(DType),
+                   help="element type (default: the plan's, else bf16)")
+    p.add_argument("--reduce-op", default=None, choices=enum_choices(ReduceOp),
+                   help="reduction (default: the plan's, else sum)")

@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_sweep_args(p)
     add_backend_arg(p, BackendName.CUDA)
     p.add_argument("--sizes", default="8KiB:1GiB", help="LOW:HIGH[:FACTOR] or a,b,c")
-    p.add_argument("--modes", default="eager,graph")
+    p.add_argument("--modes", default="eager,graph",
+                   help="eager (back-to-back calls), graph (CUDA graph of --graph-calls calls), or both")
     p.add_argument("--iters", type=int, default=None, help="timed calls per point (default by size)")
     p.add_argument("--out", default=None, help="directory for JSON/MD/PNG results (rank 0)")
     p.add_argument("--zero-copy", action="store_true",

@@ -66,7 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iters", type=int, default=1, help="calls to make")
     p.add_argument("--check", action="store_true",
                    help="compare every call with the numpy reference on fresh random inputs")
-    p.add_argument("--mode", default="eager", choices=enum_choices(Mode))
+    p.add_argument("--mode", default="eager", choices=enum_choices(Mode),
+                   help="eager calls, or one CUDA graph replayed (cuda)")
     p.add_argument("--profile", default=None, metavar="FILE",
                    help="cuda: after the calls, time one more call launch by launch (one op "
                    "per launch) and write its per-op timeline here (rank 0), for `hiercoll "
@@ -124,9 +125,20 @@ def run(args: argparse.Namespace) -> int:
             error = f", max abs error {report.max_abs_error:.3g}" if args.check else ""
             print(f"{status}: {report.iterations} call(s) of {report.algorithm} "
                   f"{report.collective} {report.nbytes} B on {report.world_size} ranks "
-                  f"({prepared.backend.value}, {args.mode}){error}"
-                  + _identical_words(report.ranks_identical))
+                  f"({prepared.ran_on}, {args.mode}){error}"
+                  + _identical_words(report.ranks_identical) + _time_words(report, target))
     return 0 if report.ok else 1
+
+
+def _time_words(report: Any, target: Target) -> str:
+    """p50 per call and nccl-tests' algbw/busbw (a call alone, host-timed: `hiercoll bench`
+    times back-to-back calls and graphs)."""
+    if report.p50_us is None:
+        return ""
+    algbw, busbw = target.schedule.spec.bandwidths_gbps(report.p50_us)
+    return (f"\n  p50 {report.p50_us:.1f} us per call, algbw {algbw:.2f} GB/s, busbw "
+            f"{busbw:.2f} GB/s (one call at a time, host-timed; hiercoll bench for "
+            "back-to-back and graph timings)")
 
 
 def _identical_words(identical: bool | None) -> str:

@@ -44,11 +44,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sizes", default=None, help="byte sizes, LOW:HIGH or a,b,c")
     p.add_argument("--shapes", default=None, help="M values: sizes are M x hidden elements")
     p.add_argument("--hidden", default="2880,4096", help="hidden sizes for --shapes")
-    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--iters", type=int, default=100,
+                   help="calls per case, each on fresh random inputs")
     p.add_argument("--modes", default="eager", help="eager, graph or eager,graph")
     p.add_argument("--reference", default="auto", choices=["auto", "numpy", "library"],
                    help=f"auto: numpy up to {AUTO_NUMPY_LIMIT >> 20} MiB, the library above")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--one-gpu", action="store_true",
                    help="cuda: run every rank in this one process on its one GPU (no torchrun): "
                    "checks kernels, signals and graph replay; says nothing about NVLink speed")

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "a plan of over 1e9 ops x streams) unless --allow-skip.")
     p.add_argument("plan", help="plan file from `hiercoll plan`")
     p.add_argument("--trials", type=int, default=3, help="random inputs x random op orders")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the random inputs and op orders (default: fresh each run)")
     p.add_argument("--max-memory", type=parse_size, default=DEFAULT_MAX_MEMORY,
                    help="largest plan the reference executor runs on data, e.g. 512MiB (larger "
                    f"plans run as a size-reduced copy; default {format_size(DEFAULT_MAX_MEMORY)})")

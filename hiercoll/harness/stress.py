@@ -3,6 +3,7 @@ independent reference, the worst error and the first bad iteration. Collective o
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,9 @@ class StressReport:
     # kinds whose ranks share outputs, when checked: every call gave every rank the same bits
     # (harness/identical.py); None: not checked or not applicable. False fails the report.
     ranks_identical: bool | None = None
+    # the median call, wall clock from the host with the device synchronised around it, slowest
+    # rank (what one call costs a user calling it alone; `hiercoll bench` times like nccl-tests)
+    p50_us: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -61,19 +65,20 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
     worst, bound = 0.0, 0.0
     first_bad: int | None = None
     identical: bool | None = True if check and shares_outputs(spec) else None
+    calls_us: list[float] = []
     t0 = time.perf_counter()
     for it in range(iters):
         if ref == RefKind.NUMPY:
             case = NumpyCase.draw(spec, seed * 1_000_003 + it)
             inp, out = case.tensors(rank, device)
-            backend.run(prepared, inp, out)
+            calls_us.append(_timed_run(backend, prepared, inp, out, device))
             result: Check = case.check(rank, out) if check else Check(0.0, 0.0, True, None)
         else:
             assert ref_backend is not None and ref_prepared is not None
             inp = device_inputs(spec, rank, device, gen)
             before = torch.from_numpy(initial_outputs(spec, _rng(seed, it))[rank]).to(device, dt)
             out, want = before.clone(), before.clone()
-            backend.run(prepared, inp, out)
+            calls_us.append(_timed_run(backend, prepared, inp, out, device))
             ref_backend.run(ref_prepared, inp, want)
             result = compare_tensors(out, want, library_bound(spec))
         worst, bound = max(worst, result.max_abs_error), result.bound
@@ -93,7 +98,20 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
     return StressReport(prepared.schedule.meta.algorithm, spec.kind.value, spec.dtype.value,
                         spec.total_bytes, spec.world_size, prepared.backend.value, mode, ref.value,
                         iters, worst, bound, first_bad, bad_rank, time.perf_counter() - t0,
-                        identical)
+                        identical, _max_everywhere(statistics.median(calls_us), device, group)
+                        if calls_us else None)
+
+
+def _timed_run(backend: Backend, prepared: Prepared, inp: torch.Tensor, out: torch.Tensor,
+               device: torch.device) -> float:
+    """Microseconds of one call, the device synchronised before and after it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    backend.run(prepared, inp, out)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - t0) * 1e6
 
 
 def _rng(seed: int, it: int):
