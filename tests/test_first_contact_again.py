@@ -141,3 +141,12 @@ def test_run_prints_time_and_bandwidths_and_the_backend_that_ran(tmp_path: Path,
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "(gloo, eager)" in proc.stdout
     assert re.search(r"p50 [\d.]+ us per call, algbw [\d.]+ GB/s, busbw [\d.]+ GB/s", proc.stdout)
+
+
+def test_the_readme_attention_line_runs_on_the_shipped_mask(tmp_path: Path) -> None:
+    proc = run_cli("workload", "attention", "--mask", "examples/mask.yaml", "--chunk-size", "256",
+                   "-t", "dgx-h100", "-n", "2", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "group_cast" in proc.stdout and (tmp_path / "out").is_dir()
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "--mask examples/mask.yaml --chunk-size 256 -t dgx-h100 -n 2" in readme
