@@ -241,11 +241,6 @@ class Schedule:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Schedule) and self.to_json() == other.to_json()
 
-    @staticmethod
-    def from_json_dict(data: dict[str, Any]) -> Schedule:
-        """Parse an expanded schedule and check its structure (see `validate_structure`)."""
-        from hiercoll.schedule_io import parse_expanded  # parsing lives apart; no cycle at import
-        return parse_expanded(data)
 
 
 # ---- structural validation --------------------------------------------------------------------

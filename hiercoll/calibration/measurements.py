@@ -11,40 +11,16 @@ import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from hiercoll.collectives import DType, Kind, ReduceOp
+from hiercoll.calibration.measurement import Measurement
+from hiercoll.collectives import Kind
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.schedule import LIBRARY_ALGORITHM
 
-
-class Measurement(BaseModel):
-    """One timed point: a collective, the plan that ran (or the library), its size and mode."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    source: str = Field(description="'path:LINE' for text logs, 'path#INDEX' for JSON rows")
-    tool: Literal["nccl-tests", "hiercoll-bench", "baseline"]
-    collective: Kind
-    algorithm: str = Field(description="hiercoll algorithm, or 'nccl' for the library")
-    params: dict[str, int | float | str | bool] = Field(default_factory=dict)
-    world_size: int = Field(ge=1)
-    num_nodes: int | None = Field(default=None, ge=1)
-    dtype: DType
-    reduce_op: ReduceOp = ReduceOp.SUM
-    nbytes: int = Field(ge=1, description="S as nccl-tests counts it (its size column)")
-    mode: Literal["eager", "graph"] = "eager"
-    in_place: bool = False
-    time_us: float = Field(gt=0, description="the point's central time")
-    statistic: Literal["p50", "mean"] = Field(description="nccl-tests prints a mean; bench p50")
-    p90_us: float | None = None
-    p99_us: float | None = None
-    iters: int | None = None
-    one_gpu: bool = Field(default=False, description="every rank in one process on one GPU")
-    topology: str | None = Field(default=None, description="the topology the row names")
-    topology_fingerprint: str | None = None
-    wrong: int = Field(default=0, ge=0, description="nccl-tests #wrong (kept only when allowed)")
+__all__ = ["Measurement", "load_measurements", "merge_repeats"]
 
 
 def load_measurements(paths: Sequence[str | Path], *, allow_wrong: bool = False,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from hiercoll.calibration.measurements import Measurement
+from hiercoll.calibration.measurement import Measurement
 from hiercoll.collectives import Kind
 from hiercoll.errors import HiercollError, format_validation_error
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from hiercoll.cli.common import enum_choices
 from hiercoll.collectives import DType, Kind, ReduceOp
+from hiercoll.errors import HiercollError
 from hiercoll.executor.cuda.lowering import CudaOptions
 from hiercoll.executor.interface import BackendName
 from hiercoll.harness.prepare import BackendChoice
@@ -90,3 +91,16 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
                    help="element type (default: the plan's, else bf16)")
     p.add_argument("--reduce-op", default=None, choices=enum_choices(ReduceOp),
                    help="reduction (default: the plan's, else sum)")
+
+
+def need_one_gpu() -> None:
+    """--one-gpu: a visible CUDA GPU and triton, or one line saying which is missing."""
+    import importlib.util
+
+    import torch
+    if not torch.cuda.is_available():
+        raise HiercollError("--one-gpu: needs a CUDA GPU and none is visible; on CPU use "
+                            "torchrun ... stress --backend gloo")
+    if importlib.util.find_spec("triton") is None:
+        raise HiercollError("--one-gpu: the cuda backend's kernels need triton; pip install "
+                            "triton (it comes with CUDA builds of torch)")

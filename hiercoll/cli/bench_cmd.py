@@ -179,7 +179,7 @@ def _run_one_gpu(cases: list[Case], modes: list[str], choice: BackendChoice,
                  args: argparse.Namespace) -> int:
     """Every rank of each case in this process; library plans need real ranks and are skipped
     (said once)."""
-    from hiercoll.cli.stress_cmd import need_one_gpu
+    from hiercoll.cli.backend_args import need_one_gpu
     from hiercoll.executor.cuda.lowering import CudaOptions
     from hiercoll.executor.cuda.one_gpu import OneGpuCluster
     from hiercoll.harness.bench import iterations_for, make_row

@@ -69,7 +69,7 @@ def _print(r: dict[str, Any]) -> None:
 
 def _one_gpu(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list[int],
              stage: int | None) -> list[dict[str, Any]]:
-    from hiercoll.cli.stress_cmd import need_one_gpu
+    from hiercoll.cli.backend_args import need_one_gpu
     from hiercoll.harness.launch import set_safe_cuda_env
     if args.backend != "cuda":
         raise HiercollError("--one-gpu: needs --backend cuda")

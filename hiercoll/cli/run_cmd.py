@@ -175,7 +175,7 @@ def _run_one_gpu(target: Target, choice: BackendChoice, args: argparse.Namespace
     """Every rank in this process (checks as `stress --one-gpu` does); then the profile."""
     import json
 
-    from hiercoll.cli.stress_cmd import need_one_gpu
+    from hiercoll.cli.backend_args import need_one_gpu
     from hiercoll.executor.cuda.lowering import CudaOptions
     from hiercoll.executor.cuda.one_gpu import OneGpuCluster
     from hiercoll.files import write_atomic

@@ -21,6 +21,7 @@ from hiercoll.cli.backend_args import (
     add_sweep_args,
     backend_choice,
     device_type,
+    need_one_gpu,
     sweep_request,
 )
 from hiercoll.cli.common import add_json_flag, print_json, print_table
@@ -189,18 +190,6 @@ def _stress_case(case: Case, modes: list[str], launch: Launch, choice: BackendCh
                         ref_backend=ref_backend, ref_prepared=ref_prep)
         out.append(report.to_json() | {"topology": case.topology_name, "notes": prepared.notes})
     return out
-
-
-def need_one_gpu() -> None:
-    import importlib.util
-
-    import torch
-    if not torch.cuda.is_available():
-        raise HiercollError("--one-gpu: needs a CUDA GPU and none is visible; on CPU use "
-                            "torchrun ... stress --backend gloo")
-    if importlib.util.find_spec("triton") is None:
-        raise HiercollError("--one-gpu: the cuda backend's kernels need triton; pip install "
-                            "triton (it comes with CUDA builds of torch)")
 
 
 def _one_gpu_case(case: Case, modes: list[str], choice: BackendChoice,

@@ -155,10 +155,3 @@ def contention_free_us(schedule: Schedule, topology: Topology, verify_symmetry: 
     for ref in kahn_order(preds):
         finish[ref] = max((finish[p] for p in preds[ref]), default=0.0) + cost[ref]
     return max(finish.values(), default=0.0)
-
-
-def declared_period(schedule: Schedule, topology: Topology) -> int | None:
-    p, w = schedule.meta.symmetry_period, schedule.world_size
-    if not p or p >= w or w % p or p % topology.gpus_per_node:
-        return None
-    return p

@@ -225,7 +225,6 @@ def choose_fold(schedule: Schedule, topology: Topology, mode: str) -> tuple[Symm
                                    f"{schedule.world_size} ranks): the fabric's groups repeat "
                                    "at every level and the schedule with them")
     if mode == "trusted":
-        from hiercoll.sim.bounds import declared_period
         period = declared_period(schedule, topology)
         sym = Symmetry(period, 0, False, xor=schedule.meta.symmetry_group == "xor") if period else None
     else:
@@ -242,3 +241,12 @@ def choose_fold(schedule: Schedule, topology: Topology, mode: str) -> tuple[Symm
             fold, note = None, (f"not folded: the schedule is not symmetric under the "
                                 f"fabric's period of {fold} ranks; every rank simulated")
     return sym, fold, note
+
+
+def declared_period(schedule: Schedule, topology: Topology) -> int | None:
+    """The plan's own symmetry claim, where it can hold on this topology (whole nodes that
+    divide the world): what a trusted fold uses without checking."""
+    p, w = schedule.meta.symmetry_period, schedule.world_size
+    if not p or p >= w or w % p or p % topology.gpus_per_node:
+        return None
+    return p

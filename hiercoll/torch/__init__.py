@@ -11,7 +11,7 @@ from typing import Any
 __all__ = ["Communicator", "Work", "patch", "unfused_add_rms_norm", "unpatch"]
 
 _WHERE = {"Communicator": "hiercoll.torch.communicator", "Work": "hiercoll.torch.work",
-          "patch": "hiercoll.torch.patching", "unpatch": "hiercoll.torch.patching",
+          "patch": "hiercoll.torch.communicator", "unpatch": "hiercoll.torch.patching",
           "unfused_add_rms_norm": "hiercoll.torch.reference"}
 
 

@@ -35,14 +35,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp
+from hiercoll.collectives import CollectiveSpec, GroupSplits, Kind, ReduceOp
 from hiercoll.errors import HiercollError
 from hiercoll.executor.backends import get_backend
 from hiercoll.executor.interface import Backend, BackendName, Prepared
 from hiercoll.executor.library import all_gather_single
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.harness.prepare import BackendChoice
-from hiercoll.planner.search.select import check_tuning_path, plan_with
+from hiercoll.planner.search.select import plan_with
+from hiercoll.planner.search.tuning_path import check_tuning_path
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.topology import Topology
 from hiercoll.torch import patching as _patch
@@ -516,14 +517,6 @@ class Communicator:
                                async_op)
 
 
-def dtype_for(tensor: torch.Tensor) -> DType | None:
-    """hiercoll's dtype for a tensor, None when it has none (patch() falls back then)."""
-    try:
-        return dtype_of(tensor, "tensor")
-    except HiercollError:
-        return None
-
-
 def _slots_of(entry: _Entry) -> int:
     prepared: Any = entry.prepared            # a CudaPrepared
     return int(prepared.program.num_slots)
@@ -547,3 +540,14 @@ def _fused_attr(name: str) -> Callable[..., Any] | None:
         return None
     fn: Callable[..., Any] | None = getattr(module, name, None)
     return fn
+
+
+def patch(*comms: Communicator) -> Communicator | None:
+    """Route torch.distributed's collectives through `comms` (hiercoll.torch.patching); with
+    none, a Communicator() for WORLD is made (collective), registered and returned."""
+    made = None
+    if not comms:
+        made = Communicator()
+        comms = (made,)
+    _patch.install(*comms)
+    return made

@@ -21,15 +21,34 @@ import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from hiercoll.errors import HiercollError
 
-if TYPE_CHECKING:
-    from hiercoll.torch.communicator import Communicator
+
+class Communicator(Protocol):
+    """What the wrappers need of a registered communicator (hiercoll.torch.Communicator is
+    one): its group and device, and the four collectives they route to it."""
+
+    @property
+    def group(self) -> Any: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def all_reduce(self, tensor: torch.Tensor, op: Any = ..., async_op: bool = ...) -> Any: ...
+
+    def reduce_scatter_tensor(self, output: torch.Tensor, input: torch.Tensor, op: Any = ...,
+                              async_op: bool = ...) -> Any: ...
+
+    def all_gather_into_tensor(self, output: torch.Tensor, input: torch.Tensor,
+                               async_op: bool = ...) -> Any: ...
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, *args: Any,
+                          **kwargs: Any) -> Any: ...
 
 PATCHED = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "all_to_all_single",
            "reduce_scatter_single", "all_gather_single")
@@ -56,14 +75,9 @@ def forget(comm: Communicator) -> None:
         del _comms[g]
 
 
-def patch(*comms: Communicator) -> Communicator | None:
-    """Install the wrappers (idempotent) and register `comms` by group; with none, a
-    Communicator() for WORLD is made (collective) and returned."""
-    made = None
-    if not comms:
-        from hiercoll.torch.communicator import Communicator
-        made = Communicator()
-        comms = (made,)
+def install(*comms: Communicator) -> None:
+    """Install the wrappers (idempotent) and register `comms` by group (`hiercoll.torch.patch`
+    makes a WORLD communicator first when given none)."""
     for c in comms:
         _comms[c.group] = c
     if not _originals:
@@ -71,7 +85,6 @@ def patch(*comms: Communicator) -> Communicator | None:
             if hasattr(dist, name):
                 _originals[name] = getattr(dist, name)
                 setattr(dist, name, functools.wraps(_originals[name])(_WRAPPERS[name]))
-    return made
 
 
 def unpatch() -> None:
@@ -93,7 +106,7 @@ def _comm_for(group: Any, tensors: tuple[torch.Tensor, ...]) -> Communicator | N
     comm = _comms.get(key)
     if comm is None:
         return None
-    from hiercoll.torch.communicator import dtype_for
+    from hiercoll.torch.resolve import dtype_for
     for t in tensors:
         if (not isinstance(t, torch.Tensor) or t.device.type != comm.device.type
                 or not t.is_contiguous() or dtype_for(t) is None or t.dtype != tensors[0].dtype):

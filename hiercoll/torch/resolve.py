@@ -110,3 +110,11 @@ def dtype_of(tensor: torch.Tensor, name: str) -> DType:
     except KeyError:
         raise HiercollError(f"{name}: dtype {tensor.dtype} is not supported; use bf16, fp16, fp32 "
                             "or fp64") from None
+
+
+def dtype_for(tensor: torch.Tensor) -> DType | None:
+    """hiercoll's dtype for a tensor, None when it has none (patch() falls back then)."""
+    try:
+        return dtype_of(tensor, "tensor")
+    except HiercollError:
+        return None

@@ -494,7 +494,7 @@ def tuned_executor(tuning_path: str | Path, topology: Topology,
                    spec: CollectiveSpec) -> dict[str, Any]:
     """The tuning file's executor knobs for this topology, collective, dtype and size ({} when
     it has no entry for them)."""
-    from hiercoll.planner.search.select import check_tuning_path
+    from hiercoll.planner.search.tuning_path import check_tuning_path
     check_tuning_path(tuning_path)
     entry = _entry(read_tuning(tuning_path), topology, spec)
     return {} if entry is None else dict(entry.executor)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hiercoll.collectives import CollectiveSpec
-from hiercoll.errors import HiercollError
 from hiercoll.planner.registry import plan
+from hiercoll.planner.search.tuning_path import check_tuning_path
 from hiercoll.schedule import Schedule
 from hiercoll.topology import Topology
 
@@ -30,16 +29,6 @@ def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
     from hiercoll.planner.search.autopick import choose  # needs the simulator
     pick = choose(topology, spec, tuning_path=tuning)
     return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source, pick.executor)
-
-
-def check_tuning_path(tuning: str | Path) -> None:
-    p = Path(tuning)
-    if p.is_dir():
-        raise HiercollError(f"--tuning {p}: is a directory; give the tuning.json that "
-                            "`hiercoll autopick -o` wrote")
-    if not p.is_file():
-        raise HiercollError(f"--tuning {p}: no such file; make it with `hiercoll autopick ... "
-                            "-o tuning.json` or leave --tuning out to search")
 
 
 def plan_auto(topology: Topology, spec: CollectiveSpec, algorithm: str = "auto",
