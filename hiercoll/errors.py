@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 from pydantic import ValidationError
 
 
@@ -28,12 +30,18 @@ class VerificationError(Exception):
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:
-    """First pydantic error as `source: field.path: message`."""
-    first = err.errors()[0]
+    """First pydantic error as `source: field.path: message`. A misspelt key shows up twice (the
+    right key missing, the typo unknown): the typo is named, with the key it resembles."""
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        msg = "unknown field; remove it or check the spelling (see `hiercoll topo schema`)"
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing"
+                   and e["loc"][:-1] == first["loc"][:-1]]
+        close = difflib.get_close_matches(str(first["loc"][-1]), missing, n=1)
+        msg = (f"unknown field; did you mean {close[0]}?" if close else
+               "unknown field; remove it or check the spelling (see `hiercoll topo schema`)")
     elif first["type"] == "missing":
         msg = "required field is missing"
     return f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}"

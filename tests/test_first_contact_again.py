@@ -150,3 +150,15 @@ def test_the_readme_attention_line_runs_on_the_shipped_mask(tmp_path: Path) -> N
     assert "group_cast" in proc.stdout and (tmp_path / "out").is_dir()
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "--mask examples/mask.yaml --chunk-size 256 -t dgx-h100 -n 2" in readme
+
+
+def test_a_misspelt_key_is_named_as_unknown_with_the_key_it_resembles(tmp_path: Path) -> None:
+    """`nic_gbs` for `nic_gbps` was reported as 'inter.nic_gbps: required field is missing'."""
+    doc = {"name": "t", "num_nodes": 2, "gpus_per_node": 2,
+           "gpu": {"name": "T", "hbm_gbps": 3000.0, "num_sms": 100},
+           "intra": {"kind": "nvswitch", "gbps": 300.0, "latency_us": 1.0},
+           "inter": {"num_nics": 2, "nic_gbs": 50.0, "latency_us": 3.0}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    line = one_error_line(run_cli("topo", "show", str(path)))
+    assert "inter.nic_gbs: unknown field; did you mean nic_gbps?" in line
