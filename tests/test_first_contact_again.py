@@ -162,3 +162,18 @@ def test_a_misspelt_key_is_named_as_unknown_with_the_key_it_resembles(tmp_path: 
     path.write_text(json.dumps(doc))
     line = one_error_line(run_cli("topo", "show", str(path)))
     assert "inter.nic_gbs: unknown field; did you mean nic_gbps?" in line
+
+
+def test_topo_detect_without_gpu_tools_says_so(tmp_path: Path) -> None:
+    """It named recorded files (nvidia-smi-q.txt, ...) the user never made."""
+    env = dict(os.environ, PATH=str(tmp_path))       # no nvidia-smi / rocm-smi on PATH
+    import shutil
+    import sys
+    if shutil.which("nvidia-smi") or shutil.which("rocm-smi"):
+        pytest.skip("this machine has GPU tools")
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "hiercoll", "topo", "detect", "--no-nvml", "-n", "1",
+                           "-o", str(tmp_path / "t.yaml")], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    line = one_error_line(proc)
+    assert "no GPU found" in line and "nvidia-smi" in line and ".txt" not in line

@@ -129,6 +129,12 @@ def detect_live(use_nvml: bool = True) -> tuple[NodeFacts, dict[str, str]]:
     texts = run_tools()
     nvml = read_nvml() if use_nvml else None
     if nvml is None:
+        if not any(name in texts for name in COMMANDS if name.endswith(("-q.txt", "-m.txt",
+                                                                        "showtopo.txt"))):
+            raise HiercollError("topo detect: no GPU found on this machine: NVML (pynvml) is not "
+                                "installed or sees no GPU, and neither nvidia-smi nor rocm-smi "
+                                "is on PATH; run it on a GPU node, or give --from DIR with "
+                                "recorded outputs")
         return facts_from_texts(texts), texts
     if "nvidia-smi-topo-m.txt" in texts:
         _, _, nics, _ = parse_topo_matrix(texts["nvidia-smi-topo-m.txt"])
