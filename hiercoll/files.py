@@ -13,6 +13,7 @@ import io
 import os
 import stat
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,10 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     write_atomic(path, buf.getvalue())
+
+
+def fit_title(fig: Any, text: str, fontsize: float) -> str:
+    """`text` wrapped to the figure's width (a title longer than the figure was cut off at
+    both edges of the PNG): about 0.55 em per character, a line per paragraph kept."""
+    chars = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))
+    return "\n".join(textwrap.fill(part, chars) for part in text.split("\n"))

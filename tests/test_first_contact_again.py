@@ -177,3 +177,19 @@ def test_topo_detect_without_gpu_tools_says_so(tmp_path: Path) -> None:
                           timeout=120, check=False)
     line = one_error_line(proc)
     assert "no GPU found" in line and "nvidia-smi" in line and ".txt" not in line
+
+
+def test_long_figure_titles_wrap_to_the_figure() -> None:
+    """PNG titles were cut off at both edges: they now wrap to the figure's width."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hiercoll.files import fit_title
+    fig = plt.figure(figsize=(6, 3))
+    title = "MoE dispatch/combine, 4096 tokens/rank, top-8 of 256 experts, 32 ranks on dgx-h100 " * 2
+    lines = fit_title(fig, title, 9).split("\n")
+    assert len(lines) > 1 and all(len(line) <= 6 * 72 / (0.55 * 9) for line in lines)
+    assert fit_title(fig, "short\nsecond", 9) == "short\nsecond"
+    plt.close(fig)

@@ -109,7 +109,7 @@ def plot(rows: Sequence[RowError], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hiercoll.files import save_figure
+    from hiercoll.files import fit_title, save_figure
     kinds = sorted({r.case.measurement.collective.value for r in rows})
     fig, axes = plt.subplots(1, len(kinds), figsize=(4.6 * len(kinds), 4.2), squeeze=False)
     for ax, kind in zip(axes[0], kinds, strict=True):
@@ -133,7 +133,8 @@ def plot(rows: Sequence[RowError], path: Path, title: str) -> None:
         ax.set_title(kind, fontsize=9)
         ax.grid(True, alpha=0.3, which="both")
         ax.legend(fontsize=6)
-    fig.suptitle(title + "  (points: measured, hollow = held out; lines: predicted)", fontsize=9)
+    fig.suptitle(fit_title(fig, title + "  (points: measured, hollow = held out; lines: predicted)",
+                           9), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=90)
     plt.close(fig)

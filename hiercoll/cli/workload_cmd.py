@@ -147,7 +147,7 @@ def _plot(rows: list[PlanRow], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hiercoll.files import save_figure
+    from hiercoll.files import fit_title, save_figure
     labels = [f"{r.method}\n{r.algorithm}" for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     xs = range(len(rows))
@@ -161,7 +161,7 @@ def _plot(rows: list[PlanRow], path: Path, title: str) -> None:
     for ax in (a, b):
         ax.set_xticks(list(xs), labels, fontsize=7)
         ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(fit_title(fig, title, 9), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=90)
     plt.close(fig)

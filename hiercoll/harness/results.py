@@ -97,7 +97,7 @@ def markdown(body: dict[str, Any]) -> str:
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
-    from hiercoll.files import save_figure
+    from hiercoll.files import fit_title, save_figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -113,8 +113,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("busbw GB/s")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    ax.set_title(", ".join(sorted({r["collective"] for r in rows})) +
-                 f" on {rows[0]['world_size']} ranks")
+    ax.set_title(fit_title(fig, ", ".join(sorted({r["collective"] for r in rows}))
+                           + f" on {rows[0]['world_size']} ranks", 12), fontsize=12)
     fig.tight_layout()
     save_figure(fig, path, dpi=90)
     plt.close(fig)

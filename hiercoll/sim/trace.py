@@ -99,7 +99,7 @@ def timeline_png(schedule: Schedule, result: SimResult, path: str, max_ranks: in
     """Ranks as rows (channels as sub-rows), ops as bars coloured by kind and transport."""
     import matplotlib
 
-    from hiercoll.files import save_figure
+    from hiercoll.files import fit_title, save_figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -127,7 +127,7 @@ def timeline_png(schedule: Schedule, result: SimResult, path: str, max_ranks: in
              f"{100 * result.bound_ratio:.0f}% of bound")
     if result.shortcut:
         title += f"\n(representative ranks only: {result.shortcut.split(';')[0]})"
-    ax.set_title(title, fontsize=10)
+    ax.set_title(fit_title(ax.figure, title, 10), fontsize=10)
     used = {(op.kind.value, op.transport.value) for r in ranks for op in schedule.rank_ops(r)}
     ax.legend(handles=[Patch(color=c, label=f"{k} {t}") for (k, t), c in COLOURS.items() if (k, t) in used],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)   # outside: never hides a bar
