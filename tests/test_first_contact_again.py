@@ -193,3 +193,16 @@ def test_long_figure_titles_wrap_to_the_figure() -> None:
     assert len(lines) > 1 and all(len(line) <= 6 * 72 / (0.55 * 9) for line in lines)
     assert fit_title(fig, "short\nsecond", 9) == "short\nsecond"
     plt.close(fig)
+
+
+def test_a_4096_gpu_recipe_on_the_ecmp_fabric_is_saved_at_once_with_an_estimated_count(
+        tmp_path: Path) -> None:
+    """It took 455 s, printing nothing, to count ops by building 2048 ranks."""
+    import time
+    t0 = time.monotonic()
+    proc = run_cli("plan", "-t", "h100-rail-3tier", "-n", "512", "-c", "all_reduce", "-b", "1GiB",
+                   "-a", "hier", "--form", "recipe", "-o", str(tmp_path / "r.json"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["num_ops_estimated"] and 1e7 < info["num_ops"] < 1e8
+    assert time.monotonic() - t0 < 60

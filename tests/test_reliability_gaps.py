@@ -222,12 +222,13 @@ def test_an_all_to_all_v_counts_file_plans_and_a_bad_one_is_one_line(
 def test_a_recipe_over_the_op_limit_is_saved_uncounted_and_its_expansion_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A recipe file holds no ops, so it is written whatever its size; counting its ops would
-    walk every rank, so it says `uncounted`. The expanded form is refused before any file."""
+    walk every rank, so its count is the estimate from sizes. The expanded form is refused
+    before any file."""
     monkeypatch.setenv("HIERCOLL_MAX_OPS", "2000")
     recipe, expanded = tmp_path / "r.json", tmp_path / "e.json"
     args = ("plan", "-t", "dgx-h100", "-n", "8", "-c", "all_reduce", "-b", "1000002", "-a", "rhd")
     code = main([*args, "--form", "recipe", "-o", str(recipe)])
     out = capsys.readouterr().out
-    assert code == 0 and recipe.exists() and "uncounted ops" in out, out
+    assert code == 0 and recipe.exists() and "ops, estimated" in out, out
     _one_line(*_cli(capsys, *args, "-o", str(expanded)), "HIERCOLL_MAX_OPS")
     assert not expanded.exists()
