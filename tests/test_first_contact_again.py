@@ -206,3 +206,29 @@ def test_a_4096_gpu_recipe_on_the_ecmp_fabric_is_saved_at_once_with_an_estimated
     info = json.loads(proc.stdout)
     assert info["num_ops_estimated"] and 1e7 < info["num_ops"] < 1e8
     assert time.monotonic() - t0 < 60
+
+
+def _npy_claiming(shape: tuple[int, ...], path: Path) -> None:
+    """A .npy whose header claims `shape` but holds almost no data (a fuzzed router file)."""
+    import io
+
+    import numpy as np
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<i8", "fortran_order": False, "shape": shape})
+    path.write_bytes(buf.getvalue() + b"\0" * 64)
+
+
+@pytest.mark.parametrize("shape", [(100000, 100000, 8), (4, 2, 2)])
+def test_a_router_file_that_claims_a_huge_or_missing_shape_is_one_line(tmp_path: Path, shape: tuple) -> None:
+    """A header claiming a huge shape allocated it (MemoryError / a machine out of memory)."""
+    path = tmp_path / "router.npy"
+    _npy_claiming(shape, path)
+    line = one_error_line(run_cli("workload", "moe", "--router", str(path), "--tokens", "4",
+                                  "--topk", "2", "--experts", "16", "-t", "h200x4"))
+    assert str(path) in line
+
+
+def test_compare_offers_no_group_collectives_for_logs() -> None:
+    line = one_error_line(run_cli("compare", "examples/all_reduce_perf.2node.log", "-t", "dgx-h100",
+                                  "-n", "2", "-c", "group_cast"))
+    assert "invalid choice: 'group_cast'" in line

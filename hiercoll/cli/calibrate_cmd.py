@@ -22,7 +22,7 @@ from hiercoll.cli.common import (
     print_json,
     print_table,
 )
-from hiercoll.collectives import Kind
+from hiercoll.collectives import GROUPED, Kind
 
 if TYPE_CHECKING:
     from hiercoll.calibration.predict import Case
@@ -46,8 +46,10 @@ def add_measurement_args(p: argparse.ArgumentParser, optional: bool = False) -> 
     p.add_argument("measurements", nargs="*" if optional else "+", metavar="MEAS",
                    help="nccl-tests logs (*_perf output) or hiercoll bench JSON files")
     add_topology_args(p)
-    p.add_argument("--collective", "-c", default=None, choices=enum_choices(Kind),
-                   help="for nccl-tests logs whose collective the file name does not tell")
+    sized = [k for k in enum_choices(Kind) if Kind(k) not in GROUPED]   # nccl-tests' kinds
+    p.add_argument("--collective", "-c", default=None, choices=sized,
+                   help="for nccl-tests logs whose collective the file name does not tell "
+                   "(group_cast/group_reduce take their sizes from splits, not a log)")
     p.add_argument("--allow-wrong", action="store_true",
                    help="keep nccl-tests rows with a non-zero #wrong (flagged in the report)")
 

@@ -31,6 +31,7 @@ go.
 from __future__ import annotations
 
 import json
+import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,15 +280,22 @@ def _json_rank(where: str, rows: object) -> IntArray:
     return np.array(rows, dtype=np.int64).reshape(len(rows), lengths[0] if rows else 0)
 
 
+MAX_ROUTER_ENTRIES = 1 << 28    # [W, T, k] ids read into memory: 2 GiB of int64
+
+
 def _from_npy(path: Path) -> list[IntArray]:
-    try:
-        a = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise HiercollError(f"{path}: cannot read .npy ({str(err).splitlines()[0]})") from None
+    try:   # memory-mapped: a header that claims a huge shape allocates nothing
+        a = np.load(path, allow_pickle=False, mmap_mode="r")
+    except (OSError, ValueError, EOFError, SyntaxError, MemoryError, tokenize.TokenError) as err:
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        raise HiercollError(f"{path}: cannot read .npy ({first})") from None
     if a.ndim != 3 or a.dtype.kind not in "iu":
         raise HiercollError(f"{path}: array {a.dtype} {a.shape}, expected an integer array "
                             "[world, tokens, topk]")
-    return [a[r].astype(np.int64) for r in range(a.shape[0])]
+    if a.size > MAX_ROUTER_ENTRIES:
+        raise HiercollError(f"{path}: {a.shape} is {a.size} expert ids, over "
+                            f"{MAX_ROUTER_ENTRIES}; route fewer tokens")
+    return [np.array(a[r], dtype=np.int64) for r in range(a.shape[0])]
 
 
 def load_router(path: str | Path) -> list[IntArray]:
