@@ -232,3 +232,22 @@ def test_compare_offers_no_group_collectives_for_logs() -> None:
     line = one_error_line(run_cli("compare", "examples/all_reduce_perf.2node.log", "-t", "dgx-h100",
                                   "-n", "2", "-c", "group_cast"))
     assert "invalid choice: 'group_cast'" in line
+
+
+def test_a_simulator_deadlock_is_one_line_and_exit_1(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Extreme link speeds made the simulator report a deadlock as a VerificationError
+    traceback; the CLI says it in one line (exit 1: the plan, not the input, is at fault)."""
+    import hiercoll.sim as sim
+    from hiercoll.cli.main import main
+    from hiercoll.errors import VerificationError
+    plan = tmp_path / "p.json"
+    assert main(["plan", "-t", "h200x4", "-c", "all_reduce", "-b", "64KiB", "-a", "ring",
+                 "-o", str(plan)]) == 0
+    capsys.readouterr()
+
+    def stuck(*args: object, **kwargs: object) -> None:
+        raise VerificationError("deadlock: op 0.3 and 5 others never ran")
+    monkeypatch.setattr(sim, "simulate", stuck)
+    assert main(["simulate", str(plan)]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: deadlock: op 0.3 and 5 others never ran\n"

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from hiercoll.cli.common import missing_extra_line, wide_when_piped
-from hiercoll.errors import HiercollError
+from hiercoll.errors import HiercollError, VerificationError
 
 # Each module has `register(subparsers)`, which adds a parser with `func(args) -> int`.
 COMMAND_MODULES = [
@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     except HiercollError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    except VerificationError as exc:     # a plan that deadlocks, races or computes a wrong result
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
     except ModuleNotFoundError as exc:
         line = missing_extra_line(exc.name or "", f"hiercoll {args.command}")
         if line is None:
