@@ -251,3 +251,22 @@ def test_a_simulator_deadlock_is_one_line_and_exit_1(tmp_path: Path, capsys, mon
     assert main(["simulate", str(plan)]) == 1
     err = capsys.readouterr().err
     assert err == "error: deadlock: op 0.3 and 5 others never ran\n"
+
+
+def test_calibrate_and_compare_make_nccls_choice_by_one_rule() -> None:
+    """calibrate fixed NCCL's ring/tree choice with uncalibrated costs before fitting, compare
+    chose again with calibrated ones, so the two disagreed on the same file. Both now keep
+    the candidates and take the faster under the costs they evaluate."""
+    import hiercoll as hc
+    from hiercoll.calibration.measurements import load_measurements
+    from hiercoll.calibration.predict import build_case, predict_us
+    base = hc.load_topology("dgx-h100", nodes=2, uncalibrated=True)
+    rows = [m for m in load_measurements(["examples/all_reduce_perf.2node.log"])][:6]
+    costs = base.costs.model_copy(update={"launch_us": 14.0, "nic_efficiency": 0.5})
+    calibrated = base.model_copy(update={"costs": costs})
+    for m in rows:
+        fitted = build_case(m, base)               # what calibrate builds, before the fit
+        compared = build_case(m, calibrated)       # what compare builds, after it
+        assert {c.meta.algorithm for c in fitted.candidates} == {"ring", "tree"}
+        assert predict_us(fitted, calibrated, base) == pytest.approx(
+            predict_us(compared, calibrated, calibrated), rel=1e-9)

@@ -15,7 +15,7 @@ from hiercoll.calibration.measurements import Measurement
 from hiercoll.collectives import CollectiveSpec, valid_nbytes
 from hiercoll.errors import HiercollError
 from hiercoll.planner import plan
-from hiercoll.planner.library_model import library_model, sm_only
+from hiercoll.planner.library_model import choose_fastest, library_candidates, sm_only
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.sim import simulate
 from hiercoll.topology import Topology
@@ -27,6 +27,9 @@ class Case:
 
     measurement: Measurement
     schedule: Schedule
+    # library rows: every plan NCCL's model chooses among (ring, tree); the prediction takes
+    # the fastest under the costs being evaluated, so calibrate's fit and compare choose alike
+    candidates: tuple[Schedule, ...] = ()
 
     @property
     def plan_label(self) -> str:
@@ -34,7 +37,8 @@ class Case:
         which model stands for them."""
         m = self.measurement
         if m.algorithm == LIBRARY_ALGORITHM:
-            return f"nccl (model: {self.schedule.meta.algorithm})"
+            models = " or ".join(c.meta.algorithm for c in self.candidates) or self.schedule.meta.algorithm
+            return f"nccl (model: {models})"
         extra = ",".join(f"{k}={v}" for k, v in sorted(m.params.items()) if k in ("chunks", "channels"))
         return f"{m.algorithm}({extra})" if extra else m.algorithm
 
@@ -51,7 +55,8 @@ def build_case(m: Measurement, topology: Topology) -> Case:
     """The schedule of one measurement on `topology` (its shape must match the row's)."""
     spec = spec_of(m)
     if m.algorithm == LIBRARY_ALGORITHM:
-        schedule = library_model(topology, spec)
+        candidates = library_candidates(topology, spec)
+        return Case(m, candidates[0], tuple(candidates))
     else:
         try:
             schedule = plan(topology, spec, m.algorithm, dict(m.params) or None)
@@ -65,5 +70,11 @@ def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
     (a variant of `base` with other bandwidths/latencies/costs), in the row's mode."""
     if case.measurement.algorithm == LIBRARY_ALGORITHM:     # NCCL: SM kernels, no copy engine
         timed_on = sm_only(timed_on)
-    result = simulate(case.schedule, base, costs_from=timed_on, call_mode=case.measurement.mode)
-    return result.time_us
+    if len(case.candidates) > 1:           # NCCL's choice, made with these costs
+        return float(choose_fastest(list(case.candidates), lambda s: _time(s, case, timed_on,
+                                                                              base))[1] or 0.0)
+    return _time(case.schedule, case, timed_on, base)
+
+
+def _time(schedule: Schedule, case: Case, timed_on: Topology, base: Topology) -> float:
+    return simulate(schedule, base, costs_from=timed_on, call_mode=case.measurement.mode).time_us

@@ -24,6 +24,8 @@ topology's calibrated costs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.registry import plan
 from hiercoll.schedule import Schedule
@@ -58,10 +60,12 @@ def library_model_timed(topology: Topology, spec: CollectiveSpec) -> tuple[Sched
     return schedule, time_us
 
 
-def _candidates_and_choice(topology: Topology, spec: CollectiveSpec) -> tuple[Schedule, float | None]:
-    """The model's plan, and its simulated time where choosing it took a simulation."""
+def library_candidates(topology: Topology, spec: CollectiveSpec) -> list[Schedule]:
+    """The plans NCCL chooses among for `spec` (ring, and the tree where NCCL has one): the
+    choice itself depends on costs, so whoever times them with other costs (calibration's fit,
+    compare) chooses again with those costs, by the same rule (`choose_fastest`)."""
     if spec.kind not in RING_KINDS:
-        return plan(topology, spec, "direct"), None
+        return [plan(topology, spec, "direct")]
     channels = topology.gpus_per_node if topology.num_nodes > 1 else MODEL_CHANNELS
     per_channel = spec.total_bytes // max(channels, 1)
     chunks = max(1, min(MAX_CHUNKS, per_channel // SLICE_BYTES))
@@ -70,10 +74,24 @@ def _candidates_and_choice(topology: Topology, spec: CollectiveSpec) -> tuple[Sc
     # build ~500k ops a rank to check and fold; a minute a size)
     ring.check_walk("timing it as NCCL's model")
     if spec.kind not in TREE_KINDS or topology.num_nodes == 1:
-        return ring, None       # NCCL's tree is for several nodes (NVLS or the ring on one)
-    from hiercoll.sim import simulate
+        return [ring]       # NCCL's tree is for several nodes (NVLS or the ring on one)
     tree = plan(topology, spec, "tree", {"chunks": max(1, min(MAX_CHUNKS,
                                                                 spec.total_bytes // SLICE_BYTES))})
+    return [ring, tree]
+
+
+def choose_fastest(candidates: list[Schedule], time_of: Callable[[Schedule], float],
+                   ) -> tuple[Schedule, float | None]:
+    """The one rule for NCCL's choice: the candidate `time_of` says is fastest (None: one
+    candidate, nothing was timed)."""
+    if len(candidates) == 1:
+        return candidates[0], None
+    return min(((s, time_of(s)) for s in candidates), key=lambda st: st[1])
+
+
+def _candidates_and_choice(topology: Topology, spec: CollectiveSpec) -> tuple[Schedule, float | None]:
+    """The model's plan, and its simulated time where choosing it took a simulation."""
+    from hiercoll.sim import simulate
     timed = sm_only(topology)
-    return min(((s, simulate(s, topology, costs_from=timed).time_us)
-                for s in (ring, tree)), key=lambda st: st[1])
+    return choose_fastest(library_candidates(topology, spec),
+                          lambda s: simulate(s, topology, costs_from=timed).time_us)
