@@ -223,3 +223,42 @@ def test_missing_protobuf_is_one_line(monkeypatch):
     finally:
         monkeypatch.undo()
         chakra_proto.messages.cache_clear()
+
+
+def test_tuner_config_gives_nccl_its_best_where_hiercoll_would_run_its_own_plan():
+    """The README's 16-node example wrote nothing (every pick was hiercoll's, so every range was
+    a comment). With the topology known, each such range carries NCCL's best by the library
+    model, after a comment saying so; ring picks keep their own line."""
+    table = _random_table(random.Random())
+    asked: list[tuple[Kind, int]] = []
+
+    def best(kind: Kind, nbytes: int) -> tuple[str, int]:
+        asked.append((kind, nbytes))
+        return ("tree" if nbytes < 1 << 20 else "ring"), 8
+    text = render([table], 2, 16, "tuning.json", best)
+    lines = parse_tuner_config(text)
+    assert [(x.min_bytes, x.max_bytes) for x in lines] == [(e.min_bytes, e.max_bytes) for e in table.entries]
+    for e, x in zip(table.entries, lines):
+        if e.algorithm == "ring":
+            assert (x.algorithm, x.channels) == ("ring", e.params["channels"])
+        else:
+            assert x.algorithm in ("tree", "ring") and x.channels == 8 and x.protocol == "simple"
+    assert len(asked) == sum(e.algorithm != "ring" for e in table.entries)
+    assert all(e.min_bytes <= n <= max(e.max_bytes, 4 * e.min_bytes)
+               for (_, n), e in zip(asked, [e for e in table.entries if e.algorithm != "ring"]))
+    assert "calibrated library model" in text
+
+
+def test_cli_nccl_tuner_writes_a_line_for_every_range_when_all_picks_are_hiercolls(tmp_path, capsys):
+    topo = load_topology("dgx-h100", 2)
+    entries = [TuningEntry(min_bytes=0, max_bytes=1 << 20, algorithm="rd", params={}),
+               TuningEntry(min_bytes=(1 << 20) + 1, max_bytes=1 << 62, algorithm="hier", params={})]
+    table = TuningTable(topology_fingerprint=topo.fingerprint(), topology="t",
+                        collective=Kind.ALL_REDUCE, dtype="bf16", entries=entries)
+    tuning = tmp_path / "tuning.json"
+    write_tuning(tuning, table)
+    out = tmp_path / "nccl_tuner.conf"
+    assert main(["export", "nccl-tuner", str(tuning), "-t", "dgx-h100", "-n", "2", "-o", str(out)]) == 0
+    lines = parse_tuner_config(out.read_text())
+    assert len(lines) == 2 and {x.algorithm for x in lines} <= {"ring", "tree"}
+    assert all(x.channels == 8 for x in lines)

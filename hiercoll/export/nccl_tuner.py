@@ -7,9 +7,11 @@ One line per size range where hiercoll's pick is something NCCL itself can run:
 (`numPipeOps` and `regBuff`, the optional 9th and 10th columns, are left out: any value matches).
 hiercoll's `ring` is NCCL's ring with one ring per channel, so a `ring` pick becomes
 `ring,simple,<channels>`; the protocol is `simple` because hiercoll's simulator models bulk
-copies, not LL/LL128. Every other pick (hier, two_shot, direct, ..., or `nccl`: the library's
-own choice measured fastest) gets a comment line instead, saying what hiercoll would run there:
-NCCL keeps its own choice for those sizes.
+copies, not LL/LL128. Every other pick (hier, two_shot, direct, ..., or `nccl`) is a range NCCL
+still runs whenever this config is loaded: with the topology given (-t), it gets NCCL's best
+algorithm and channel count there by hiercoll's calibrated library model (ring or tree, the
+faster under the topology's costs), after a comment saying what hiercoll would run; without a
+topology it is a comment and NCCL keeps its own choice.
 
 Sizes: tuning.json's ranges are nccl-tests' S, which is what NCCL passes the tuner as nBytes
 (count x type size, times the ranks for all-gather and reduce-scatter). The plugin reads lines
@@ -18,6 +20,8 @@ with fgets into a 256-byte buffer, so every line written here is kept shorter th
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +36,7 @@ COLLECTIVES = {Kind.ALL_REDUCE: "allreduce", Kind.ALL_GATHER: "allgather",
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
 MAX_LINE = 255          # the plugin's fgets buffer is 256 bytes, its NUL included
+OPEN_ENDED = 1 << 40    # a range reaching past this is the table's open last one
 NCCL_RUNNABLE = {"ring"}
 
 
@@ -59,8 +64,16 @@ def _clip(line: str) -> str:
     return line if len(line) <= MAX_LINE else line[:MAX_LINE - 3] + "..."
 
 
-def table_lines(table: TuningTable, nodes: int, ranks: int) -> list[str]:
-    """The config lines (and comments) for one tuning table."""
+# (collective, bytes) -> NCCL's best (algorithm, channels) by the calibrated library model
+NcclBest = Callable[[Kind, int], tuple[str, int]]
+
+
+def table_lines(table: TuningTable, nodes: int, ranks: int,
+                nccl_best: NcclBest | None = None) -> list[str]:
+    """The config lines (and comments) for one tuning table. Where hiercoll's pick is not
+    something NCCL runs, NCCL still runs when this config is in use: `nccl_best` (the library
+    model on the topology, -t given) gives NCCL's best algorithm there; without it NCCL keeps
+    its own choice and the range is a comment."""
     coll = COLLECTIVES.get(table.collective)
     head = f"# {table.collective.value} {table.dtype} on {table.topology} (fingerprint {table.topology_fingerprint})"
     if coll is None:
@@ -70,11 +83,20 @@ def table_lines(table: TuningTable, nodes: int, ranks: int) -> list[str]:
         if e.algorithm in NCCL_RUNNABLE:
             channels = int(e.params.get("channels", 1))
             out.append(TunerLine(coll, e.min_bytes, e.max_bytes, "ring", "simple", channels, nodes, ranks).csv())
-        elif e.algorithm == LIBRARY_ALGORITHM:
-            out.append(f"# {e.min_bytes}-{e.max_bytes}: NCCL's own choice (measured fastest); no override")
-        else:
-            out.append(_clip(f"# {e.min_bytes}-{e.max_bytes}: hiercoll would run {e.algorithm}"
-                             f"({_params_text(e.params)}); NCCL keeps its own choice"))
+            continue
+        why = ("NCCL's own choice (measured fastest)" if e.algorithm == LIBRARY_ALGORITHM else
+               f"hiercoll would run {e.algorithm}({_params_text(e.params)})")
+        if nccl_best is None:
+            out.append(_clip(f"# {e.min_bytes}-{e.max_bytes}: {why}; no override"))
+            continue
+        hi = e.max_bytes if e.max_bytes < OPEN_ENDED else 4 * max(e.min_bytes, 1)
+        size = max(1, int(math.sqrt(max(e.min_bytes, 1) * max(hi, 1))))    # the range's middle
+        algo, channels = nccl_best(table.collective, size)
+        out.append(_clip(f"# {e.min_bytes}-{e.max_bytes}: {why}; NCCL's best by hiercoll's "
+                         f"calibrated library model at {size} B: {algo}, {channels} channels "
+                         "(protocol simple: the model times bulk copies, not LL/LL128)"))
+        out.append(TunerLine(coll, e.min_bytes, e.max_bytes, algo, "simple", channels, nodes,
+                             ranks).csv())
     return out
 
 
@@ -103,7 +125,8 @@ def select_tables(tuning: TuningFile, fingerprint: str | None, dtype: str | None
     return tables
 
 
-def render(tables: list[TuningTable], nodes: int, ranks: int, source: str) -> str:
+def render(tables: list[TuningTable], nodes: int, ranks: int, source: str,
+           nccl_best: NcclBest | None = None) -> str:
     any_size = nodes < 0
     lines = ["# NCCL tuner config written by `hiercoll export nccl-tuner` from " + source,
              "# format: collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
@@ -111,8 +134,11 @@ def render(tables: list[TuningTable], nodes: int, ranks: int, source: str) -> st
              "NCCL_TUNER_CONFIG_FILE=<this file> (see docs/export.md)",
              ("# nNodes/nRanks -1: matches a communicator of any size (no -t given)" if any_size else
               f"# for communicators of {nodes} node(s) and {ranks} ranks")]
+    if nccl_best is not None:
+        lines.append("# ranges hiercoll would run itself carry NCCL's best by hiercoll's "
+                     "calibrated library model (ring or tree), for when NCCL runs them")
     for t in tables:
-        lines += table_lines(t, nodes, ranks)
+        lines += table_lines(t, nodes, ranks, nccl_best)
     return "\n".join(_clip(x) for x in lines) + "\n"
 
 

@@ -60,13 +60,18 @@ def library_model_timed(topology: Topology, spec: CollectiveSpec) -> tuple[Sched
     return schedule, time_us
 
 
+def model_channels(topology: Topology) -> int:
+    """The channels NCCL's model runs: one per GPU of a node (its rails) across nodes."""
+    return topology.gpus_per_node if topology.num_nodes > 1 else MODEL_CHANNELS
+
+
 def library_candidates(topology: Topology, spec: CollectiveSpec) -> list[Schedule]:
     """The plans NCCL chooses among for `spec` (ring, and the tree where NCCL has one): the
     choice itself depends on costs, so whoever times them with other costs (calibration's fit,
     compare) chooses again with those costs, by the same rule (`choose_fastest`)."""
     if spec.kind not in RING_KINDS:
         return [plan(topology, spec, "direct")]
-    channels = topology.gpus_per_node if topology.num_nodes > 1 else MODEL_CHANNELS
+    channels = model_channels(topology)
     per_channel = spec.total_bytes // max(channels, 1)
     chunks = max(1, min(MAX_CHUNKS, per_channel // SLICE_BYTES))
     ring = plan(topology, spec, "ring", {"channels": channels, "chunks": chunks})
