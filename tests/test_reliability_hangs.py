@@ -109,20 +109,28 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
-@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
-def test_a_stopped_or_killed_gloo_rank_ends_the_job_with_one_line_naming_op_and_peer(tmp_path, sig):
+@pytest.mark.parametrize(("sig", "algorithm", "check"),
+                         [(signal.SIGSTOP, "ring", False), (signal.SIGKILL, "ring", False),
+                          (signal.SIGKILL, "nccl", True), (signal.SIGSTOP, "nccl", True)],
+                         ids=["stopped", "killed", "killed-library-checked", "stopped-library-checked"])
+def test_a_stopped_or_killed_gloo_rank_ends_the_job_with_one_line_naming_op_and_peer(
+        tmp_path, sig, algorithm, check):
     """SIGSTOP: rank 1 times out waiting for rank 0. SIGKILL: rank 1's wait fails at once (the
     connection closed); either way one line naming rank 1, the op and rank 0, not only
-    torchrun's ChildFailedError."""
+    torchrun's ChildFailedError. A library (`nccl`) plan, and `--check`'s identity check and
+    verdicts, fail inside torch's own collectives: one line too (issue 30 found tracebacks). A
+    stopped rank is ended by the rank that reported it, so the job ends without torchrun's
+    30 s wait."""
     from tests.test_exec_cli import _topo2
     topo = _topo2()
     path = tmp_path / "plan.json"
     save_plan(path, hc.plan(topo, CollectiveSpec(kind="all_reduce", world_size=2, nbytes=2 * 1001),
-                            "ring"), topo)
+                            algorithm), topo)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
                              "--nproc-per-node=2", "-m", "hiercoll", "run", str(path), "--backend",
-                             "gloo", "--iters", "1000000000", "--timeout", "3"],
+                             "gloo", "--iters", "1000000000", "--timeout", "3",
+                             *(["--check"] if check else [])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     workers: dict[int, int] = {}
     try:
@@ -143,6 +151,8 @@ def test_a_stopped_or_killed_gloo_rank_ends_the_job_with_one_line_naming_op_and_
         took = time.monotonic() - stopped
         assert not _alive(workers[1]), "rank 1 still waits a minute after rank 0 stopped"
         assert took < 30, took
+        proc.wait(timeout=60)
+        assert time.monotonic() - stopped < 25, "torchrun waited for the stopped rank"
     finally:
         for pid in workers.values():
             with contextlib.suppress(OSError):
@@ -151,7 +161,10 @@ def test_a_stopped_or_killed_gloo_rank_ends_the_job_with_one_line_naming_op_and_
     assert proc.returncode != 0
     ours = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(ours) == 1, err[-3000:]
-    if sig == signal.SIGSTOP:
+    if algorithm == "nccl" or check:
+        assert re.match(r"error: rank 1: ", ours[0]) and ("rank stopped or died" in ours[0]
+                                                          or "rank 0" in ours[0]), ours
+    elif sig == signal.SIGSTOP:
         assert re.fullmatch(r"error: rank 1: op \d+\.\d+ timed out after 3 s waiting for "
                             r"rank 0", ours[0]), ours
     else:

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     choice = backend_choice(args)
     if args.one_gpu:
         return _run_one_gpu(cases, modes, choice, args)
-    from hiercoll.harness.launch import init_from_env, shutdown
+    from hiercoll.harness.launch import init_from_env, peer_failures, shutdown
     launch = init_from_env(device_type(args.backend))
     if launch.device.type != "cuda" and "graph" in modes:
         modes = [m for m in modes if m != "graph"]
@@ -84,16 +84,17 @@ def run(args: argparse.Namespace) -> int:
     peers = _peer_names(args.peers) if launch.device.type == "cuda" else ()   # CUDA peers only
     sizes_done: set[int] = set()
     try:
-        for case in cases:
-            found = _bench_case(case, modes, launch, choice, args)
-            size = case.schedule.spec.total_bytes
-            if peers and size not in sizes_done:
-                sizes_done.add(size)
-                found += _bench_peers(case, peers, modes, launch, args)
-            for row in found:
-                rows.append(row)
-                if launch.rank == 0 and not args.json:
-                    _print_row(row)
+        with peer_failures(launch.rank):
+            for case in cases:
+                found = _bench_case(case, modes, launch, choice, args)
+                size = case.schedule.spec.total_bytes
+                if peers and size not in sizes_done:
+                    sizes_done.add(size)
+                    found += _bench_peers(case, peers, modes, launch, args)
+                for row in found:
+                    rows.append(row)
+                    if launch.rank == 0 and not args.json:
+                        _print_row(row)
     finally:
         shutdown()
     if launch.rank == 0:

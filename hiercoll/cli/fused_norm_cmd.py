@@ -98,7 +98,7 @@ def _one_gpu(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list
 def _group(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list[int],
            stage: int | None) -> list[dict[str, Any]] | None:
     from hiercoll.cli.backend_args import device_type
-    from hiercoll.harness.launch import init_from_env, shutdown
+    from hiercoll.harness.launch import init_from_env, peer_failures, shutdown
     if args.backend not in ("cuda", "gloo"):
         raise HiercollError("--fused-rmsnorm: --backend cuda (the fused kernel) or gloo (the "
                             "unfused fallback on CPU)")
@@ -106,22 +106,23 @@ def _group(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list[i
         raise HiercollError("--modes graph: needs --backend cuda (CUDA graphs)")
     launch = init_from_env(device_type(args.backend), args.timeout)
     try:
-        if args.world is not None and args.world != launch.world_size:
-            raise HiercollError(f"--world: {args.world} but the launch has {launch.world_size} "
-                                f"ranks; torchrun --nproc-per-node {args.world} ...")
-        from hiercoll.executor.cuda.lowering import spin_limit_for
-        from hiercoll.harness.fused_norm_stress import stress_group
-        from hiercoll.torch.reference import unfused_add_rms_norm
-        spin = spin_limit_for(args.debug_timeout_ms)
-        out = []
-        for h in hs:
-            for m in ms:
-                for mode in modes:
-                    r = stress_group(unfused_add_rms_norm, m, h, args.iters, mode,
-                                     seed=args.seed, stage=stage, spin_limit=spin).to_json()
-                    if launch.rank == 0 and not args.json:
-                        _print(r)
-                    out.append(r)
+        with peer_failures(launch.rank):
+            if args.world is not None and args.world != launch.world_size:
+                raise HiercollError(f"--world: {args.world} but the launch has {launch.world_size} "
+                                    f"ranks; torchrun --nproc-per-node {args.world} ...")
+            from hiercoll.executor.cuda.lowering import spin_limit_for
+            from hiercoll.harness.fused_norm_stress import stress_group
+            from hiercoll.torch.reference import unfused_add_rms_norm
+            spin = spin_limit_for(args.debug_timeout_ms)
+            out = []
+            for h in hs:
+                for m in ms:
+                    for mode in modes:
+                        r = stress_group(unfused_add_rms_norm, m, h, args.iters, mode,
+                                         seed=args.seed, stage=stage, spin_limit=spin).to_json()
+                        if launch.rank == 0 and not args.json:
+                            _print(r)
+                        out.append(r)
     finally:
         shutdown()
     return out if launch.rank == 0 else None

@@ -103,18 +103,19 @@ def run(args: argparse.Namespace) -> int:
     from hiercoll.executor.graph_backend import maybe_graph
     from hiercoll.executor.interface import check_launch
     from hiercoll.harness.inputs import RefKind
-    from hiercoll.harness.launch import init_from_env, shutdown
+    from hiercoll.harness.launch import init_from_env, peer_failures, shutdown
     from hiercoll.harness.prepare import prepare_for_mode
     from hiercoll.harness.stress import stress
     launch = init_from_env(device_type(args.backend), args.timeout)
     try:
-        check_launch(target.schedule, launch.world_size, fingerprint)
-        backend, prepared = prepare_for_mode(target.schedule, choice, args.mode, {})
-        runner, prep = maybe_graph(backend, prepared, args.mode, launch.device)
-        report = stress(runner, prep, launch.device, args.iters, RefKind.NUMPY, seed=0,
-                        mode=args.mode, check=args.check)
-        if args.profile:
-            _profile_ranks(target, choice, launch.rank, launch.device, args.profile)
+        with peer_failures(launch.rank):
+            check_launch(target.schedule, launch.world_size, fingerprint)
+            backend, prepared = prepare_for_mode(target.schedule, choice, args.mode, {})
+            runner, prep = maybe_graph(backend, prepared, args.mode, launch.device)
+            report = stress(runner, prep, launch.device, args.iters, RefKind.NUMPY, seed=0,
+                            mode=args.mode, check=args.check)
+            if args.profile:
+                _profile_ranks(target, choice, launch.rank, launch.device, args.profile)
     finally:
         shutdown()
     if launch.rank == 0:

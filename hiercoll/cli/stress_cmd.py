@@ -99,15 +99,16 @@ def run(args: argparse.Namespace) -> int:
             if args.out:
                 _write_reports(args, reports)
         return _summarise(args, reports)
-    from hiercoll.harness.launch import init_from_env, shutdown
+    from hiercoll.harness.launch import init_from_env, peer_failures, shutdown
     launch = init_from_env(device_type(args.backend), args.timeout)
     reports = []
     try:
-        for case in cases:
-            for r in _stress_case(case, modes, launch, choice, args):
-                reports.append(r)
-                if launch.rank == 0 and not args.json:
-                    _print_case(r)
+        with peer_failures(launch.rank):
+            for case in cases:
+                for r in _stress_case(case, modes, launch, choice, args):
+                    reports.append(r)
+                    if launch.rank == 0 and not args.json:
+                        _print_case(r)
     finally:
         shutdown()
     return _summarise(args, reports) if launch.rank == 0 else (

@@ -7,6 +7,9 @@ multicast object can take them out of service; nothing in hiercoll uses multimem
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,3 +95,46 @@ def shutdown() -> None:
     import torch.distributed as dist
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextmanager
+def peer_failures(rank: int) -> Iterator[None]:
+    """A rank that stops or dies makes torch.distributed calls anywhere in the harness raise
+    (RuntimeError and its DistBackendError): one line naming this rank instead of a traceback.
+    Either way, ranks of this host that are stopped (SIGSTOP) are ended: torchrun would wait 30 s
+    before killing them itself, after our one line had already said what happened."""
+    try:
+        yield
+    except HiercollError:
+        end_stopped_local_ranks()
+        raise
+    except RuntimeError as exc:
+        end_stopped_local_ranks()
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                     type(exc).__name__)
+        raise HiercollError(f"rank {rank}: a call with the other ranks failed (a rank stopped "
+                            f"or died?): {first}") from None
+
+
+def end_stopped_local_ranks() -> list[int]:
+    """SIGKILL the stopped siblings of this process under torchrun (the other workers of its
+    agent; Linux /proc): the pids ended."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not os.path.isdir("/proc"):
+        return []
+    parent, ended = os.getppid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, ppid = fields[0], int(fields[1])
+        if ppid == parent and state in ("T", "t"):
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                ended.append(int(entry))
+            except OSError:
+                pass
+    return ended
