@@ -1,8 +1,10 @@
-"""A transient progress bar on a terminal's stderr, or nothing.
+"""A transient progress bar on a terminal's stderr; elsewhere a line per step, or nothing.
 
-Only on a terminal: elsewhere (a pipe, a CI log, a test) a transient bar leaves a blank line in
-stderr, and an error printed after it is no longer one line. The planner and the CLI both use
-it (the auto-picker's sizes, a long simulation's ops), so it lives below both.
+On a terminal: a bar. Elsewhere (a pipe, a CI log) a transient bar leaves a blank line in
+stderr, so steps that take seconds each (`lines=True`: the auto-picker's sizes) print one
+`title: done/total` line each, a piped sweep no longer silent for minutes; fine-grained reports
+(a simulation's ops) print nothing there. The planner and the CLI both use it, so it lives
+below both.
 """
 
 from __future__ import annotations
@@ -20,11 +22,17 @@ def _ignore(done: int, total: int) -> None:
 
 
 @contextmanager
-def terminal_bar(title: str, show: bool = True, console: Any = None) -> Iterator[Report]:
-    """Yields report(done, total): a bar on stderr when `show` and stderr is a terminal, else
-    a no-op. `console`: a rich Console to draw on instead of stderr's."""
+def terminal_bar(title: str, show: bool = True, console: Any = None,
+                 lines: bool = False) -> Iterator[Report]:
+    """Yields report(done, total): a bar on stderr when `show` and stderr is a terminal; with
+    `lines` and `show`, one line per report elsewhere; else a no-op. `console`: a rich Console
+    to draw on instead of stderr's."""
     from rich.console import Console
     console = console or Console(stderr=True, highlight=False)
+    if show and lines and not console.is_terminal:
+        yield lambda done, total: console.print(f"{title}: {done}/{total}", markup=False,
+                                                highlight=False, soft_wrap=True)
+        return
     if not show or not console.is_terminal:
         yield _ignore
         return

@@ -270,3 +270,16 @@ def test_calibrate_and_compare_make_nccls_choice_by_one_rule() -> None:
         assert {c.meta.algorithm for c in fitted.candidates} == {"ring", "tree"}
         assert predict_us(fitted, calibrated, base) == pytest.approx(
             predict_us(compared, calibrated, calibrated), rel=1e-9)
+
+
+def test_autopick_piped_prints_a_line_per_size_on_stderr() -> None:
+    """A piped autopick printed nothing for minutes; --json stays a single object."""
+    proc = run_cli("autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "64KiB:1MiB:4",
+                   "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    steps = [ln for ln in proc.stderr.splitlines() if ln.startswith("auto-picking all_reduce")]
+    assert [ln.rsplit(" ", 1)[1] for ln in steps] == ["1/3", "2/3", "3/3"]
+    quiet = run_cli("autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "64KiB:1MiB:4",
+                    "--no-cache", "--json")
+    assert quiet.returncode == 0 and "auto-picking" not in quiet.stderr
+    json.loads(quiet.stdout)

@@ -398,7 +398,8 @@ def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
     specs = [template] if template.kind in GROUPED else [spec_for_size(template, s) for s in sizes]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
     rows: list[Row | None] = [None] * len(specs)
-    with terminal_bar(f"auto-picking {template.kind.value}", progress) as report:
+    with terminal_bar(f"auto-picking {template.kind.value} (sizes done)", progress,
+                      lines=True) as report:
         if jobs == 1 and cluster is None:
             for i, s in enumerate(specs):
                 rows[i] = pick_one(topology, s, cache, only, library=library, library_model=True)
