@@ -283,3 +283,13 @@ def test_autopick_piped_prints_a_line_per_size_on_stderr() -> None:
                     "--no-cache", "--json")
     assert quiet.returncode == 0 and "auto-picking" not in quiet.stderr
     json.loads(quiet.stdout)
+
+
+def test_piped_tables_are_capped_in_width_and_wrap_their_cells() -> None:
+    """Piped, a table could grow to 1000 columns; it now wraps cells at PIPED_TABLE_WIDTH (plain
+    lines, paths included, are still never folded: test_piped_output_is_not_wrapped_at_80_columns)."""
+    from hiercoll.cli.common import PIPED_TABLE_WIDTH
+    proc = run_cli("algorithms")
+    assert proc.returncode == 0, proc.stderr
+    table_lines = [ln for ln in proc.stdout.splitlines() if ln[:1] in "┏┃┡│└"]
+    assert table_lines and max(len(ln) for ln in table_lines) <= PIPED_TABLE_WIDTH

@@ -21,6 +21,9 @@ err_console = Console(stderr=True, highlight=False)
 # Output that goes to a file, a pipe or a CI log is not wrapped at rich's 80-column default (a
 # wrapped table or path cannot be grepped); tables are not stretched, only never folded.
 PIPED_WIDTH = 1000
+# ...but a table that grows to 1000 columns is unreadable in a log: piped tables wrap their cells
+# at this width instead (a cell's text wraps inside its column; nothing is cut)
+PIPED_TABLE_WIDTH = 160
 
 
 def wide_when_piped() -> None:
@@ -59,7 +62,8 @@ def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
         table.add_column(c, justify="left" if c in TEXT_COLUMNS else "right")
     for row in rows:
         table.add_row(*[escape(str(x)) for x in row])
-    console.print(table)
+    console.print(table, width=None if console.is_terminal else min(console.width,
+                                                                     PIPED_TABLE_WIDTH))
 
 
 def parse_kv(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
