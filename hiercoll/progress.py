@@ -39,5 +39,8 @@ def terminal_bar(title: str, show: bool = True, console: Any = None,
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task(title, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+        # until the first report the work is still being set up (a big plan's ops built, its
+        # symmetry checked): say so, rather than a bar stuck at 0/?
+        task = bar.add_task(f"{title}: preparing", total=None)
+        yield lambda done, total: bar.update(task, description=title, completed=done,
+                                             total=total)

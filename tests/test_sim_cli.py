@@ -67,6 +67,10 @@ def test_simulate_reports_progress(tmp_path, capsys):
     with terminal_bar("simulating", console=Console(file=screen, force_terminal=True, width=100)) as report:
         report(5, 10)
     assert "simulating" in screen.getvalue()
+    before = io.StringIO()        # before the first report: setting up, not a bar stuck at 0/?
+    with terminal_bar("simulating", console=Console(file=before, force_terminal=True, width=100)):
+        pass
+    assert "simulating: preparing" in before.getvalue()
     quiet = io.StringIO()
     with terminal_bar("simulating", console=Console(file=quiet)) as report:
         report(5, 10)
