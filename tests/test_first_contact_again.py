@@ -293,3 +293,11 @@ def test_piped_tables_are_capped_in_width_and_wrap_their_cells() -> None:
     assert proc.returncode == 0, proc.stderr
     table_lines = [ln for ln in proc.stdout.splitlines() if ln[:1] in "┏┃┡│└"]
     assert table_lines and max(len(ln) for ln in table_lines) <= PIPED_TABLE_WIDTH
+
+
+def test_a_router_expert_id_past_int64_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "router.json"
+    path.write_text('{"topk_idx": [[[9223372036854775808, 1]], [[0, 1]], [[0, 1]], [[0, 1]]]}')
+    line = one_error_line(run_cli("workload", "moe", "--router", str(path), "--tokens", "1",
+                                  "--topk", "2", "--experts", "16", "-t", "h200x4"))
+    assert "topk_idx[0]" in line and "9223372036854775808" in line

@@ -274,6 +274,9 @@ def _json_rank(where: str, rows: object) -> IntArray:
         raise HiercollError(f"{where}: {type(rows).__name__}, expected a list of tokens")
     if not all(isinstance(t, list) and all(type(e) is int for e in t) for t in rows):
         raise HiercollError(f"{where}: every token must be a list of integer expert ids")
+    huge = next((e for t in rows for e in t if not -1 <= e < 2**62), None)
+    if huge is not None:      # an int64 holds it no more (2**63: an OverflowError traceback)
+        raise HiercollError(f"{where}: expert {huge} is no expert id (-1 marks a dropped slot)")
     lengths = sorted({len(t) for t in rows})
     if len(lengths) > 1:
         raise HiercollError(f"{where}: tokens have different top-k lengths {lengths}; pad with -1")
