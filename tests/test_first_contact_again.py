@@ -301,3 +301,15 @@ def test_a_router_expert_id_past_int64_is_one_line(tmp_path: Path) -> None:
     line = one_error_line(run_cli("workload", "moe", "--router", str(path), "--tokens", "1",
                                   "--topk", "2", "--experts", "16", "-t", "h200x4"))
     assert "topk_idx[0]" in line and "9223372036854775808" in line
+
+
+def test_piped_workloads_and_calibrate_say_how_far_they_are(tmp_path: Path) -> None:
+    """autopick / calibrate / moe printed nothing when piped."""
+    work = run_cli("workload", "llama3-cp", "--cu-seqlens", "0,3,9,12,16", "-t", "dgx-h100",
+                   "-n", "2", "--row-bytes", "4KiB")
+    assert work.returncode == 0, work.stderr
+    assert "group_cast: plans simulated: 2/2" in work.stderr
+    cal = run_cli("calibrate", "examples/all_reduce_perf.2node.log", "-t", "dgx-h100", "-n", "2",
+                  "-o", str(tmp_path / "cal.yaml"))
+    assert cal.returncode == 0, cal.stderr
+    assert "calibrate: 50 simulations" in cal.stderr

@@ -63,6 +63,9 @@ def load_cases(args: argparse.Namespace) -> tuple[Topology, list[Case]]:
                                allow_wrong=args.allow_wrong)
 
 
+PIPED_EVERY = 50     # simulations between progress lines of a piped calibrate
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -77,9 +80,12 @@ def run(args: argparse.Namespace) -> int:
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=args.json) as bar:
         task = bar.add_task(f"fitting {len(cases)} rows", total=None)
-        result = calibrate(cases, topology, args.holdout, args.measurements,
-                           progress=lambda n: bar.update(task, description=f"fitting "
-                                                         f"{len(cases)} rows: {n} simulations"))
+        def progress(n: int) -> None:
+            bar.update(task, description=f"fitting {len(cases)} rows: {n} simulations")
+            if piped and n % PIPED_EVERY == 0:     # a piped fit is not silent for minutes
+                err_console.print(f"calibrate: {n} simulations", markup=False, highlight=False)
+        piped = not err_console.is_terminal and not args.json
+        result = calibrate(cases, topology, args.holdout, args.measurements, progress=progress)
     if args.output:
         write_topology(result.topology, args.output)
     s = summary(result.rows)

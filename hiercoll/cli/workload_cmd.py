@@ -95,17 +95,23 @@ def _evaluate(topology: Topology, method: str, spec: CollectiveSpec, algorithms:
     """Plan, simulate and (with --out) save each applicable algorithm."""
     from hiercoll.plan_file import save_plan
     from hiercoll.planner import applicable, plan
+    from hiercoll.progress import terminal_bar
     from hiercoll.sim import simulate
     ok = applicable(topology, spec)
+    todo = [a for a in algorithms if a in ok]
     rows = []
-    for algo in [a for a in algorithms if a in ok]:
-        schedule = plan(topology, spec, algo)
-        res = simulate(schedule, topology)
-        path = None
-        if out is not None:
-            path = str(out / f"{method}.{algo}.json")
-            save_plan(path, schedule, topology, "recipe")
-        rows.append(PlanRow(method, algo, res.bytes_intra, res.bytes_inter, res.time_us, path))
+    # a big workload plans and simulates for minutes: say how far it is (a line per plan when
+    # piped, a bar on a terminal)
+    with terminal_bar(f"{method}: plans simulated", lines=True) as report:
+        for k, algo in enumerate(todo, 1):
+            schedule = plan(topology, spec, algo)
+            res = simulate(schedule, topology)
+            path = None
+            if out is not None:
+                path = str(out / f"{method}.{algo}.json")
+                save_plan(path, schedule, topology, "recipe")
+            rows.append(PlanRow(method, algo, res.bytes_intra, res.bytes_inter, res.time_us, path))
+            report(k, len(todo))
     return rows
 
 
