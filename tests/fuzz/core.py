@@ -32,7 +32,9 @@ ALGOS = ["ring", "direct", "two_shot", "hier", "hier_2d", "rhd", "rd", "bruck", 
 SIZES = ["0", "1", "2", "7", "64", "1000", "4KiB", "64KiB", "1MiB", "-1", "1e3", "abc", "1.5KiB",
          "99999999999999999999999", "1 KiB", "", "4kib", "0x10", "nan", "1TiB", "3B"]
 JUNK: list[Any] = [None, -1, 0, 1, 2, 3, 1e309, -1e9, 10**12, "x", "", [], {}, [1, 2], True,
-                   0.5, "nan", {"a": 1}]
+                   0.5, "nan", {"a": 1},
+                   # extreme but finite (issue 30: 5e-324 GB/s made autopick spin forever)
+                   5e-324, 1e308, -0.0, 2**63, 2**62]
 
 
 class CaseTimeout(Exception):
@@ -186,7 +188,7 @@ def mutate_doc(doc: Any, rng: random.Random, times: int = 1) -> Any:
         elif r < 0.5 and isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
             v = parent[key]
             parent[key] = rng.choice([v + 1, v - 1, -v, v * 1000, 0, v // 2 if isinstance(v, int)
-                                      else v / 2])
+                                      else v / 2, 5e-324, 1e308])
         else:
             parent[key] = _junk(rng)
     return doc
@@ -295,12 +297,36 @@ class Fuzzer:
         return ["autopick", *self._topology_arg(), "-c", rng.choice(KINDS[:4]),
                 "--sizes", rng.choice(["4KiB:64KiB", "64", "1:0", "x", "4KiB:1MiB:2", "0:0"])]
 
+    def attention_case(self) -> list[str]:
+        """A mask file, mutated (empty, huge ranges, junk types): issue 30 found max() of an
+        empty mask and a MemoryError for a range up to 2**62."""
+        rng = self.rng
+        mask = [{"q": [0, 256], "k": [0, 256], "type": "causal"},
+                {"q": [256, 512], "k": [0, 512], "type": rng.choice(["full", "bi_causal", "x"])}]
+        doc: Any = [] if rng.random() < 0.1 else mutate_doc(mask, rng, rng.randint(0, 2))
+        return ["workload", "attention", "--mask", self._file(json.dumps(doc), "json"), "-t",
+                "h200x4", "--chunk-size", rng.choice(["64", "0", "-1", "x", "128"])]
+
+    def library_case(self) -> list[str]:
+        """autopick with a library table whose rows are mutated (issue 30: a time of -0.0 and a
+        size of 0 divided by zero; a row without nbytes was a KeyError)."""
+        rng = self.rng
+        row = {"algorithm": "nccl", "collective": "all_reduce", "world_size": 4, "mode": "graph",
+               "nbytes": 8192, "p50_us": 10.0}
+        doc = {"rows": [mutate_doc(row, rng, rng.randint(0, 2)), row | {"nbytes": 1 << 20}]}
+        return ["autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "64KiB", "--no-cache",
+                "-j", "1", "--library-table", self._file(json.dumps(doc), "json")]
+
     def next_case(self) -> list[str]:
         r = self.rng.random()
-        if r < 0.6:
+        if r < 0.55:
             return self.plan_case()
-        if r < 0.92:
+        if r < 0.85:
             return self.plan_file_case()
+        if r < 0.9:
+            return self.attention_case()
+        if r < 0.95:
+            return self.library_case()
         return self.autopick_case()
 
 

@@ -154,6 +154,9 @@ def _bench_point(r: dict[str, Any], path: Path, i: int) -> tuple[int, float]:
 
 
 def _from_bench(data: dict[str, Any], path: Path) -> LibraryTable:
+    if not all(isinstance(r, dict) for r in data["rows"]):
+        raise HiercollError(f"--library-table: {path}: rows must be objects (a hiercoll bench "
+                            "JSON's rows)")
     rows = [r for r in data["rows"] if r.get("algorithm") == LIBRARY]
     if not rows:
         raise HiercollError(f"--library-table: {path} has no '{LIBRARY}' rows; run hiercoll bench "
@@ -168,9 +171,15 @@ def _from_bench(data: dict[str, Any], path: Path) -> LibraryTable:
         if r in rows and r.get("mode") == mode:
             times.setdefault(_bench_kind(r, path, i), []).append(_bench_point(r, path, i))
     prov = data.get("provenance", {})
+    prov = prov if isinstance(prov, dict) else {}
+    world = rows[0].get("world_size")
+    first = data["rows"].index(rows[0])
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise HiercollError(f"--library-table: {path}: rows[{first}].world_size: {world!r} "
+                            "should be the number of ranks (>= 1)")
     return LibraryTable(source=f"{path}: {prov.get('command', 'hiercoll bench')} on "
                                f"{prov.get('device', '?')}, NCCL {prov.get('nccl', '?')}, "
                                f"{prov.get('date_utc', 'undated')}",
-                        mode=mode, world_size=int(rows[0]["world_size"]),
+                        mode=mode, world_size=world,
                         topology=str(rows[0].get("topology", "?")), topology_fingerprint=None,
                         times_us={k: sorted(v) for k, v in times.items()})
