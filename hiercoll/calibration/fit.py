@@ -94,7 +94,8 @@ def split_holdout(cases: Sequence[Case], holdout: float) -> list[bool]:
 
 def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
         only: Sequence[str] | None = None,
-        progress: Callable[[int], None] | None = None) -> FitResult:
+        progress: Callable[[int], None] | None = None,
+        held: Sequence[bool] | None = None) -> FitResult:
     """Fit `base`'s applicable parameters (or `only` those paths) to `cases`.
 
     With both eager and graph rows the fit has two stages: the device's costs from the graph
@@ -103,7 +104,7 @@ def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
     rank, one-GPU runs) bend the device's numbers."""
     if not cases:
         raise HiercollError("calibrate: no measurement rows to fit")
-    held = split_holdout(cases, holdout)
+    held = list(held) if held is not None else split_holdout(cases, holdout)
     train = [c for c, h in zip(cases, held, strict=True) if not h]
     params = [p for p in applicable(base) if only is None or p.path in only]
     by_mode = {mode: [c for c in train if c.measurement.mode == mode] for mode in ("graph", "eager")}

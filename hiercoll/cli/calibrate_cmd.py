@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "logs, hiercoll bench JSON)")
     add_measurement_args(p)
     p.add_argument("--output", "-o", default=None, help="write the calibrated topology (YAML)")
+    p.add_argument("--folds", type=int, default=None, metavar="K",
+                   help="also report k-fold cross-validated held-out error (K fits: each row "
+                   "held out once), mean and spread over folds, per size band, hiercoll's plans "
+                   "and NCCL's library model apart")
     p.add_argument("--holdout", type=float, default=0.3,
                    help="share of each plan's sizes kept out of the fit to measure its error")
     p.add_argument("--md", default=None, help="write the error report as Markdown")
@@ -88,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
         result = calibrate(cases, topology, args.holdout, args.measurements, progress=progress)
     if args.output:
         write_topology(result.topology, args.output)
+    cv = []
+    if args.folds is not None:
+        from hiercoll.calibration.crossval import cross_validate
+        cv = cross_validate(cases, topology, args.folds)
     s = summary(result.rows)
     title = f"calibration of {topology.name} on {len(cases)} rows"
     lines = [f"`hiercoll calibrate {' '.join(args.measurements)} -t {args.topology}`",
@@ -95,12 +103,16 @@ def run(args: argparse.Namespace) -> int:
              "fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.fitted.items()),
              "not constrained by these rows (kept): " + (", ".join(sorted(result.unconstrained))
                                                          or "none")]
+    if cv:
+        lines.append(f"{args.folds}-fold cross-validated held-out geomean error: "
+                     + "; ".join(f.text() for f in cv))
     if args.md:
         write_atomic(args.md, markdown(title, lines, result.rows))
     if args.png:
         plot(result.rows, args.png, title)
     if args.json:
-        print_json(result_json(result))
+        print_json(result_json(result) | ({"cross_validation": {
+            "folds": args.folds, "figures": [vars(f) for f in cv]}} if cv else {}))
         return 0
     print_table(title, ["parameter", "value", "unit", "was"],
                 [[k, f"{v:.4g}", BY_PATH[k].unit, _fmt(BY_PATH[k].get(topology))]
@@ -115,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
                                    ("held out < 1 MiB", "held_out_small"),
                                    ("held out, graph mode", "held_out_graph"),
                                    ("held out, eager mode", "held_out_eager")) if key in s])
+    if cv:
+        print_table(f"{args.folds}-fold cross-validated held-out geomean error (each row held "
+                    "out once)", ["rows", "count", "mean", "folds min-max"],
+                    [[f.label, f.rows, f"{f.mean:.1%}", f"{f.low:.1%}-{f.high:.1%}"] for f in cv])
     for path in (args.output, args.md, args.png):
         if path:
             console.print(f"wrote {path}")
