@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hiercoll.calibration.fit import fit, geomean_error
+from hiercoll.calibration.fit import fit, geomean_error, size_ranks
 from hiercoll.calibration.predict import Case
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import LIBRARY_ALGORITHM
@@ -47,16 +47,7 @@ def _member(library: bool, lo: int, hi: int) -> Callable[[Case], bool]:
 
 def fold_of(cases: Sequence[Case], folds: int) -> list[int]:
     """Each row's fold: per (collective, plan, mode), sizes sorted, row k in fold k mod K."""
-    out = [0] * len(cases)
-    groups: dict[tuple[str, str, str], list[int]] = {}
-    for i, c in enumerate(cases):
-        m = c.measurement
-        groups.setdefault((m.collective.value, c.plan_label, m.mode), []).append(i)
-    for idx in groups.values():
-        idx.sort(key=lambda i: cases[i].measurement.nbytes)
-        for k, i in enumerate(idx):
-            out[i] = k % folds
-    return out
+    return [k % folds for k in size_ranks(cases)]
 
 
 def cross_validate(cases: Sequence[Case], base: Topology, folds: int,

@@ -80,7 +80,13 @@ def split_holdout(cases: Sequence[Case], holdout: float) -> list[bool]:
     if holdout >= 1:
         raise HiercollError(f"--holdout: {holdout} must be in [0, 1)")
     step = max(2, round(1 / holdout))
-    out = [False] * len(cases)
+    return [k % step == 1 for k in size_ranks(cases)]
+
+
+def size_ranks(cases: Sequence[Case]) -> list[int]:
+    """Each row's place among the sizes of its (collective, plan, mode): what held-out rows and
+    cross-validation folds are drawn by, so every plan keeps small and large sizes on both sides."""
+    out = [0] * len(cases)
     groups: dict[tuple[str, str, str], list[int]] = {}
     for i, c in enumerate(cases):
         m = c.measurement
@@ -88,7 +94,7 @@ def split_holdout(cases: Sequence[Case], holdout: float) -> list[bool]:
     for idx in groups.values():
         idx.sort(key=lambda i: cases[i].measurement.nbytes)
         for k, i in enumerate(idx):
-            out[i] = k % step == 1
+            out[i] = k
     return out
 
 
