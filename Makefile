@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HC := $(VENV)/bin/hiercoll
-# torch: its CPU build where this machine offers one (a wheel on disk, or PyTorch's CPU wheel
-# index set as PIP_EXTRA_INDEX_URL), else PyPI's build of the same release (CUDA, GBs).
-# TORCH_SPEC=... installs exactly that instead.
-TORCH_VERSION ?= 2.13.0
-TORCH_SPEC ?=
+# torch is pinned to one release, torch==2.13.0, and its CPU build: TORCH_CPU from the wheel on
+# disk (our CPU machines), else from PyTorch's CPU wheel index (~200 MB). Only where neither
+# answers does pip take PyPI's torch==2.13.0, the CUDA build (several GB), and it says so.
+TORCH_CPU ?= torch==2.13.0+cpu
+TORCH_PYPI ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 OUT ?= out/demo
 
 .PHONY: demo test install resolve clean fuzz
@@ -15,11 +16,12 @@ OUT ?= out/demo
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	@if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q "$(TORCH_SPEC)"; \
-	elif $(PY) -m pip install -q "torch==$(TORCH_VERSION)+cpu" 2>/dev/null; then \
-	  echo "torch $(TORCH_VERSION): the CPU build"; \
-	else echo "torch $(TORCH_VERSION): no CPU build offered here, installing PyPI's build"; \
-	  $(PY) -m pip install -q "torch==$(TORCH_VERSION)"; fi
+	@if $(PY) -m pip install -q "$(TORCH_CPU)" 2>/dev/null; then \
+	  echo "torch: $(TORCH_CPU), the CPU build"; \
+	elif $(PY) -m pip install -q --timeout 20 --retries 1 --extra-index-url "$(TORCH_CPU_INDEX)" \
+	    "$(TORCH_CPU)" 2>/dev/null; then echo "torch: $(TORCH_CPU) from PyTorch's CPU index"; \
+	else echo "torch: no CPU build reachable; installing PyPI's $(TORCH_PYPI), the CUDA build (GBs)"; \
+	  $(PY) -m pip install -q "$(TORCH_PYPI)"; fi
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
@@ -27,12 +29,12 @@ install: $(VENV)/.installed
 
 # The dev install resolves on any Linux x86-64 machine with PyPI, not only with this machine's pip
 # configuration (wheels on disk, extra indexes): resolved with all of that off, where PyPI's
-# torch==$(TORCH_VERSION) is the CUDA build, which pins its own triton.
+# $(TORCH_PYPI) is the CUDA build, which pins its own triton.
 resolve: $(VENV)/.installed
 	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT \
 	  PIP_CONFIG_FILE=/dev/null $(PY) -m pip install --dry-run --ignore-installed --quiet \
-	  "torch==$(TORCH_VERSION)" -e '.[dev]'
-	@echo "resolve: torch==$(TORCH_VERSION) -e '.[dev]' resolves from PyPI alone"
+	  "$(TORCH_PYPI)" -e '.[dev]'
+	@echo "resolve: $(TORCH_PYPI) -e '.[dev]' resolves from PyPI alone"
 
 demo: $(VENV)/.installed
 	@mkdir -p $(OUT)

@@ -356,3 +356,13 @@ def test_bench_refuses_an_unknown_peer_in_one_line():
     line = _one_error_line(_hc("bench", "-c", "all_reduce", "-t", "h200x4", "--sizes", "8KiB",
                                "--peers", "nccl,mpi"))
     assert "--peers" in line and "'mpi'" in line and "torch-one-shot" in line
+
+
+def test_the_makefile_pins_one_torch_release_and_prefers_its_cpu_build():
+    """A clean machine must not pull GBs of CUDA wheels for a CPU test run: torch is pinned,
+    the CPU build is tried first (disk, then PyTorch's CPU index), PyPI's build last."""
+    text = (ROOT / "Makefile").read_text()
+    pins = dict(re.findall(r"^(TORCH_\w+) \?= (\S+)$", text, re.M))
+    assert pins["TORCH_CPU"] == "torch==2.13.0+cpu" and pins["TORCH_PYPI"] == "torch==2.13.0"
+    recipe = text[text.index("$(VENV)/.installed:"):text.index("install: $(VENV)/.installed")]
+    assert recipe.index('"$(TORCH_CPU)"') < recipe.index("TORCH_CPU_INDEX") < recipe.index('"$(TORCH_PYPI)"')
