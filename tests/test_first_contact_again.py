@@ -313,3 +313,9 @@ def test_piped_workloads_and_calibrate_say_how_far_they_are(tmp_path: Path) -> N
                   "-o", str(tmp_path / "cal.yaml"))
     assert cal.returncode == 0, cal.stderr
     assert "calibrate: 50 simulations" in cal.stderr
+
+
+def test_bench_refuses_a_graph_of_no_calls() -> None:
+    line = one_error_line(run_cli("bench", "-c", "all_reduce", "-t", "h200x4", "--sizes", "8KiB",
+                                  "--graph-calls", "0"))
+    assert "--graph-calls: 0" in line

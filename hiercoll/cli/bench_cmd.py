@@ -2,11 +2,11 @@
 
     torchrun --nproc-per-node 4 -m hiercoll bench --collective all_reduce --topology h200x4 \
         --sizes 8KiB:1GiB --algorithms ring,direct,two_shot,nccl --modes eager,graph --out DIR
+    hiercoll bench --one-gpu --collective all_reduce --topology one-gpu-h200 --sizes 8KiB:256MiB
 
 Graph mode times a graph of --graph-calls back-to-back calls (nccl-tests' -G), per call. With
 --peers (default on GPUs: nccl and torch's symmetric-memory kernels) every size also gets the
 rows of what users run instead, timed the same way in the same run (harness/peers.py).
-    hiercoll bench --one-gpu --collective all_reduce --topology one-gpu-h200 --sizes 8KiB:256MiB
 
 Writes DIR/<collective>-w<W>.json (long-form rows with each plan's recipe + command, versions,
 date, machine), DIR/<collective>-w<W>.md (a table) and DIR/<collective>-w<W>.png (busbw versus
@@ -51,9 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--zero-copy", action="store_true",
                    help="cuda: run on the symmetric buffers (time the collective without the "
                    "copy-in/copy-out of user tensors)")
-    p.add_argument("--graph-calls", type=int, default=None,
-                   help=f"graph mode: calls captured in one graph, timed per call (default "
-                   f"{GRAPH_CALLS}, as nccl-tests' CUDA-graph mode)")
+    p.add_argument("--graph-calls", type=int, default=GRAPH_CALLS,
+                   help="graph mode: calls captured in one graph, timed per call (as "
+                   "nccl-tests' CUDA-graph mode)")
     p.add_argument("--peers", default="all",
                    help="rows of what users run instead, same harness and run: comma list of "
                    f"{', '.join(PEERS)}; 'all' (default) or 'none'")
@@ -71,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in ("eager", "graph") for m in modes):
         raise HiercollError(f"--modes: {args.modes!r} should list eager and/or graph")
-    _peer_names(args.peers)      # a misspelt peer is refused before anything starts
+    peers = _peer_names(args.peers)      # a misspelt peer is refused before anything starts
+    if args.graph_calls < 1:
+        raise HiercollError(f"--graph-calls: {args.graph_calls}; give at least 1")
     cases = cases_for(sweep_request(args, sizes))
     choice = backend_choice(args)
     if args.one_gpu:
@@ -81,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if launch.device.type != "cuda" and "graph" in modes:
         modes = [m for m in modes if m != "graph"]
     rows: list[dict[str, Any]] = []
-    peers = _peer_names(args.peers) if launch.device.type == "cuda" else ()   # CUDA peers only
+    if launch.device.type != "cuda":       # the peers are CUDA calls
+        peers = ()
     sizes_done: set[int] = set()
     try:
         with peer_failures(launch.rank):
@@ -137,7 +140,7 @@ def _bench_case(case: Case, modes: list[str], launch: Launch, choice: BackendCho
         backend, prepared = prepare_for_mode(case.schedule, choice, mode, cache)
         zero_copy = args.zero_copy and prepared.backend == BackendName.CUDA
         timing = time_run(backend, prepared, launch.device, Mode(mode), iters, zero_copy=zero_copy,
-                          graph_calls=args.graph_calls or GRAPH_CALLS)
+                          graph_calls=args.graph_calls)
         options = choice.options(mode) if prepared.backend == BackendName.CUDA else {}
         rows.append(make_row(case.schedule, prepared.ran_on, Mode(mode),
                              case.topology_name, timing, zero_copy=zero_copy,
@@ -170,7 +173,7 @@ def _bench_peers(case: Case, names: tuple[str, ...], modes: list[str], launch: L
     for peer in peers_for(spec, names, launch.device, torch_dtype(spec.dtype)):
         for mode in modes:
             timing = time_call(peer.call, launch.device, Mode(mode), iters,
-                               graph_calls=args.graph_calls or GRAPH_CALLS)
+                               graph_calls=args.graph_calls)
             rows.append(peer_row(spec, peer.name, Mode(mode), case.topology_name,
                                  timing).to_json())
     return rows

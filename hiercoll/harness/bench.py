@@ -75,37 +75,39 @@ class BenchRow:
 def make_row(schedule: Schedule, backend: str, mode: Mode, topology: str, timing: Timing, *,
              predicted_us: float | None = None, zero_copy: bool = False,
              one_gpu: bool = False, options: dict[str, Any] | None = None) -> BenchRow:
-    spec, meta = schedule.spec, schedule.meta
-    algbw, busbw = spec.bandwidths_gbps(timing.p50_us)
-    return BenchRow(collective=spec.kind.value, algorithm=meta.algorithm, backend=backend,
-                    mode=mode.value, world_size=spec.world_size, topology=topology,
-                    dtype=spec.dtype.value, nbytes=spec.total_bytes, p50_us=timing.p50_us,
-                    p90_us=timing.p90_us, p99_us=timing.p99_us,   # full precision: the files
-                    algbw_gbps=algbw, busbw_gbps=busbw, iters=timing.iters,   # round when printed
+    meta = schedule.meta
+    return BenchRow(**_timed(schedule.spec, timing), algorithm=meta.algorithm, backend=backend,
+                    mode=mode.value, topology=topology,
                     params=plan_params(meta.params), spec=meta.spec.model_dump(mode="json",
                                                                         exclude_none=True),
-                    reduce_op=spec.reduce_op.value, topology_fingerprint=meta.topology_fingerprint,
+                    topology_fingerprint=meta.topology_fingerprint,
                     predicted_us=predicted_us, zero_copy=zero_copy, one_gpu=one_gpu,
-                    graph_calls=timing.graph_calls, options=dict(options or {}))
-
-
-def plan_params(params: dict[str, Any]) -> dict[str, Any]:
-    """A plan's parameters as a row records them: unset ones (None: the algorithm's default,
-    e.g. hier's `nics`) left out, so calibrate/compare re-plan with the same default."""
-    return {k: v for k, v in params.items() if v is not None}
+                    options=dict(options or {}))
 
 
 def peer_row(spec: CollectiveSpec, name: str, mode: Mode, topology: str,
              timing: Timing) -> BenchRow:
     """A peer's point (harness.peers): no plan behind it, so no recipe to re-plan; `nccl`
     keeps the library's algorithm name, which calibrate reads as the library call."""
+    return BenchRow(**_timed(spec, timing), algorithm=name, backend="peer", mode=mode.value,
+                    topology=topology, peer=True, zero_copy=True)
+
+
+def _timed(spec: CollectiveSpec, timing: Timing) -> dict[str, Any]:
+    """The fields every row has: what was timed and its times, nccl-tests' bandwidths (full
+    precision: the files round when printed)."""
     algbw, busbw = spec.bandwidths_gbps(timing.p50_us)
-    return BenchRow(collective=spec.kind.value, algorithm=name, backend="peer", mode=mode.value,
-                    world_size=spec.world_size, topology=topology, dtype=spec.dtype.value,
-                    nbytes=spec.total_bytes, p50_us=timing.p50_us, p90_us=timing.p90_us,
-                    p99_us=timing.p99_us, algbw_gbps=algbw, busbw_gbps=busbw, iters=timing.iters,
-                    reduce_op=spec.reduce_op.value, graph_calls=timing.graph_calls, peer=True,
-                    zero_copy=True)
+    return {"collective": spec.kind.value, "world_size": spec.world_size,
+            "dtype": spec.dtype.value, "nbytes": spec.total_bytes, "reduce_op": spec.reduce_op.value,
+            "p50_us": timing.p50_us, "p90_us": timing.p90_us, "p99_us": timing.p99_us,
+            "algbw_gbps": algbw, "busbw_gbps": busbw, "iters": timing.iters,
+            "graph_calls": timing.graph_calls}
+
+
+def plan_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A plan's parameters as a row records them: unset ones (None: the algorithm's default,
+    e.g. hier's `nics`) left out, so calibrate/compare re-plan with the same default."""
+    return {k: v for k, v in params.items() if v is not None}
 
 
 def summarise_us(times_us: list[float]) -> Timing:
