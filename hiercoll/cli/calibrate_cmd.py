@@ -84,11 +84,12 @@ def run(args: argparse.Namespace) -> int:
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=args.json) as bar:
         task = bar.add_task(f"fitting {len(cases)} rows", total=None)
+        piped = not err_console.is_terminal and not args.json
+
         def progress(n: int) -> None:
             bar.update(task, description=f"fitting {len(cases)} rows: {n} simulations")
             if piped and n % PIPED_EVERY == 0:     # a piped fit is not silent for minutes
                 err_console.print(f"calibrate: {n} simulations", markup=False, highlight=False)
-        piped = not err_console.is_terminal and not args.json
         result = calibrate(cases, topology, args.holdout, args.measurements, progress=progress)
     if args.output:
         write_topology(result.topology, args.output)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from hiercoll.cli.common import add_json_flag, console, print_json
 from hiercoll.errors import HiercollError
@@ -37,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _nccl_tuner(args: argparse.Namespace) -> int:
-    from hiercoll.export.nccl_tuner import parse_tuner_config, render, select_tables
+    from hiercoll.export.nccl_tuner import nccl_best_on, parse_tuner_config, render, select_tables
     from hiercoll.files import write_atomic
     from hiercoll.planner.search.autopick import read_tuning
     from hiercoll.topology import load_topology
@@ -50,7 +49,7 @@ def _nccl_tuner(args: argparse.Namespace) -> int:
                            args.dtype, args.tuning)
     nodes, ranks = (topology.num_nodes, topology.world_size) if topology else (-1, -1)
     text = render(tables, nodes, ranks, Path(args.tuning).name,
-                  _nccl_best(topology, tables[0].dtype) if topology else None)
+                  nccl_best_on(topology, tables[0].dtype) if topology else None)
     lines = parse_tuner_config(text)          # what the plugin would read back
     if args.output:
         write_atomic(args.output, text)
@@ -63,21 +62,6 @@ def _nccl_tuner(args: argparse.Namespace) -> int:
     else:
         console.print(text, end="", markup=False, highlight=False)
     return 0
-
-
-def _nccl_best(topology: Any, dtype: str) -> Any:
-    """(collective, bytes) -> NCCL's best (algorithm, channels) by the library model on
-    `topology` (its calibrated costs): the plan the model chooses (ring or tree), its channels."""
-    from hiercoll.collectives import CollectiveSpec, DType, Kind, valid_nbytes
-    from hiercoll.planner.library_model import library_model, model_channels
-
-    def best(kind: Kind, nbytes: int) -> tuple[str, int]:
-        size = valid_nbytes(kind, topology.world_size, DType(dtype), nbytes)
-        spec = CollectiveSpec(kind=kind, world_size=topology.world_size, dtype=DType(dtype),
-                              nbytes=size)
-        chosen = library_model(topology, spec)
-        return ("tree" if chosen.meta.algorithm == "tree" else "ring"), model_channels(topology)
-    return best
 
 
 def _chakra(args: argparse.Namespace) -> int:

@@ -49,8 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     except ReferenceTooLarge as exc:
         skipped = f"reference executor SKIPPED: {exc}"
     if static.unchecked:
-        skipped = "; ".join([*static.unchecked, *([skipped] if skipped else [])]).replace(
-            "race check skipped", "race check SKIPPED")
+        skipped = "; ".join([*static.unchecked, *([skipped] if skipped else [])])
     ok = static.ok and (report is None or report.ok)
     code = (0 if ok else 1) if (skipped is None or args.allow_skip or not ok) else EXIT_SKIPPED
     if args.json:

@@ -25,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hiercoll.collectives import Kind
+from hiercoll.collectives import CollectiveSpec, DType, Kind, valid_nbytes
 from hiercoll.errors import HiercollError
+from hiercoll.planner.library_model import library_model, model_channels
 from hiercoll.planner.search.autopick import TuningFile, TuningTable
 from hiercoll.schedule import LIBRARY_ALGORITHM
+from hiercoll.topology import Topology
 
 # hiercoll collective -> the plugin's collective_type names (parseCollType in plugin.c)
 COLLECTIVES = {Kind.ALL_REDUCE: "allreduce", Kind.ALL_GATHER: "allgather",
@@ -66,6 +68,18 @@ def _clip(line: str) -> str:
 
 # (collective, bytes) -> NCCL's best (algorithm, channels) by the calibrated library model
 NcclBest = Callable[[Kind, int], tuple[str, int]]
+
+
+def nccl_best_on(topology: Topology, dtype: str) -> NcclBest:
+    """(collective, bytes) -> NCCL's best (algorithm, channels) by the library model on
+    `topology` (its calibrated costs): the plan the model chooses (ring or tree), its channels."""
+    def best(kind: Kind, nbytes: int) -> tuple[str, int]:
+        dt = DType(dtype)
+        spec = CollectiveSpec(kind=kind, world_size=topology.world_size, dtype=dt,
+                              nbytes=valid_nbytes(kind, topology.world_size, dt, nbytes))
+        chosen = library_model(topology, spec)
+        return ("tree" if chosen.meta.algorithm == "tree" else "ring"), model_channels(topology)
+    return best
 
 
 def table_lines(table: TuningTable, nodes: int, ranks: int,

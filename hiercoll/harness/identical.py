@@ -3,7 +3,7 @@
 The numeric side of the rank-identical property (sim/reduction_order.py proves it of a plan;
 this checks what a backend actually produced). All ranks in one process (one-GPU runs) compare
 their outputs directly; processes compare a 48-bit fingerprint of each rank's output bytes with
-one all-reduce (a false "identical" needs a hash collision: about 2^-48 per call).
+one all-gather (a false "identical" needs a hash collision: about 2^-48 per call).
 """
 
 from __future__ import annotations
@@ -37,10 +37,7 @@ def fingerprint(t: torch.Tensor) -> int:
 
 def identical_everywhere(out: torch.Tensor, device: torch.device, group: Any = None) -> bool:
     """Collective over the group: whether every rank's `out` has the same bytes."""
-    h = float(fingerprint(out))
-    t = torch.tensor([h, -h], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return bool(t[0].item() == -t[1].item())
+    return first_differing_rank(out, device, group) is None
 
 
 def first_differing_rank(t: torch.Tensor, device: torch.device, group: Any = None) -> int | None:

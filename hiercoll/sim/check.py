@@ -135,7 +135,7 @@ class Clocks:
 def race_check_skipped(num_ops: int, streams: int) -> str | None:
     """The note saying why the race check cannot run on a plan this large, or None."""
     if num_ops * streams > MAX_CLOCK_CELLS:
-        return (f"race check skipped: {num_ops} ops x {streams} streams is over "
+        return (f"race check SKIPPED: {num_ops} ops x {streams} streams is over "
                 f"{MAX_CLOCK_CELLS:.0e} (the check is not done, so the plan is not verified)")
     return None
 
