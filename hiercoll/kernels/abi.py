@@ -17,6 +17,14 @@ ROW_WORDS = 12
 WAIT_WORDS = 2          # (slot, per_epoch)
 STEP_ELEMENTS = 4096    # elements one CTA moves per step of a row (the kernel's BLOCK)
 ERR_WORDS = 8           # [flag, row, wait index, observed, needed, ...]
+# Trace mode (HIERCOLL_KERNEL_TRACE=1): after the error record, CTA 0 of each launch writes
+# %globaltimer stamps, one record of TRACE_STRIDE words per call (epoch % TRACE_CALLS): [0] the
+# kernel's start, [1 + 4 i + k] row i's header loaded / waits satisfied / data moved / signals
+# issued (k = 0..3, rows i < TRACE_ROWS), [TRACE_STRIDE - 1] its end.
+TRACE_CALLS = 16
+TRACE_ROWS = 15
+TRACE_STRIDE = 2 + 4 * TRACE_ROWS
+TRACE_WORDS = TRACE_CALLS * TRACE_STRIDE
 
 
 @dataclass(frozen=True)

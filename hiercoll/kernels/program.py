@@ -46,6 +46,10 @@ F_NSIG = tl.constexpr(_t.F_NSIG)
 F_SIG = tl.constexpr(_t.F_SIG)
 ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
 WAIT_WORDS = tl.constexpr(_t.WAIT_WORDS)
+ERR_WORDS = tl.constexpr(_t.ERR_WORDS)
+TRACE_CALLS = tl.constexpr(_t.TRACE_CALLS)
+TRACE_ROWS = tl.constexpr(_t.TRACE_ROWS)
+TRACE_STRIDE = tl.constexpr(_t.TRACE_STRIDE)
 
 REDUCE_CODES = {"sum": 0, "avg": 0, "max": 1, "min": 2}
 NUM_WARPS = 8
@@ -132,6 +136,19 @@ def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row,
         _acquire_fence(lanes, PTX)   # in the loop: after it, Triton dropped the unused asm
 
 
+@triton.jit
+def _stamp(ptr, after, TRACE: tl.constexpr):
+    """Trace mode: store %globaltimer (ns) at `ptr`, read once `after` (an int32 that the point
+    being timed produced) is in a register: the predicate makes the read wait for it."""
+    if TRACE:
+        v = tl.full([1], 0, tl.int32) + after
+        t = tl.inline_asm_elementwise(
+            "{\n\t.reg .pred p;\n\tsetp.ne.s32 p, $1, -2147483647;\n\t"
+            "@p mov.u64 $0, %globaltimer;\n\t@!p mov.u64 $0, 0;\n\t}", "=l,r", [v],
+            dtype=tl.int64, is_pure=False, pack=1)
+        tl.store(ptr + tl.arange(0, 1), t)
+
+
 SRC_UNROLL = tl.constexpr(8)   # a reduce's sources loaded together (more: one at a time)
 
 
@@ -151,7 +168,8 @@ def _combine(acc, y, REDUCE: tl.constexpr):
 def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_limit,
                     REDUCE: tl.constexpr, ACC: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr,
                     BLOCK: tl.constexpr, LANES: tl.constexpr, BUMP_EPOCH: tl.constexpr = False,
-                    FUSED: tl.constexpr = False, PTX: tl.constexpr = False):
+                    FUSED: tl.constexpr = False, PTX: tl.constexpr = False,
+                    TRACE: tl.constexpr = False):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     epoch = tl.load(epoch_ptr)
@@ -161,8 +179,15 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
     if FUSED:     # the call's only launch: every CTA works in the next epoch (stored at the end)
         epoch = epoch + 1
     lanes = tl.arange(0, LANES)
+    trace = err_ptr + ERR_WORDS + (epoch % TRACE_CALLS) * TRACE_STRIDE
+    tracing = (pid == 0) & (num_rows > 0)     # trace mode: CTA 0 of a launch with rows
+    if TRACE:
+        if tracing:
+            _stamp(trace, epoch, TRACE)
     for r in range(first_row, first_row + num_rows):
         row = table + r * ROW_WORDS
+        at = trace + 1 + 4 * (r - first_row)
+        traced = tracing & ((r - first_row) < TRACE_ROWS)
         # rows of one CTA are in channel order without a signal between them (the lowering
         # drops it for one-CTA launches): this barrier orders every thread's accesses of the
         # previous row before this row's
@@ -184,8 +209,14 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         sig_live = lanes < nsig
         sig_slots = tl.load(table + sstart2 + lanes, mask=sig_live, other=0)
         src0_off = tl.load(table + sstart, mask=count > 0, other=0)
+        if TRACE:
+            if traced:
+                _stamp(at, (nwait + nsig + count + sstart).to(tl.int32), TRACE)
         if nwait > 0:
             _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, r, LANES, PTX)
+        if TRACE:
+            if traced:
+                _stamp(at + 1, epoch, TRACE)
         if count > 0:
             if ALIGNED:
                 dst_off = tl.multiple_of(dst_off, VEC)
@@ -224,6 +255,10 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                     tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
                 else:
                     tl.store(dst + offs, x, mask=mask)
+        if TRACE:
+            if traced:
+                tl.debug_barrier()   # every thread's loads are in (its stores issued)
+                _stamp(at + 2, epoch, TRACE)
         if nsig > 0:
             tl.debug_barrier()   # all of this CTA's stores happen before the release below
             _release_add(sig + sig_slots, sig_live, PTX)    # one lane per target, all at once
@@ -231,6 +266,12 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                 live = (k0 + lanes) < nsig
                 slot = tl.load(table + sstart2 + k0 + lanes, mask=live, other=0)
                 _release_add(sig + slot, live, PTX)
+        if TRACE:
+            if traced:
+                _stamp(at + 3, epoch, TRACE)
+    if TRACE:
+        if tracing:
+            _stamp(trace + TRACE_STRIDE - 1, epoch, TRACE)
     if FUSED and num_rows > 0:
         # CTA 0 is past the end barrier, which every CTA of this rank reached after reading the
         # epoch at its start: storing it now cannot change what any CTA of this call uses
@@ -242,13 +283,15 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
 class KernelState:
     """One rank's device state every launch reads: the encoded table (int64 words), its
     symmetric data allocation (1-D, the spec's dtype), its int32 signal slots, the int32[1] call
-    counter (epoch) and the int64[ERR_WORDS] error record of debug timeouts."""
+    counter (epoch) and the int64[ERR_WORDS] error record of debug timeouts (followed by the
+    trace stamps when `trace`)."""
 
     table: torch.Tensor
     data: torch.Tensor
     sig: torch.Tensor
     epoch: torch.Tensor
     err: torch.Tensor
+    trace: bool = False      # err also holds TRACE_WORDS of timer stamps (abi.TRACE_*)
 
 
 def _kernel_args(state: KernelState, span: RowSpan, reduce_op: str, spin_limit: int,
@@ -267,7 +310,8 @@ def _kernel_args(state: KernelState, span: RowSpan, reduce_op: str, spin_limit: 
     return (state.table, data, state.sig, state.epoch, state.err, span.first_row, span.num_rows,
             spin_limit, REDUCE_CODES[reduce_op],
             tl.float64 if data.dtype == torch.float64 else tl.float32, span.aligned, vec, BLOCK,
-            32 * NUM_WARPS, bump_epoch, fused, uses_ptx(interpret))
+            32 * NUM_WARPS, bump_epoch, fused, uses_ptx(interpret),
+            state.trace and uses_ptx(interpret))
 
 
 def uses_ptx(interpret: bool) -> bool:

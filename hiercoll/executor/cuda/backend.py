@@ -30,11 +30,12 @@ from hiercoll.executor.cuda.lowering import (
     lower,
     spin_limit_for,
 )
+from hiercoll.executor.cuda.kernel_trace import err_words, trace_enabled
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.executor.cuda.table import Table, encode
 from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
 from hiercoll.executor.torch_dtypes import torch_dtype
-from hiercoll.kernels.abi import ERR_WORDS, F_NWAIT, ROW_WORDS
+from hiercoll.kernels.abi import F_NWAIT, ROW_WORDS
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
 
 if TYPE_CHECKING:
@@ -195,10 +196,12 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
     dtype = torch_dtype(schedule.spec.dtype)
     itemsize = torch.empty((), dtype=dtype).element_size()
     table = encode(program, deltas(data, rank, itemsize), deltas(signals, rank, 4))
+    trace = trace_enabled()
     kernel = KernelState(table=torch.tensor(table.words, dtype=torch.int64, device=device),
                          data=data.tensor, sig=signals.tensor,
                          epoch=torch.zeros(1, dtype=torch.int32, device=device),
-                         err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=device))
+                         err=torch.zeros(err_words(trace), dtype=torch.int64, device=device),
+                         trace=trace)
     copies = {id(item): _Copy(data.peer_view(item.dst.rank, item.dst.offset, item.count),
                               data.peer_view(item.src.rank, item.src.offset, item.count))
               for items in program.streams.values() for item in items
