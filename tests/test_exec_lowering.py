@@ -24,7 +24,18 @@ from hiercoll.executor.cuda.lowering import (
     symmetric_layout,
 )
 from hiercoll.executor.cuda.table import encode, float_bits
-from hiercoll.kernels.abi import F_COUNT, F_DST, F_NSIG, F_NWAIT, F_SIG, F_SRC, F_WAIT, ROW_WORDS, WAIT_WORDS
+from hiercoll.kernels.abi import (
+    F_COUNT,
+    F_DST,
+    F_NSIG,
+    F_NWAIT,
+    F_RELAXED,
+    F_SIG,
+    F_SRC,
+    F_WAIT,
+    ROW_WORDS,
+    WAIT_WORDS,
+)
 from hiercoll.planner import applicable, plan
 from hiercoll.topology import Topology, preset
 
@@ -353,3 +364,24 @@ def test_debug_timeout_is_one_spin_limit_for_every_kernel():
     RMSNorm stress (which once took any positive value as 2,000,000 polls)."""
     from hiercoll.executor.cuda.lowering import spin_limit_for
     assert spin_limit_for(0) == 0 and spin_limit_for(5000) == 5_000_000 and spin_limit_for(0.0005) == 1
+
+
+@pytest.mark.parametrize(("kind", "algo", "end_relaxed"), [
+    ("all_reduce", "direct", True),        # forwarded: a pull into this rank's own output
+    ("all_reduce", "two_shot", False),     # pushes into peers' outputs: the end must release
+    ("all_gather", "direct", False),
+])
+def test_fused_arrivals_are_relaxed_only_where_no_store_is_announced(kind, algo, end_relaxed):
+    """The start arrival never follows a store of the kernel; the end arrival does only where
+    the rank stored into a peer; every op row that signals a consumer keeps its release."""
+    s = plan(_topo(1, 4), _spec(kind, 4), algo).expand()
+    for r in range(4):
+        (launch,) = lower(s, r, CudaOptions(single_stream=True)).streams[0]
+        assert launch.rows[0].op == "barrier:start:arrive" and launch.rows[0].relaxed
+        assert launch.rows[-2].relaxed is end_relaxed
+        remote = any(row.dst is not None and row.dst.rank != r for row in launch.rows)
+        assert remote is not end_relaxed
+        assert not any(row.relaxed for row in launch.rows[1:-2])
+        words = encode(lower(s, r, CudaOptions(single_stream=True)), [0] * 4, [0] * 4).words
+        assert [words[i * ROW_WORDS + F_RELAXED] for i in range(len(launch.rows))] == \
+            [int(row.relaxed) for row in launch.rows]

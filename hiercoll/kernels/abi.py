@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ROW_WORDS = 12
+ROW_WORDS = 13
 (F_COUNT, F_DST, F_REDUCE, F_ACC, F_SCALE, F_NSRC, F_SRC, F_NWAIT, F_WAIT, F_NSIG, F_SIG,
- F_ID) = range(ROW_WORDS)
+ F_RELAXED, F_ID) = range(ROW_WORDS)
 WAIT_WORDS = 2          # (slot, per_epoch)
 STEP_ELEMENTS = 4096    # elements one CTA moves per step of a row (the kernel's BLOCK)
 ERR_WORDS = 8           # [flag, row, wait index, observed, needed, ...]

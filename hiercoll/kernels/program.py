@@ -7,6 +7,9 @@ the backend that calls it. Memory ordering follows the AITER fix:
 - consumer: *every* thread reads every slot it waits on at system scope and spins until all are
   satisfied, then acquires at system scope itself (a block barrier after one polling thread is
   not enough); only then does it read peer data.
+- signals that order no store of this kernel that a peer reads (the start arrival, and the end
+  arrival of a rank that stores only into its own memory: `Row.relaxed`, the lowering decides)
+  are relaxed adds: the CTA barrier before them still waits for the row's loads.
 Slots count up forever (epoch * CTAs), so graph replay needs no reset.
 
 Why it is shaped this way (a row's cost is its chain of dependent memory round trips, and on
@@ -44,6 +47,7 @@ F_NWAIT = tl.constexpr(_t.F_NWAIT)
 F_WAIT = tl.constexpr(_t.F_WAIT)
 F_NSIG = tl.constexpr(_t.F_NSIG)
 F_SIG = tl.constexpr(_t.F_SIG)
+F_RELAXED = tl.constexpr(_t.F_RELAXED)
 ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
 WAIT_WORDS = tl.constexpr(_t.WAIT_WORDS)
 ERR_WORDS = tl.constexpr(_t.ERR_WORDS)
@@ -98,6 +102,28 @@ def _release_add(ptrs, active, PTX: tl.constexpr):
 
 
 @triton.jit
+def _relaxed_add(ptrs, active, PTX: tl.constexpr):
+    """Add 1 to each active slot at system scope with no ordering: for signals whose row stored
+    nothing a peer reads (the lowering says which, `Row.relaxed`)."""
+    if PTX:
+        tl.inline_asm_elementwise(
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
+            "@p red.relaxed.sys.global.add.s32 [$1], 1;\n\tmov.b32 $0, 0;\n\t}",
+            "=r,l,r", [ptrs, active.to(tl.int32)], dtype=tl.int32,
+            is_pure=False, pack=1)
+    else:
+        tl.atomic_add(ptrs, 1, mask=active, sem="relaxed", scope="sys")
+
+
+@triton.jit
+def _signal(ptrs, active, relaxed, PTX: tl.constexpr):
+    if relaxed != 0:
+        _relaxed_add(ptrs, active, PTX)
+    else:
+        _release_add(ptrs, active, PTX)
+
+
+@triton.jit
 def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row,
               LANES: tl.constexpr, PTX: tl.constexpr):
     """Every thread spins until each of the row's `nwait` slots reaches per_epoch * epoch, then
@@ -149,6 +175,18 @@ def _stamp(ptr, after, TRACE: tl.constexpr):
         tl.store(ptr + tl.arange(0, 1), t)
 
 
+@triton.jit
+def _header(table, r, live):
+    """Row `r`'s header words but count and destination (zeros where not `live`), as
+    independent loads."""
+    row = table + r * ROW_WORDS
+    return (tl.load(row + F_NWAIT, mask=live, other=0), tl.load(row + F_WAIT, mask=live, other=0),
+            tl.load(row + F_NSRC, mask=live, other=0), tl.load(row + F_SRC, mask=live, other=0),
+            tl.load(row + F_REDUCE, mask=live, other=0), tl.load(row + F_ACC, mask=live, other=0),
+            tl.load(row + F_SCALE, mask=live, other=0), tl.load(row + F_NSIG, mask=live, other=0),
+            tl.load(row + F_SIG, mask=live, other=0), tl.load(row + F_RELAXED, mask=live, other=0))
+
+
 SRC_UNROLL = tl.constexpr(8)   # a reduce's sources loaded together (more: one at a time)
 
 
@@ -184,31 +222,31 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
     if TRACE:
         if tracing:
             _stamp(trace, epoch, TRACE)
+    (h_nwait, h_wstart, h_nsrc, h_src, h_red, h_acc, h_scale, h_nsig, h_sig,
+     h_rel) = _header(table, first_row, num_rows > 0)
     for r in range(first_row, first_row + num_rows):
-        row = table + r * ROW_WORDS
         at = trace + 1 + 4 * (r - first_row)
         traced = tracing & ((r - first_row) < TRACE_ROWS)
         # rows of one CTA are in channel order without a signal between them (the lowering
         # drops it for one-CTA launches): this barrier orders every thread's accesses of the
         # previous row before this row's
         tl.debug_barrier()
-        # the whole header at once (independent loads: one round trip), then everything it
-        # points to at once; the table is written before the first launch, so reading it ahead
-        # of the row's acquire is safe
-        nwait = tl.load(row + F_NWAIT)
-        wstart = tl.load(row + F_WAIT)
-        count = tl.load(row + F_COUNT)
-        dst_off = tl.load(row + F_DST)
-        nsrc = tl.load(row + F_NSRC)
-        sstart = tl.load(row + F_SRC)
-        is_reduce = tl.load(row + F_REDUCE)
-        acc_flag = tl.load(row + F_ACC)
-        scale = tl.load(row + F_SCALE).to(tl.int32).to(tl.float32, bitcast=True)
-        nsig = tl.load(row + F_NSIG)
-        sstart2 = tl.load(row + F_SIG)
+        # this row's header came with the previous row (a round trip less per row); the next
+        # row's header loads now, with everything this header points to (independent loads: one
+        # round trip); the table is written before the first launch, so reading it ahead of the
+        # row's acquire is safe
+        # (count and dst_off load with the words it points to: values carried round the loop lose
+        # the divisibility that makes aligned rows 16-byte accesses)
+        nwait, wstart, nsrc, sstart = h_nwait, h_wstart, h_nsrc, h_src
+        is_reduce, acc_flag, scale_bits, nsig, sstart2, relaxed = h_red, h_acc, h_scale, h_nsig, h_sig, h_rel
+        scale = scale_bits.to(tl.int32).to(tl.float32, bitcast=True)
+        count = tl.load(table + r * ROW_WORDS + F_COUNT)
+        dst_off = tl.load(table + r * ROW_WORDS + F_DST)
+        (h_nwait, h_wstart, h_nsrc, h_src, h_red, h_acc, h_scale, h_nsig, h_sig,
+         h_rel) = _header(table, r + 1, r + 1 < first_row + num_rows)
         sig_live = lanes < nsig
         sig_slots = tl.load(table + sstart2 + lanes, mask=sig_live, other=0)
-        src0_off = tl.load(table + sstart, mask=count > 0, other=0)
+        src0_off = tl.load(table + sstart, mask=nsrc > 0, other=0)
         if TRACE:
             if traced:
                 _stamp(at, (nwait + nsig + count + sstart).to(tl.int32), TRACE)
@@ -261,11 +299,11 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                 _stamp(at + 2, epoch, TRACE)
         if nsig > 0:
             tl.debug_barrier()   # all of this CTA's stores happen before the release below
-            _release_add(sig + sig_slots, sig_live, PTX)    # one lane per target, all at once
+            _signal(sig + sig_slots, sig_live, relaxed, PTX)    # one lane per target, all at once
             for k0 in range(LANES, nsig, LANES):   # rows with more targets than lanes
                 live = (k0 + lanes) < nsig
                 slot = tl.load(table + sstart2 + k0 + lanes, mask=live, other=0)
-                _release_add(sig + slot, live, PTX)
+                _signal(sig + slot, live, relaxed, PTX)
         if TRACE:
             if traced:
                 _stamp(at + 3, epoch, TRACE)

@@ -20,6 +20,7 @@ from hiercoll.kernels.abi import (
     F_NSRC,
     F_NWAIT,
     F_REDUCE,
+    F_RELAXED,
     F_SCALE,
     F_SIG,
     F_SRC,
@@ -72,6 +73,7 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
             producers.append(wt.producer)
         words[w + F_NSIG], words[w + F_SIG] = len(row.signals), base + len(extra)
         extra.extend(sig_delta[s.rank] + s.slot for s in row.signals)
+        words[w + F_RELAXED] = int(row.relaxed)
         words[w + F_ID] = i
     placed: dict[int, RowSpan] = {}
     first = 0
