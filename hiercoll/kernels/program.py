@@ -10,6 +10,9 @@ the backend that calls it. Memory ordering follows the AITER fix:
 - signals that order no store of this kernel that a peer reads (the start arrival, and the end
   arrival of a rank that stores only into its own memory: `Row.relaxed`, the lowering decides)
   are relaxed adds: the CTA barrier before them still waits for the row's loads.
+- a launch's last row that moves nothing (the end barrier's wait, a copy-engine fence) polls
+  without the acquire fence: no thread of the kernel reads after it; the next reader on the
+  stream starts behind the kernel boundary.
 Slots count up forever (epoch * CTAs), so graph replay needs no reset.
 
 Why it is shaped this way (a row's cost is its chain of dependent memory round trips, and on
@@ -124,11 +127,11 @@ def _signal(ptrs, active, relaxed, PTX: tl.constexpr):
 
 
 @triton.jit
-def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row,
+def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row, acquire,
               LANES: tl.constexpr, PTX: tl.constexpr):
     """Every thread spins until each of the row's `nwait` slots reaches per_epoch * epoch, then
-    acquires: reads of peer data after this see what the signalling ranks wrote before their
-    release."""
+    acquires (where `acquire`): reads of peer data after this see what the signalling ranks
+    wrote before their release."""
     k = tl.arange(0, WAIT_BLOCK)
     lanes = tl.arange(0, LANES)
     for k0 in range(0, nwait, WAIT_BLOCK):
@@ -159,7 +162,8 @@ def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row,
                     tl.atomic_xchg(err_ptr + 4, want.to(tl.int64))
                     tl.atomic_xchg(err_ptr + 0, 1)
                     pending = 0
-        _acquire_fence(lanes, PTX)   # in the loop: after it, Triton dropped the unused asm
+        if acquire != 0:
+            _acquire_fence(lanes, PTX)   # in the loop: after it, Triton dropped the unused asm
 
 
 @triton.jit
@@ -251,7 +255,13 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
             if traced:
                 _stamp(at, (nwait + nsig + count + sstart).to(tl.int32), TRACE)
         if nwait > 0:
-            _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, r, LANES, PTX)
+            # the launch's last row, moving nothing (an end barrier, a copy-engine fence): no
+            # thread of this kernel reads after it, and what follows on the stream starts behind
+            # the kernel boundary; its acquire fence would only wait for this CTA's own
+            # outstanding stores and signals to land (about a microsecond on an H200)
+            last_empty = (r == first_row + num_rows - 1) & (count == 0)
+            _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, r,
+                      tl.where(last_empty, 0, 1), LANES, PTX)
         if TRACE:
             if traced:
                 _stamp(at + 1, epoch, TRACE)
