@@ -36,13 +36,13 @@ from hiercoll.files import write_atomic  # noqa: E402
 OUT = RESULTS / "workloads"
 NOTE = ("Bytes are exact (from the schedules); times are simulated on uncalibrated dgx-h100 "
         "costs (2 us per op). The group-casts and group-reduces move one op per contiguous run "
-        "of tokens, so a randomly routed MoE dispatch is thousands of small ops whose per-op cost "
-        "dominates its simulated time, while an all-gather moves the same node's data in a few "
-        "large ops: a real dispatch kernel moves every token of a (source, destination) pair in "
-        "one launch, which the IR does not express yet. Read the bytes as the result and the "
-        "times as a lower bound on what per-op overhead costs. The MoE layer ran with 1024 "
-        "tokens per rank: at 4096 (about 1M ops per plan) the simulation was killed for memory "
-        "(24 GiB) after 27 min on this 2-core machine.")
+        "of rows: the CP cases' runs are KV ranges; the MoE dispatch packs each source's tokens "
+        "per destination node, grouped by their ranks there (DeepEP's send buffer, `--packing "
+        "node`, the default), so a rank's input has at most nodes x (2^gpus - 1) runs whatever "
+        "the token count (token order made about one op per token and destination: 1M ops a "
+        "plan at 4096 tokens, killed for memory after 27 min). An all-gather moves the same "
+        "node's data in a few large ops. Read the bytes as the result and the times as what "
+        "the simulator predicts for these op counts.")
 
 
 def varlen_cu_seqlens(total: int, seed: int, lo: int = 1024, hi: int = 32768) -> list[int]:

@@ -74,14 +74,62 @@ def test_worked_layout_counts(lay: moe.MoeLayout) -> None:
 
 
 def test_worked_splits(lay: moe.MoeLayout) -> None:
-    g = moe.dispatch_splits(lay, ROW)
+    g = moe.dispatch_splits(lay, ROW, "token")
     assert g.ranks[0] == RankSplits(input=[Split(size=4, peers=[0, 2]), Split(size=4, peers=[3]),
                                            Split(size=4, peers=[])],   # dropped: rows kept
                                     output=[Split(size=4, peers=[0]), Split(size=8, peers=[2])])
     assert g.ranks[2].input[0] == Split(size=8, peers=[0, 1])           # tokens 0 and 1 merged
     assert g.ranks[3] == RankSplits(input=[], output=[Split(size=4, peers=[p]) for p in range(3)])
-    assert moe.combine_splits(lay, ROW) == transpose(g)
+    assert moe.combine_splits(lay, ROW, "token") == transpose(g)
+    assert [moe.recv_tokens(lay, d, "token").tolist() for d in range(W)] == \
+        [[list(p) for p in r] for r in RECEIVED]
+
+
+# node packing of the worked example, by hand: each source's tokens per destination node, ordered
+# by their set of that node's ranks (local bit j = rank n*G + j; key ascending), then by index
+#   src 0: node 0 [t0 ->{0}]; node 1 [t0 ->{2} (key 1), t1 ->{3} (key 2)]; t2 goes nowhere: absent
+#   src 1: node 0 [t0 ->{1}]; node 1 [t1 ->{2,3}]
+#   src 2: node 0 [t0, t1 ->{0,1}: one run]; node 1 [t2 ->{2}, t3 ->{3}]
+SEND_ORDER = [[(0, 0), (1, 0), (1, 1)], [(0, 0), (1, 1)], [(0, 0), (0, 1), (1, 2), (1, 3)], []]
+
+
+def test_worked_node_packing(lay: moe.MoeLayout) -> None:
+    g = moe.dispatch_splits(lay, ROW)                      # "node" is the default
+    assert [[(sp.size, sp.peers) for sp in r.input] for r in g.ranks] == [
+        [(4, [0]), (4, [2]), (4, [3])], [(4, [1]), (4, [2, 3])], [(8, [0, 1]), (4, [2]), (4, [3])], []]
+    assert [r.output for r in g.ranks] == [r.output for r in moe.dispatch_splits(lay, ROW, "token").ranks]
+    assert [moe.send_order(lay, r).tolist() for r in range(W)] == [[list(p) for p in r] for r in SEND_ORDER]
+    # every destination receives the same (source, token) rows as with token packing
     assert [moe.recv_tokens(lay, d).tolist() for d in range(W)] == [[list(p) for p in r] for r in RECEIVED]
+    assert moe.combine_splits(lay, ROW) == transpose(g)
+
+
+@pytest.mark.parametrize("algo", ["direct", "hier"])
+def test_node_packed_dispatch_and_combine_on_the_reference_executor(lay: moe.MoeLayout, algo: str) -> None:
+    """The sender gathers its tokens by `send_order`; combine's per-node partial rows add up to
+    one row per token (`combine_rows`) exactly as with token packing."""
+    topo = small_topology(2, 2)
+    ids = [np.repeat(s * 1000.0 + moe.send_order(lay, s)[:, 1], ROW).astype(np.float32) for s in range(W)]
+    outs = hc.execute(plan(topo, moe.spec_for(lay, ROW, "fp32"), algo), ids, seed=1)
+    for d in range(W):
+        assert outs[d].tolist() == np.repeat([s * 1000.0 + t for s, t in RECEIVED[d]], ROW).tolist()
+    spec = moe.spec_for(lay, ROW, "fp32", phase="combine")
+    ones = [np.ones(spec.input_count(r), dtype=np.float32) for r in range(W)]
+    packed = hc.execute(plan(topo, spec, algo), ones, seed=2)
+    got = [moe.combine_rows(lay, r, packed[r], ROW)[:, 0].tolist() for r in range(W)]
+    assert got == [[2, 1, 0], [1, 2], [2, 2, 1, 1], []]
+
+
+def test_node_packing_bounds_the_splits_whatever_the_token_count() -> None:
+    """At most nodes x (2**G - 1) input splits a rank: what keeps the README's MoE line small."""
+    w, g, e = 8, 2, 32
+    lay = moe.layout(moe.random_router(3000, 6, e, w, seed=3), e, w, g)
+    node = moe.dispatch_splits(lay, 2)
+    token = moe.dispatch_splits(lay, 2, "token")
+    assert all(len(r.input) <= (w // g) * (2**g - 1) for r in node.ranks)
+    assert all(len(r.input) > 1000 for r in token.ranks)
+    for s in range(w):    # the packed input holds each token once per node it visits
+        assert len(moe.send_order(lay, s)) == int(lay.tokens_per_node[s].sum())
 
 
 def _token_ids(lay: moe.MoeLayout) -> list[np.ndarray]:
@@ -92,7 +140,7 @@ def _token_ids(lay: moe.MoeLayout) -> list[np.ndarray]:
 @pytest.mark.parametrize("algo", ["direct", "hier"])
 def test_dispatch_delivers_tokens_in_source_index_order(lay: moe.MoeLayout, algo: str) -> None:
     topo = small_topology(2, 2)
-    sched = plan(topo, moe.spec_for(lay, ROW, "fp32"), algo)
+    sched = plan(topo, moe.spec_for(lay, ROW, "fp32", packing="token"), algo)
     outs = hc.execute(sched, _token_ids(lay), seed=1)
     for d in range(W):
         want = np.repeat([s * 1000.0 + t for s, t in RECEIVED[d]], ROW)
@@ -106,7 +154,7 @@ COMBINE_ALGOS = ["hier", "direct"]
 
 @pytest.mark.parametrize("algo", COMBINE_ALGOS)
 def test_combine_of_ones_counts_destination_ranks(lay: moe.MoeLayout, algo: str) -> None:
-    spec = moe.spec_for(lay, ROW, "fp32", phase="combine")
+    spec = moe.spec_for(lay, ROW, "fp32", phase="combine", packing="token")
     sched = plan(small_topology(2, 2), spec, algo)
     ones = [np.ones(spec.input_count(r), dtype=np.float32) for r in range(W)]
     outs = hc.execute(sched, ones, seed=2)    # outputs before: zeros
@@ -126,12 +174,14 @@ def test_combine_with_no_dropped_token_runs_on_direct() -> None:
 
 def test_worked_rdma_bytes(lay: moe.MoeLayout) -> None:
     assert moe.min_inter_bytes(lay, ROW, "fp32") == 5 * ROW * 4 == 80
-    rows = moe.rdma_bytes_report(lay, small_topology(2, 2), ROW, "fp32", phases=("dispatch", "combine"))
-    got = {(r.phase, r.algorithm): (r.inter_bytes, r.min_inter_bytes) for r in rows}
-    assert got == {("dispatch", "direct"): (128, 80), ("dispatch", "hier"): (80, 80),
-                   ("combine", "direct"): (128, 80), ("combine", "hier"): (80, 80)}
-    assert all(r.time_us > 0 for r in rows)
-    assert [r.excess_bytes for r in rows] == [48, 0, 48, 0]
+    for packing in moe.PACKINGS:     # the same bytes cross RDMA however the input is packed
+        rows = moe.rdma_bytes_report(lay, small_topology(2, 2), ROW, "fp32",
+                                     phases=("dispatch", "combine"), packing=packing)
+        got = {(r.phase, r.algorithm): (r.inter_bytes, r.min_inter_bytes) for r in rows}
+        assert got == {("dispatch", "direct"): (128, 80), ("dispatch", "hier"): (80, 80),
+                       ("combine", "direct"): (128, 80), ("combine", "hier"): (80, 80)}
+        assert all(r.time_us > 0 for r in rows)
+        assert [r.excess_bytes for r in rows] == [48, 0, 48, 0]
 
 
 @pytest.mark.parametrize("algo", ["direct", "hier"])
@@ -191,6 +241,7 @@ def test_layout_bad_inputs(router, args, match) -> None:  # type: ignore[no-unty
 
 def test_other_bad_inputs(tmp_path: Path, lay: moe.MoeLayout) -> None:
     _one_line_error(moe.dispatch_splits, lay, 0, match="row_elems: 0")
+    _one_line_error(moe.dispatch_splits, lay, 4, "rank", match="packing: 'rank'; choose one of node, token")
     _one_line_error(moe.spec_for, lay, ROW, "int8", match="dtype: 'int8'; choose one of bf16")
     _one_line_error(moe.spec_for, lay, ROW, "bf16", "forward", match="phase: 'forward'")
     _one_line_error(moe.random_router, 4, 9, 8, 4, 0, match=r"topk: 9 must be in 0..num_experts")
@@ -227,8 +278,9 @@ def test_hier_inter_bytes_is_the_minimum(nodes: int, gpus: int, experts_per_rank
     router = moe.random_router(tokens[:w], min(topk, e), e, w, seed, drop)
     lay = moe.layout(router, e, w, gpus)
     topo = small_topology(nodes, gpus, nics=1 if one_nic else None)
-    rows = {r.algorithm: r for r in moe.rdma_bytes_report(lay, topo, 3, "bf16")}
     floor = moe.min_inter_bytes(lay, 3, "bf16")
-    assert rows["hier"].inter_bytes == floor <= rows["direct"].inter_bytes
+    for packing in moe.PACKINGS:
+        rows = {r.algorithm: r for r in moe.rdma_bytes_report(lay, topo, 3, "bf16", packing=packing)}
+        assert rows["hier"].inter_bytes == floor <= rows["direct"].inter_bytes
     total = sum(len(a) for a in router)
     assert int(lay.tokens_per_node.sum()) <= int(lay.tokens_per_rank.sum()) <= total * w

@@ -61,6 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     moe.add_argument("--router", default=None, help="router file (.npy [W,T,k] or JSON)")
     moe.add_argument("--seed", type=int, default=0)
     moe.add_argument("--drop-prob", type=float, default=0.0)
+    moe.add_argument("--packing", choices=("node", "token"), default="node",
+                     help="dispatch input layout: node = each token once per destination node, "
+                          "grouped by its ranks there (DeepEP's send buffer; splits bounded by "
+                          "nodes x 2^gpus); token = token order, about one split per token "
+                          "(slow beyond a few hundred tokens a rank) (default: node)")
     _common(moe)
     moe.set_defaults(func=_moe)
 
@@ -217,8 +222,8 @@ def _moe(args: argparse.Namespace) -> int:
                                 drop_prob=args.drop_prob))
     lay = moe.layout(router, args.experts, w, topology.gpus_per_node)
     out = _prepare_out(args)
-    dispatch = moe.spec_for(lay, row, args.dtype, "dispatch")
-    combine = moe.spec_for(lay, row, args.dtype, "combine")
+    dispatch = moe.spec_for(lay, row, args.dtype, "dispatch", args.packing)
+    combine = moe.spec_for(lay, row, args.dtype, "combine", args.packing)
     tokens = sum(lay.num_tokens(r) for r in range(w))
     dt = DType(args.dtype)
     gather = CollectiveSpec(kind=Kind.ALL_GATHER, world_size=w, dtype=dt,

@@ -4,6 +4,9 @@ layout helpers here."""
 
 from __future__ import annotations
 
+import itertools
+from bisect import bisect_left, bisect_right
+
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds, swizzled_peers
 from hiercoll.planner.context import ParamsT, PlanContext
@@ -78,6 +81,18 @@ def build_group_reduce(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool)
     _reduce_pieces(ctx, b, bases, channel=ctx.params.channels)
 
 
+def _sends_under(ctx: PlanContext[ParamsT], src: int, dst: int, at: int, size: int) -> range:
+    """Indices of src's sends to dst (its pair stream's segments, in stream order) that cover
+    stream positions [at, at + size): a piece waits for those, not for every send of the pair
+    (with one split per token that was quadratic in the tokens)."""
+    memo: dict[tuple[int, int], list[int]] = ctx.memo.setdefault("group_reduce_starts", {})
+    starts = memo.get((src, dst))
+    if starts is None:
+        segs = ctx.spec.pair_streams[(src, dst)].segments
+        starts = memo[(src, dst)] = list(itertools.accumulate((g.count for g in segs), initial=0))
+    return range(max(0, bisect_right(starts, at) - 1), bisect_left(starts, at + size))
+
+
 def _reduce_pieces(ctx: PlanContext[ParamsT], b: RankBuilder, bases: dict[int, int], channel: int) -> None:
     r, spec = b.rank, ctx.spec
     for off, size, at in output_pieces(spec, r):
@@ -85,4 +100,4 @@ def _reduce_pieces(ctx: PlanContext[ParamsT], b: RankBuilder, bases: dict[int, i
         scale = avg_scale(spec, len(at))
         b.reduce(srcs, ctx.output(r, off, size), accumulate=True, scale=scale, channel=channel,
                  deps=[Dep(s, GroupSendLabel(r, i)) for s in sorted(at)
-                       for i in range(len(spec.pair_streams[(s, r)].segments))])
+                       for i in _sends_under(ctx, s, r, at[s], size)])

@@ -8,16 +8,24 @@ RDMA once per destination node and forwards it over NVLink there, as DeepEP's in
 does; the flat `direct` plan sends it once per remote destination rank. Combine is the transpose:
 a group_reduce that sums the expert outputs back into the source token's rows.
 
-Layouts:
-- dispatch input of rank r: its T_r token rows, in order (`row_elems` elements each). Runs of
-  consecutive tokens with the same destination set are one split. A token nobody receives (all
-  -1) is a split with an empty `peers` list: collectives.py accepts that for a group_cast input
-  (only the output side must name exactly one peer) and it keeps the input holding all T_r rows,
-  so row t of the input is token t whatever the router dropped.
-- dispatch output of rank d: the tokens it receives, ordered by (source rank, token index): one
-  output split per source rank (`recv_tokens` lists them).
+Layouts (`packing`):
+- "node" (the default; DeepEP's internode send buffer): the dispatch input of rank r is its
+  tokens packed per destination node: for each node n in order, every token that picks an expert
+  on n, ordered by the set of n's ranks it goes to, then by token index (`send_order` lists the
+  (node, token) of each row: the sender gathers x into it, as DeepEP's kernel fills its RDMA
+  buffer). A token is in the input once per node it visits and not at all if it goes nowhere.
+  Each (node, rank set) run is one split, so a rank's input has at most nodes x (2**G - 1)
+  splits whatever the token count: planning and simulation scale with the node count, not with
+  tokens x destinations (per-token splits made the README's 4096-token example millions of ops).
+- "token": the input is the T_r token rows in order; runs of consecutive tokens with the same
+  destination set are one split (usually one token each); a token nobody receives is a split
+  with an empty `peers` list, so row t of the input is token t.
+- dispatch output of rank d, either way: the tokens it receives, one output split per source
+  rank, in the source's input order (`recv_tokens` lists (source rank, token index)).
 - combine is `transpose(dispatch)`: its input is the dispatch output (expert results, one row per
-  received token), its output the T_r token rows, accumulated into their existing values.
+  received token), its output the source's dispatch input layout, accumulated into its values.
+  With "node" a token's rows (one per node it visited) are partial sums: `combine_rows` adds
+  them into one row per token (DeepEP's combine also ends with that reduction).
 
 Gate weights: the IR has no per-piece weight, and needs none. The destination rank applies the
 gate weights of its experts to their outputs and sums them locally (a token it received once may
@@ -157,13 +165,94 @@ def layout(topk_idx: Sequence[npt.NDArray[Any]], num_experts: int, world_size: i
                      tokens_per_expert=_frozen(tpe), is_token_in_rank=in_rank)
 
 
-def recv_tokens(layout: MoeLayout, dst: int) -> IntArray:
+# ---- splits ------------------------------------------------------------------------------------
+def _check_row_elems(row_elems: int) -> None:
+    if isinstance(row_elems, bool) or not isinstance(row_elems, int | np.integer) or row_elems < 1:
+        raise HiercollError(f"row_elems: {row_elems!r} must be a positive integer (elements per token)")
+
+
+Packing = Literal["node", "token"]
+PACKINGS: tuple[str, ...] = ("node", "token")
+
+
+def _check_packing(packing: str) -> None:
+    if packing not in PACKINGS:
+        raise HiercollError(f"packing: {packing!r}; choose one of {', '.join(PACKINGS)}")
+
+
+def _runs(keys: IntArray) -> list[tuple[int, int]]:
+    """(start, length) of each run of equal consecutive keys."""
+    if not len(keys):
+        return []
+    cut = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [len(keys)]])
+    return [(int(a), int(b - a)) for a, b in zip(starts, ends, strict=True)]
+
+
+def _mask_keys(mask: BoolArray) -> IntArray:
+    """One integer per row of a bool matrix (column j is bit j), for grouping equal rows."""
+    if mask.shape[1] <= 62:
+        return (mask.astype(np.int64) << np.arange(mask.shape[1], dtype=np.int64)).sum(axis=1)
+    _, inverse = np.unique(mask, axis=0, return_inverse=True)     # wide rows: any stable id
+    return inverse.reshape(-1).astype(np.int64)
+
+
+def _node_blocks(layout: MoeLayout, rank: int) -> list[tuple[int, IntArray, IntArray]]:
+    """Per destination node n: (n, the tokens in packed order, their local-rank mask key)."""
+    g = layout.gpus_per_node
+    mask = layout.is_token_in_rank[rank]
+    out = []
+    for n in range(layout.num_nodes):
+        local = mask[:, n * g:(n + 1) * g]
+        tokens = np.flatnonzero(local.any(axis=1))
+        keys = _mask_keys(local[tokens])
+        order = np.argsort(keys, kind="stable")
+        out.append((n, tokens[order], keys[order]))
+    return out
+
+
+def send_order(layout: MoeLayout, rank: int, packing: Packing = "node") -> IntArray:
+    """[R, 2] (node, token index) of each row of `rank`'s dispatch input: gather
+    `x[order[:, 1]]` into it ("token": node -1, every token in order)."""
+    _check_packing(packing)
+    if packing == "token":
+        t = np.arange(layout.num_tokens(rank), dtype=np.int64)
+        return np.stack([np.full(len(t), -1, dtype=np.int64), t], axis=1)
+    parts = [np.stack([np.full(len(tok), n, dtype=np.int64), tok], axis=1)
+             for n, tok, _ in _node_blocks(layout, rank)]
+    return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+
+
+def recv_tokens(layout: MoeLayout, dst: int, packing: Packing = "node") -> IntArray:
     """[R, 2] (source rank, token index) of each row `dst` receives, in dispatch output order:
     what an expert needs to know whose token it holds (DeepEP's recv_src_idx, with the rank)."""
-    rows = [np.stack([np.full(len(t), s), t], axis=1)
-            for s in range(layout.world_size)
-            for t in [np.flatnonzero(layout.is_token_in_rank[s][:, dst])]]
+    _check_packing(packing)
+    rows = []
+    for s in range(layout.world_size):
+        if packing == "token":
+            t = np.flatnonzero(layout.is_token_in_rank[s][:, dst])
+        else:
+            t = _in_block(layout, s, dst // layout.gpus_per_node, dst)
+        rows.append(np.stack([np.full(len(t), s), t], axis=1))
     return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 2), dtype=np.int64)
+
+
+def _in_block(layout: MoeLayout, src: int, node: int, dst: int) -> IntArray:
+    """The tokens of `src`'s node-`node` block that `dst` receives, in block order."""
+    _, tokens, _ = _node_blocks(layout, src)[node]
+    return tokens[layout.is_token_in_rank[src][tokens, dst]]
+
+
+def combine_rows(layout: MoeLayout, rank: int, packed: npt.NDArray[Any], row_elems: int,
+                 packing: Packing = "node") -> npt.NDArray[Any]:
+    """A combine output in `rank`'s dispatch input layout -> one row per token ([T_r, row_elems],
+    zeros for a token nobody received): the per-node partial sums added together."""
+    order = send_order(layout, rank, packing)[:, 1]
+    rows = np.asarray(packed).reshape(len(order), row_elems)
+    out = np.zeros((layout.num_tokens(rank), row_elems), dtype=rows.dtype)
+    np.add.at(out, order, rows)
+    return out
 
 
 # ---- splits ------------------------------------------------------------------------------------
@@ -172,42 +261,44 @@ def _check_row_elems(row_elems: int) -> None:
         raise HiercollError(f"row_elems: {row_elems!r} must be a positive integer (elements per token)")
 
 
-def _input_splits(mask: BoolArray, row_elems: int) -> list[Split]:
-    """One split per run of consecutive tokens with the same destination set, in token order."""
-    out: list[Split] = []
-    prev: list[int] | None = None
-    run = 0
-    for row in mask:
-        dests = [int(d) for d in np.flatnonzero(row)]
-        if dests != prev and run:
-            assert prev is not None
-            out.append(Split(size=run * row_elems, peers=prev))
-            run = 0
-        prev, run = dests, run + 1
-    if run:
-        assert prev is not None
-        out.append(Split(size=run * row_elems, peers=prev))
+def _token_splits(mask: BoolArray, row_elems: int) -> list[Split]:
+    """"token" packing: one split per run of consecutive tokens with the same destination set."""
+    keys = _mask_keys(mask)
+    return [Split(size=n * row_elems, peers=[int(d) for d in np.flatnonzero(mask[a])])
+            for a, n in _runs(keys)]
+
+
+def _node_splits(layout: MoeLayout, rank: int, row_elems: int) -> list[Split]:
+    """"node" packing: one split per (node, local rank set) run of the packed input."""
+    g = layout.gpus_per_node
+    out = []
+    for n, tokens, keys in _node_blocks(layout, rank):
+        for a, count in _runs(keys):
+            local = layout.is_token_in_rank[rank][tokens[a], n * g:(n + 1) * g]
+            out.append(Split(size=count * row_elems, peers=[n * g + int(j) for j in np.flatnonzero(local)]))
     return out
 
 
-def dispatch_splits(layout: MoeLayout, row_elems: int) -> GroupSplits:
+def dispatch_splits(layout: MoeLayout, row_elems: int, packing: Packing = "node") -> GroupSplits:
     """group_cast arguments of dispatch: token rows to each rank hosting one of their experts;
-    each destination receives by (source rank, token index)."""
+    each destination receives one split per source, in the source's input order."""
     _check_row_elems(row_elems)
+    _check_packing(packing)
     w = layout.world_size
     ranks = []
     for r in range(w):
-        inputs = _input_splits(layout.is_token_in_rank[r], row_elems)
+        inputs = (_token_splits(layout.is_token_in_rank[r], row_elems) if packing == "token"
+                  else _node_splits(layout, r, row_elems))
         outputs = [Split(size=int(layout.tokens_per_rank[s, r]) * row_elems, peers=[s])
                    for s in range(w) if layout.tokens_per_rank[s, r]]
         ranks.append(RankSplits(input=inputs, output=outputs))
     return GroupSplits(ranks=ranks)
 
 
-def combine_splits(layout: MoeLayout, row_elems: int) -> GroupSplits:
+def combine_splits(layout: MoeLayout, row_elems: int, packing: Packing = "node") -> GroupSplits:
     """group_reduce arguments of combine: dispatch run backwards, summing each token's returned
     rows (gate-weighted by the expert ranks beforehand, see the module doc)."""
-    return transpose(dispatch_splits(layout, row_elems))
+    return transpose(dispatch_splits(layout, row_elems, packing))
 
 
 def _dtype(dtype: DType | str) -> DType:
@@ -219,12 +310,13 @@ def _dtype(dtype: DType | str) -> DType:
 
 
 def spec_for(layout: MoeLayout, row_elems: int, dtype: DType | str = DType.BF16,
-             phase: Phase = "dispatch") -> CollectiveSpec:
+             phase: Phase = "dispatch", packing: Packing = "node") -> CollectiveSpec:
     """The collective of one phase, ready for `plan` (group sizes come from the splits)."""
     if phase not in ("dispatch", "combine"):
         raise HiercollError(f"phase: {phase!r}; choose dispatch or combine")
     kind = Kind.GROUP_CAST if phase == "dispatch" else Kind.GROUP_REDUCE
-    splits = dispatch_splits(layout, row_elems) if phase == "dispatch" else combine_splits(layout, row_elems)
+    splits = (dispatch_splits(layout, row_elems, packing) if phase == "dispatch"
+              else combine_splits(layout, row_elems, packing))
     return CollectiveSpec(kind=kind, world_size=layout.world_size, dtype=_dtype(dtype), nbytes=0,
                           splits=splits)
 
@@ -359,7 +451,8 @@ def min_inter_bytes(layout: MoeLayout, row_elems: int, dtype: DType | str) -> in
 
 def rdma_bytes_report(layout: MoeLayout, topology: Topology, row_elems: int, dtype: DType | str,
                       algorithms: Sequence[str] = ("direct", "hier"),
-                      phases: Sequence[Phase] = ("dispatch",)) -> list[RdmaRow]:
+                      phases: Sequence[Phase] = ("dispatch",),
+                      packing: Packing = "node") -> list[RdmaRow]:
     """Plan and simulate each phase with each algorithm: how far each is from the minimum."""
     if (topology.world_size, topology.gpus_per_node) != (layout.world_size, layout.gpus_per_node):
         raise HiercollError(f"topology: {topology.name} has {topology.world_size} ranks, "
@@ -368,7 +461,7 @@ def rdma_bytes_report(layout: MoeLayout, topology: Topology, row_elems: int, dty
     floor = min_inter_bytes(layout, row_elems, dtype)
     rows = []
     for phase in phases:
-        spec = spec_for(layout, row_elems, dtype, phase)
+        spec = spec_for(layout, row_elems, dtype, phase, packing)
         for algo in algorithms:
             res = simulate(plan(topology, spec, algo), topology)
             rows.append(RdmaRow(phase=phase, algorithm=algo, inter_bytes=int(round(res.bytes_inter)),
