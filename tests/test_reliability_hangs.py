@@ -246,3 +246,32 @@ def test_a_plan_over_the_op_limit_still_simulates_folded(monkeypatch):
     monkeypatch.setenv("HIERCOLL_MAX_OPS", "10")      # not even one rank (~144 ops)
     with pytest.raises(HiercollError, match="not even one rank's ops fit"):
         hc.plan(topo, spec, "hier")
+
+
+def test_a_rank_ended_by_torchrun_while_joining_says_so_in_one_line(tmp_path):
+    """A peer that dies while the job starts leaves this rank waiting to join; torchrun then
+    sends SIGTERM. The rank says what happened in one line instead of ending silently (here:
+    torchrun's variables, a rendezvous address nobody serves, SIGTERM as torchrun sends it)."""
+    import socket
+    from tests.test_exec_cli import _topo2
+    topo = _topo2()
+    path = tmp_path / "plan.json"
+    save_plan(path, hc.plan(topo, CollectiveSpec(kind="all_reduce", world_size=2, nbytes=2002),
+                            "ring"), topo)
+    with socket.socket() as s:          # a free port: the store's host never comes up
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", RANK="1", LOCAL_RANK="1", WORLD_SIZE="2",
+               LOCAL_WORLD_SIZE="2", TORCHELASTIC_RUN_ID="t", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    proc = subprocess.Popen([sys.executable, "-m", "hiercoll", "run", str(path), "--backend", "gloo",
+                             "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    time.sleep(3.0)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert err.strip().splitlines() == [
+        "error: rank 1: ended by torchrun while joining the job: another rank exited first "
+        "(torchrun's report below names it)"], err[-2000:]

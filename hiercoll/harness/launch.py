@@ -15,6 +15,7 @@ from typing import Any
 
 from hiercoll.errors import HiercollError
 from hiercoll.executor.interface import ProcessGroupBackend
+from hiercoll.harness.startup import started
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                 "NVSHMEM_DISABLE_NVLS": "1"}
@@ -88,6 +89,7 @@ def init_from_env(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Lau
                          type(exc).__name__)
             raise HiercollError(f"rank {rank}: joining the process group of {world} ranks failed "
                                 f"or timed out (--timeout {timeout_s:g} s): {first}") from None
+    started()
     return Launch(rank, world, local_rank, device, pg_backend)
 
 
