@@ -6,6 +6,7 @@ import contextlib
 import copy
 import io
 import json
+import os
 import random
 import re
 import signal
@@ -109,14 +110,47 @@ def _time_limit(seconds: float):  # type: ignore[no-untyped-def]
         signal.signal(signal.SIGALRM, old)
 
 
+ENV_VALUES = {   # every HIERCOLL_* variable the CPU commands read, with values users mistype
+    "HIERCOLL_MAX_OPS": ["inf", "1e400", "-1", "0", "1", "x", "", "1e3", "nan", "10**9", "2e9"],
+    "HIERCOLL_NO_CACHE": ["1", "0", "", "yes"],
+    "HIERCOLL_CACHE_DIR": ["", "/nonexistent/deep/dir", "/dev/null", "/proc/self", "."],
+}
+
+
+def split_env(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Leading NAME=value words (shell style) are the case's environment."""
+    env: dict[str, str] = {}
+    i = 0
+    while i < len(argv) and re.fullmatch(r"HIERCOLL_[A-Z_]+=.*", argv[i]):
+        name, value = argv[i].split("=", 1)
+        env[name] = value
+        i += 1
+    return env, argv[i:]
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]):  # type: ignore[no-untyped-def]
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_cli(argv: list[str], case_timeout: float) -> Outcome:
     from hiercoll.cli.main import main
     err, out = io.StringIO(), io.StringIO()
     t0 = time.perf_counter()
     o = Outcome(argv, None, "")
+    env, argv = split_env(argv)
     try:
         with _time_limit(case_timeout), contextlib.redirect_stderr(err), \
-                contextlib.redirect_stdout(out):
+                contextlib.redirect_stdout(out), _environment(env):
             try:
                 o.rc = main(argv)
             except SystemExit as exc:       # argparse
@@ -317,17 +351,91 @@ class Fuzzer:
         return ["autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "64KiB", "--no-cache",
                 "-j", "1", "--library-table", self._file(json.dumps(doc), "json")]
 
+    def env_case(self) -> list[str]:
+        """A plan, simulate or autopick case under mistyped HIERCOLL_* variables (issue 30:
+        HIERCOLL_MAX_OPS=inf or 1e400 was a traceback in any command that plans)."""
+        rng = self.rng
+        names = rng.sample(sorted(ENV_VALUES), rng.randint(1, len(ENV_VALUES)))
+        env = [f"{n}={rng.choice(ENV_VALUES[n])}" for n in names]
+        if rng.random() < 0.7:     # a valid command, so the variables are what is tested
+            inner = ["plan", "-t", rng.choice(["h200x4", "dgx-h100"]), "-n", rng.choice(["1", "2"]),
+                     "-c", rng.choice(KINDS[:4]), "-b", rng.choice(["4KiB", "1MiB"]),
+                     "-a", rng.choice(["ring", "direct", "hier", "auto"]),
+                     "-o", str(self.dir / f"envplan{self.n}_{rng.randrange(10**6)}.json")]
+            if rng.random() < 0.3:
+                inner = ["autopick", *inner[1:5], "-c", "all_reduce", "--sizes", "4KiB:64KiB", "-j", "1"]
+        else:
+            inner = rng.choice([self.plan_case, self.autopick_case])()
+        return [*env, *inner]
+
+    def _router_arg(self) -> list[str]:
+        """A router file: a valid seed mutated (shapes, junk ids, huge values, bad JSON) or a
+        .npy with a wrong dtype, rank or header (issue 30: a header claiming a huge shape and an
+        expert id of 2**63 were tracebacks)."""
+        rng = self.rng
+        world = 8
+        ranks = [[[rng.randrange(16) for _ in range(2)] for _ in range(rng.randint(0, 4))]
+                 for _ in range(world)]
+        for rk in ranks:     # distinct experts per token, as a router gives
+            for tok in rk:
+                if tok[0] == tok[1]:
+                    tok[1] = (tok[0] + 1) % 16
+        if rng.random() < 0.6:
+            doc: Any = {"topk_idx": ranks}
+            if rng.random() < 0.7:
+                doc = mutate_doc(doc, rng, rng.randint(1, 2))
+            text = json.dumps(doc)
+            return ["--router", self._file(mutate_text(text, rng) if rng.random() < 0.1 else text,
+                                           "json")]
+        import numpy as np
+        self.n += 1
+        path = self.dir / f"router{self.n}.npy"
+        shape = rng.choice([(world, 3, 2), (world, 0, 2), (2, 3, 2), (world, 3), (world, 3, 20)])
+        dtype = rng.choice(["int64", "int32", "float64", "uint8"])
+        arr = np.random.default_rng(rng.randrange(2**32)).integers(-2, 20, size=shape).astype(dtype)
+        np.save(path, arr)
+        if rng.random() < 0.2:       # a damaged header or body
+            data = bytearray(path.read_bytes())
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            path.write_bytes(bytes(data))
+        return ["--router", str(path)]
+
+    def moe_case(self) -> list[str]:
+        """`workload moe` with junk arguments, both packings, a router file or the random one."""
+        rng = self.rng
+        def pick(good: list[str], bad: list[str]) -> str:    # junk one time in ten
+            return rng.choice(bad if rng.random() < 0.1 else good)
+        argv = ["workload", "moe", "-t", rng.choice(["h200x4", "dgx-h100", "pcie-8gpu"]),
+                "-n", pick(["1", "2"], ["0", "x"]),
+                "--experts", pick(["16", "32", "64"], ["7", "0", "-8", "x"]),
+                "--row-bytes", pick(["64", "1KiB"], ["0", "3", "x", "1TiB"])]
+        if rng.random() < 0.4:
+            argv += self._router_arg()
+        else:
+            argv += ["--tokens", pick(["1", "16", "64"], ["0", "-1", "x", "10**9"]),
+                     "--topk", pick(["1", "2", "4"], ["0", "99", "-1"])]
+            if rng.random() < 0.3:
+                argv += ["--drop-prob", pick(["0.5", "1", "0"], ["1.5", "-0.1", "nan", "x"])]
+        if rng.random() < 0.5:
+            argv += ["--packing", pick(["node", "token"], ["rank"])]
+        return argv
+
     def next_case(self) -> list[str]:
         r = self.rng.random()
-        if r < 0.55:
+        if r < 0.5:
             return self.plan_case()
-        if r < 0.85:
+        if r < 0.77:
             return self.plan_file_case()
-        if r < 0.9:
+        if r < 0.82:
             return self.attention_case()
-        if r < 0.95:
+        if r < 0.86:
             return self.library_case()
-        return self.autopick_case()
+        if r < 0.9:
+            return self.autopick_case()
+        if r < 0.95:
+            return self.env_case()
+        return self.moe_case()
 
 
 def check_accepted(argv: list[str], o: Outcome) -> None:
@@ -362,9 +470,10 @@ def judge(argv: list[str], case_timeout: float) -> Outcome:
     """One case: the CLI under the time limit, then the accepted plan's check under it too."""
     o = run_cli(argv, case_timeout)
     if not o.hang and o.exc is None:
+        env, bare = split_env(argv)
         try:
-            with _time_limit(case_timeout):
-                check_accepted(argv, o)
+            with _time_limit(case_timeout), _environment(env):
+                check_accepted(bare, o)
         except CaseTimeout:
             o.hang = True
     return o
