@@ -253,6 +253,7 @@ def test_a_rank_ended_by_torchrun_while_joining_says_so_in_one_line(tmp_path):
     sends SIGTERM. The rank says what happened in one line instead of ending silently (here:
     torchrun's variables, a rendezvous address nobody serves, SIGTERM as torchrun sends it)."""
     import socket
+
     from tests.test_exec_cli import _topo2
     topo = _topo2()
     path = tmp_path / "plan.json"

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hiercoll.topology import IntraKind, Topology
-from hiercoll.topology.fabric import ALL_PORTS, TierLayout, extra_latency_us, layout, port_stabilizer, route, turn_tier
+from hiercoll.topology.fabric import ALL_PORTS, extra_latency_us, layout, port_stabilizer, route, turn_tier
+from hiercoll.topology.tier_layout import TierLayout
 
 LinkKey = tuple[str, *tuple[int, ...]]   # kind, then GPU/node/NIC numbers: ("nic_tx", 1, 3)
 # A link's capacity where only its crowded capacity limits (never the tightest alone)

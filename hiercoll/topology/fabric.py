@@ -25,82 +25,19 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+from hiercoll.topology.tier_layout import TierLayout, tier_layouts
 
 if TYPE_CHECKING:
     from hiercoll.topology.model import Topology
 
 
-@dataclass(frozen=True, slots=True)
-class TierLayout:
-    index: int
-    name: str
-    span: int            # nodes under one group of this tier
-    groups: int          # groups of this tier (the last one may be partial)
-    switches: int        # switches in one group
-    down_ports: int      # per switch: toward the NICs (leaf) or the tier below
-    uplinks: int         # per switch: toward the tier above (0 on the outermost)
-    port_gbps: float     # per uplink port per direction (0 on the outermost)
-    latency_us: float
-    rails: bool
-
-    @property
-    def group_uplink_gbps(self) -> float:
-        """What one group can send out of itself at once (all its switches' uplinks)."""
-        return self.switches * self.uplinks * self.port_gbps
-
-
 def layout(t: Topology) -> list[TierLayout]:
-    """Every tier's layout (empty without tiers). Values only: check_layout says what is wrong."""
+    """Every tier's layout (empty without tiers)."""
     if t.inter is None or not t.inter.tiers:
         return []
-    inter, n, tiers = t.inter, t.num_nodes, t.inter.tiers
-    out: list[TierLayout] = []
-    last = len(tiers) - 1
-    for i, tier in enumerate(tiers):
-        below = out[-1] if out else None
-        size = tier.group_size
-        if size is None:                       # the outermost tier: everything
-            size = n if below is None else math.ceil(n / below.span)
-        span = size if below is None else below.span * size
-        if below is None:
-            switches = inter.num_nics if tier.rails else 1
-            down = size * (1 if tier.rails else inter.num_nics)
-            down_gbps = down * inter.nic_gbps
-        else:
-            switches = below.switches * below.uplinks if below.index > 0 else below.uplinks
-            down = size * (below.switches if below.index == 0 else 1)
-            down_gbps = down * below.port_gbps
-        uplinks = 0 if i == last else (tier.uplinks or 1)
-        if i == last:
-            port = 0.0
-        elif tier.uplink_gbps is not None:
-            port = tier.uplink_gbps
-        else:
-            port = down_gbps / (tier.oversubscription or 1.0) / uplinks
-        out.append(TierLayout(i, tier.name, span, math.ceil(n / span), switches, down, uplinks,
-                              port, tier.latency_us, tier.rails))
-    return out
-
-
-def check_layout(t: Topology) -> None:
-    """Raise ValueError (one line) when the tiers cannot join the topology's nodes."""
-    assert t.inter is not None and t.inter.tiers is not None
-    lay = layout(t)
-    top = lay[-1]
-    if top.groups > 1:
-        raise ValueError(f"inter.tiers[{top.index}] ({top.name}).group_size: joins "
-                         f"{top.span} of {t.num_nodes} nodes; the outermost tier must join every "
-                         "node (raise group_size or leave it out)")
-    for tl, tier in zip(lay, t.inter.tiers):
-        need = tl.down_ports + tl.uplinks
-        if tier.radix is not None and need > tier.radix:
-            raise ValueError(f"inter.tiers[{tl.index}] ({tl.name}).radix: a switch needs "
-                             f"{tl.down_ports} down + {tl.uplinks} up = {need} ports, above its "
-                             f"radix {tier.radix}; use fewer nodes, a smaller group_size or "
-                             "fewer uplinks")
+    return tier_layouts(t.inter.tiers, t.num_nodes, t.inter.num_nics, t.inter.nic_gbps)
 
 
 def translation_span(t: Topology, lay: list[TierLayout] | None = None) -> int | None:

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from hiercoll.topology.tier_layout import check_tier_layouts
+
 # Plausible ranges: numbers outside them are typos or fuzz (5e-324 GB/s made a simulation spin on
 # a flow that never ends; 1e308 overflowed to inf). 1 MB/s .. 1 PB/s; latencies up to 1000 s.
 MIN_GBPS = 1e-3
@@ -333,8 +335,8 @@ class Topology(_Strict):
         if self.intra.kind != IntraKind.MESH and self.intra.links_per_pair != 1:
             raise ValueError("intra.links_per_pair: only meaningful for kind 'mesh'; remove it")
         if self.inter is not None and self.inter.tiers is not None:
-            from hiercoll.topology.fabric import check_layout
-            check_layout(self)
+            check_tier_layouts(self.inter.tiers, self.num_nodes, self.inter.num_nics,
+                               self.inter.nic_gbps)
         self._check_overrides()
         self._check_degraded()
         return self

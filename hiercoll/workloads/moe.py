@@ -165,12 +165,7 @@ def layout(topk_idx: Sequence[npt.NDArray[Any]], num_experts: int, world_size: i
                      tokens_per_expert=_frozen(tpe), is_token_in_rank=in_rank)
 
 
-# ---- splits ------------------------------------------------------------------------------------
-def _check_row_elems(row_elems: int) -> None:
-    if isinstance(row_elems, bool) or not isinstance(row_elems, int | np.integer) or row_elems < 1:
-        raise HiercollError(f"row_elems: {row_elems!r} must be a positive integer (elements per token)")
-
-
+# ---- layouts of the dispatch input ---------------------------------------------------------------
 Packing = Literal["node", "token"]
 PACKINGS: tuple[str, ...] = ("node", "token")
 

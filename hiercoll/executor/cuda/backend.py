@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from hiercoll.errors import HiercollError, VerificationError
+from hiercoll.executor.cuda.kernel_trace import err_words, trace_enabled
 from hiercoll.executor.cuda.lowering import (
     CallStep,
     CopyLaunch,
@@ -30,7 +31,6 @@ from hiercoll.executor.cuda.lowering import (
     lower,
     spin_limit_for,
 )
-from hiercoll.executor.cuda.kernel_trace import err_words, trace_enabled
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.executor.cuda.table import Table, encode
 from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor

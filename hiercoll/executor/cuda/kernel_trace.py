@@ -57,5 +57,5 @@ def read_traces(err: torch.Tensor, num_rows: int) -> list[CallTrace]:
             continue
         rows = tuple(tuple(rec[1 + 4 * i + k] - start for k in range(4))
                      for i in range(min(num_rows, TRACE_ROWS)))
-        calls.append(CallTrace(start, end, rows))     # type: ignore[arg-type]
+        calls.append(CallTrace(start, end, rows))
     return sorted(calls, key=lambda t: t.start_ns)
