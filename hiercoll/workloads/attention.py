@@ -360,7 +360,7 @@ class ChunkAreas:
         return tuple(c.by_type[i] for c in self.chunks)
 
 
-MAX_CHUNKS = 1 << 22    # areas and the dispatch hold a few numbers per chunk: ~100 MB here
+MAX_CHUNKS = 1 << 20    # areas and the dispatch hold a few numbers per chunk; 4M chunks took 32 s
 
 
 def _check_chunking(total_seqlen: int, chunk_size: int) -> int:
