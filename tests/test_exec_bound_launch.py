@@ -47,7 +47,7 @@ def test_bound_launch_matches_the_jit_dispatch(monkeypatch, dtype, reduce_op):
             assert bound_call[:6] == jit_call[:6] == (grid, 1, 1, STREAM, jit_kernel.function,
                                                       jit_kernel.packed_metadata)
             assert bound_call[6:9] == (None, None, None)
-            assert len(bound_call[9:]) == len(jit_call[9:]) == 17
+            assert len(bound_call[9:]) == len(jit_call[9:]) == 18   # the signature, TRACE included
             for a, b in zip(bound_call[9:], jit_call[9:], strict=True):
                 assert a is b or a == b
         assert len(kernels) == 6

@@ -66,6 +66,8 @@ def test_signals_are_system_scope_release_and_acquire(dtype):
     assert any(op.split(".")[0] in ("atom", "red") and "add" in op.split(".") for op in releases)
     assert acquires, "no system-scope acquire: consumers could read stale peer data"
     assert "bar.sync" in ptx    # the CTA barrier between data stores and the release
+    # the lowering's relaxed arrivals (Row.relaxed) have their own instruction beside the release
+    assert "red.relaxed.sys.global.add.s32" in ptx
 
 
 def test_the_ordering_check_reads_every_spelling():

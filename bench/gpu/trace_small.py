@@ -13,8 +13,6 @@ the next call's start (launch of the next graph node).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -24,13 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from hiercoll.collectives import CollectiveSpec, Kind  # noqa: E402
-from hiercoll.executor.cuda.backend import CudaBackend  # noqa: E402
+from bench.gpu.small_cases import cases, finish, sizes, start  # noqa: E402
 from hiercoll.executor.cuda.kernel_trace import PHASES, read_traces  # noqa: E402
 from hiercoll.executor.graphs import capture_calls  # noqa: E402
 from hiercoll.harness.peers import peers_for  # noqa: E402
-from hiercoll.planner import plan  # noqa: E402
-from hiercoll.topology import load_topology  # noqa: E402
 
 CALLS = 10
 REPLAYS = 20
@@ -54,12 +49,10 @@ def _med(xs: list[float]) -> float:
     return round(statistics.median(xs) / 1000, 2) if xs else float("nan")
 
 
-def _traced(prepared, backend, n_rows: int) -> dict:  # type: ignore[no-untyped-def]
-    inp, out = prepared.input_view, prepared.output_view
-    inp.copy_(torch.randn(inp.numel(), device=inp.device).to(inp.dtype))
-    graph = capture_calls(lambda: backend.run(prepared, inp, out), CALLS)
+def _traced(case) -> dict:  # type: ignore[no-untyped-def]
+    graph = capture_calls(case.call, CALLS)
     per_call = _per_call_us(graph)
-    calls = read_traces(prepared.kernel.err, n_rows)[-CALLS:]
+    calls = read_traces(case.prepared.kernel.err, len(case.prepared.table.row_names))[-CALLS:]
     gaps = [b.start_ns - a.end_ns for a, b in zip(calls, calls[1:])]
     rows = [{ph: _med([c.rows[i][k] for c in calls]) for k, ph in enumerate(PHASES)}
             for i in range(min(len(c.rows) for c in calls))] if calls else []
@@ -68,41 +61,21 @@ def _traced(prepared, backend, n_rows: int) -> dict:  # type: ignore[no-untyped-
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--sizes", default="8192,262144")
-    ap.add_argument("--algorithms", default="direct,two_shot,rd")
-    args = ap.parse_args()
-    dist.init_process_group("nccl")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    args.out.mkdir(parents=True, exist_ok=True)
-    topo = load_topology("h200x4" if world == 4 else "bench/gpu/topologies/h200x2.yaml")
+    probe = start(__doc__)
     results = []
-    for n in (int(x) for x in args.sizes.split(",")):
-        spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=world, dtype="bf16", nbytes=n)
-        for algo in args.algorithms.split(","):
-            backend = CudaBackend(single_stream=True)
-            prepared = backend.prepare(plan(topo, spec, algo).expand())
-            names = prepared.table.row_names
-            row = _traced(prepared, backend, len(names))
-            row.update(case=f"{algo}-{n}", rank=rank, row_names=list(names),
-                       fused=prepared.program.fused)
+    for n, spec in sizes(probe):
+        for case in cases(probe, n, spec):
+            row = _traced(case)
+            row.update(case=f"{case.algorithm}-{n}", rank=probe.rank,
+                       row_names=list(case.prepared.table.row_names),
+                       fused=case.prepared.program.fused)
             results.append(row)
-        for peer in peers_for(spec, ("torch-one-shot", "torch-two-shot", "nccl"), dev, torch.bfloat16):
+        for peer in peers_for(spec, ("torch-one-shot", "torch-two-shot", "nccl"), probe.device,
+                              torch.bfloat16):
             graph = capture_calls(peer.call, CALLS)
-            results.append({"case": f"{peer.name}-{n}", "rank": rank,
+            results.append({"case": f"{peer.name}-{n}", "rank": probe.rank,
                             "per_call_us": round(_per_call_us(graph), 2)})
-    gathered: list = [None] * world
-    dist.all_gather_object(gathered, results)
-    if rank == 0:
-        flat = [r for rs in gathered for r in rs]
-        (args.out / "trace_small.json").write_text(json.dumps(flat, indent=1) + "\n")
-        for r in flat:
-            if r["rank"] in (0, world - 1):
-                print(json.dumps(r))
-    dist.destroy_process_group()
+    finish(probe, results, "trace_small.json", show_ranks={0, probe.world - 1})
 
 
 if __name__ == "__main__":

@@ -65,15 +65,19 @@ def _run(args: argparse.Namespace) -> int:
                      + ([f"{r.library_time_us:.1f}" if r.library_time_us else "-"] if library else
                         [f"{r.library_model_us:.1f}" if r.library_model_us else "-"]))
     base = rows[0].baseline_algorithm
+    measured = sum(r.measured for r in rows)
+    how = (f"{measured} size(s) ranked by measured plan times, " if measured else "")
     print_table(f"{template.kind.value} on {topology.name} ({topology.world_size} ranks, "
-                f"{template.dtype.value}): {sum(r.simulated for r in rows)} simulated, "
-                f"{sum(r.pruned for r in rows)} pruned by bounds, {elapsed:.1f} s",
+                f"{template.dtype.value}): {how}{sum(r.simulated for r in rows)} simulated, "
+                f"{sum(r.pruned for r in rows) if not measured else sum(r.pruned for r in rows if not r.measured)}"
+                f" pruned by bounds, {elapsed:.1f} s",
                 ["size", "choice", "us", "busbw", "bound", "runner-up", f"{base} us (x)"]
                 + ([f"nccl us ({library.mode}, measured)"] if library else ["nccl us (model)"]),
                 table)
     console.print(f"simulated costs: {topology.calibration_label()}")
     if library is not None:
-        console.print(f"nccl times: {library.source}")
+        what = "nccl and plan times" if measured else "nccl times"
+        console.print(f"{what}: {library.source}")
     if args.output:
         console.print(f"wrote {args.output}")
     return 0

@@ -91,39 +91,21 @@ def _acquire_fence(lanes, PTX: tl.constexpr):
 
 
 @triton.jit
-def _release_add(ptrs, active, PTX: tl.constexpr):
-    """Add 1 to each active slot with release semantics at system scope, without waiting for
-    the reply (a fire-and-forget reduction on CUDA)."""
+def _signal(ptrs, active, relaxed, PTX: tl.constexpr):
+    """Add 1 to each active slot at system scope without waiting for the reply (a
+    fire-and-forget reduction on CUDA): with release semantics, or relaxed where the row stored
+    nothing a peer reads (`relaxed`, the lowering says which: `Row.relaxed`)."""
     if PTX:
+        how = active.to(tl.int32) * (1 + (relaxed != 0).to(tl.int32))   # 0 off, 1 release, 2 relaxed
         tl.inline_asm_elementwise(
-            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
-            "@p red.release.sys.global.add.s32 [$1], 1;\n\tmov.b32 $0, 0;\n\t}",
-            "=r,l,r", [ptrs, active.to(tl.int32)], dtype=tl.int32,
-            is_pure=False, pack=1)
+            "{\n\t.reg .pred p, q;\n\tsetp.eq.b32 p, $2, 1;\n\tsetp.eq.b32 q, $2, 2;\n\t"
+            "@p red.release.sys.global.add.s32 [$1], 1;\n\t"
+            "@q red.relaxed.sys.global.add.s32 [$1], 1;\n\tmov.b32 $0, 0;\n\t}",
+            "=r,l,r", [ptrs, how], dtype=tl.int32, is_pure=False, pack=1)
+    elif relaxed != 0:
+        tl.atomic_add(ptrs, 1, mask=active, sem="relaxed", scope="sys")
     else:
         tl.atomic_add(ptrs, 1, mask=active, sem="release", scope="sys")
-
-
-@triton.jit
-def _relaxed_add(ptrs, active, PTX: tl.constexpr):
-    """Add 1 to each active slot at system scope with no ordering: for signals whose row stored
-    nothing a peer reads (the lowering says which, `Row.relaxed`)."""
-    if PTX:
-        tl.inline_asm_elementwise(
-            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
-            "@p red.relaxed.sys.global.add.s32 [$1], 1;\n\tmov.b32 $0, 0;\n\t}",
-            "=r,l,r", [ptrs, active.to(tl.int32)], dtype=tl.int32,
-            is_pure=False, pack=1)
-    else:
-        tl.atomic_add(ptrs, 1, mask=active, sem="relaxed", scope="sys")
-
-
-@triton.jit
-def _signal(ptrs, active, relaxed, PTX: tl.constexpr):
-    if relaxed != 0:
-        _relaxed_add(ptrs, active, PTX)
-    else:
-        _release_add(ptrs, active, PTX)
 
 
 @triton.jit

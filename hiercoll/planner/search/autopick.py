@@ -74,6 +74,9 @@ class Row:
     library_model_us: float | None = None
     # the cuda backend's tuned knobs for the chosen plan ({"ce_threshold_bytes": N}; {} for NCCL)
     executor: dict[str, Any] = field(default_factory=dict)
+    # the plans were ranked by the library table's measurements of them (`plans_us`), not
+    # simulated: the machine's own numbers where they cover the size
+    measured: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,23 +191,23 @@ def _bound(topology: Topology, schedule: Schedule) -> float:
     return max(rank_bound_us(schedule, topology), _critical_path_bound(topology, schedule))
 
 
-@without_cyclic_gc()     # bounds and simulations of thousands of ranks: millions of acyclic objects
-def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
-             only: list[str] | None = None, prune: bool = True,
-             library: LibraryTable | None = None, library_model: bool = False) -> Row:
-    """The fastest candidate for `spec`; `library`: measured library times that compete too
-    (they prune simulations like any known time). `library_model`: also simulate NCCL's model
-    for the report where no table applies (a column only: `plan -a auto` does not pay it)."""
-    planned_only = [a for a in only if a != LIBRARY] if only else None
-    cands, oversized = (([], 0) if planned_only == []
-                        else candidates_and_oversized(topology, spec, planned_only))
-    lib_us = _library_time_us(topology, spec, library, only)
-    if not cands and lib_us is None:
-        why = (f": {oversized} plan(s) would exceed the op limit (HIERCOLL_MAX_OPS="
-               f"{max_ops():.0f}); use fewer ranks or raise HIERCOLL_MAX_OPS" if oversized else "")
-        raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
-                            + (f" among {only}" if only else "") + why)
-    base = baseline_algorithm(spec)
+def _measured(topology: Topology, spec: CollectiveSpec, cands: list[Candidate],
+              library: LibraryTable | None) -> list[Scored]:
+    """The candidates the table measured at sizes around this one, scored by those times
+    (bounds from their schedules, for the report); empty: simulate instead."""
+    times = library.measured_plans_us(topology, spec) if library is not None else {}
+    out = []
+    for cand in cands:
+        t = times.get(cand.label())
+        if t is not None:
+            built = plan(topology, spec, cand.algorithm, cand.params)
+            out.append(Scored(cand, t, spec.bandwidths_gbps(t)[1], rank_bound_us(built, topology)))
+    return out
+
+
+def _simulated(topology: Topology, spec: CollectiveSpec, cands: list[Candidate], cache: SimCache,
+               lib_us: float | None, base: str, prune: bool) -> tuple[list[Scored], int]:
+    """Every candidate simulated, or pruned where a bound shows it cannot win."""
     scored: list[Scored] = []
     # (rank bound, index, candidate, cache key, schedule or None, critical-path bound or -1)
     pending: list[tuple[float, int, Candidate, str, Schedule | None, float]] = []
@@ -246,8 +249,33 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                 continue
         scored.append(_simulate(topology, spec, cand, cache, sched))
         have_base = have_base or cand.algorithm == base
-    simulated = len(scored)
-    thresholds = _tune_ce_threshold(topology, spec, scored, cache)
+    return scored, pruned
+
+
+@without_cyclic_gc()     # bounds and simulations of thousands of ranks: millions of acyclic objects
+def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
+             only: list[str] | None = None, prune: bool = True,
+             library: LibraryTable | None = None, library_model: bool = False) -> Row:
+    """The fastest candidate for `spec`; `library`: measured library times that compete too
+    (they prune simulations like any known time). `library_model`: also simulate NCCL's model
+    for the report where no table applies (a column only: `plan -a auto` does not pay it)."""
+    planned_only = [a for a in only if a != LIBRARY] if only else None
+    cands, oversized = (([], 0) if planned_only == []
+                        else candidates_and_oversized(topology, spec, planned_only))
+    lib_us = _library_time_us(topology, spec, library, only)
+    if not cands and lib_us is None:
+        why = (f": {oversized} plan(s) would exceed the op limit (HIERCOLL_MAX_OPS="
+               f"{max_ops():.0f}); use fewer ranks or raise HIERCOLL_MAX_OPS" if oversized else "")
+        raise HiercollError(f"no algorithm can plan {spec.kind} on {topology.name}"
+                            + (f" among {only}" if only else "") + why)
+    base = baseline_algorithm(spec)
+    measured = _measured(topology, spec, cands, library)
+    if measured:
+        scored, pruned = measured, len(cands) - len(measured)
+    else:
+        scored, pruned = _simulated(topology, spec, cands, cache, lib_us, base, prune)
+    simulated = 0 if measured else len(scored)
+    thresholds = {} if measured else _tune_ce_threshold(topology, spec, scored, cache)
     if lib_us is not None:    # no schedule of its own: it is held to the best plan's bound
         scored.append(Scored(Candidate(LIBRARY, {}), lib_us, spec.bandwidths_gbps(lib_us)[1],
                              min((s.lower_bound_us for s in scored), default=0.0)))
@@ -268,6 +296,7 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                library_time_us=lib_us,
                library_model_us=(_library_model_us(topology, spec, cache)
                                  if library_model and lib_us is None else None),
+               measured=bool(measured),
                executor=({} if best.candidate.algorithm == LIBRARY else
                          {"ce_threshold_bytes": thresholds.get(
                              best.candidate.label(), topology.costs.ce_threshold_bytes)}))

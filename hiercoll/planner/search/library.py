@@ -28,7 +28,7 @@ from hiercoll.topology import Topology
 LIBRARY = LIBRARY_ALGORITHM
 LIBRARY_KINDS = (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_TO_ALL,
                  Kind.BROADCAST, Kind.REDUCE)
-SHIPPED = ("nccl_h200x4.json",)
+SHIPPED = ("measured_h200x4.json", "nccl_h200x4.json")   # the first that applies is used
 
 
 def library_schedule(topology: Topology, spec: CollectiveSpec) -> Schedule:
@@ -62,6 +62,11 @@ class LibraryTable(BaseModel):
     times_us: dict[Kind, list[tuple[Annotated[int, Field(gt=0)],
                                     Annotated[float, Field(gt=0, allow_inf_nan=False)]]]] = Field(
         description="per collective: (bytes > 0, p50 us > 0, finite) points")
+    plans_us: dict[Kind, dict[str, list[tuple[Annotated[int, Field(gt=0)],
+                                              Annotated[float, Field(gt=0, allow_inf_nan=False)]]]]] = Field(
+        default_factory=dict, description="hiercoll's own plans measured in the same run and "
+        "mode, per collective and candidate label (e.g. 'direct(channels=1,chunks=1)'): where "
+        "they cover a size, the auto-picker ranks by these instead of simulating")
 
     def applies_to(self, topology: Topology, spec: CollectiveSpec) -> bool:
         return (spec.world_size == self.world_size and bool(self.times_us.get(spec.kind))
@@ -97,11 +102,30 @@ class LibraryTable(BaseModel):
             return pts[0][1]
         if nbytes >= pts[-1][0]:
             return pts[-1][1] * nbytes / pts[-1][0]
-        for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
-            if b0 <= nbytes <= b1:
-                f = math.log(nbytes / b0) / math.log(b1 / b0)
-                return math.exp(math.log(t0) + f * math.log(t1 / t0))
-        raise AssertionError("unreachable")
+        return _log_log(pts, nbytes)
+
+    def measured_plans_us(self, topology: Topology, spec: CollectiveSpec) -> dict[str, float]:
+        """Candidate label -> measured time of that plan at this size, for the plans measured
+        at sizes on both sides of it (interpolated, never extrapolated: a plan's time beyond its
+        measured range is the simulator's to say); empty where the table does not apply."""
+        if spec.world_size != self.world_size or not self.measured_on(topology):
+            return {}
+        n = spec.total_bytes
+        return {label: _log_log(sorted(pts), n)
+                for label, pts in self.plans_us.get(spec.kind, {}).items()
+                if pts and min(pts)[0] <= n <= max(pts)[0]}
+
+
+def _log_log(pts: list[tuple[int, float]], nbytes: int) -> float:
+    """Time at `nbytes` on the log-log line between the measured points around it."""
+    exact = next((t for b, t in pts if b == nbytes), None)
+    if exact is not None:          # a measured size: its own time, not a rounding of it
+        return exact
+    for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
+        if b0 < nbytes < b1:
+            f = math.log(nbytes / b0) / math.log(b1 / b0)
+            return math.exp(math.log(t0) + f * math.log(t1 / t0))
+    raise AssertionError("nbytes outside the measured points")
 
 
 def shipped_table(topology: Topology) -> LibraryTable | None:
@@ -182,4 +206,22 @@ def _from_bench(data: dict[str, Any], path: Path) -> LibraryTable:
                                f"{prov.get('date_utc', 'undated')}",
                         mode=mode, world_size=world,
                         topology=str(rows[0].get("topology", "?")), topology_fingerprint=None,
-                        times_us={k: sorted(v) for k, v in times.items()})
+                        times_us={k: sorted(v) for k, v in times.items()},
+                        plans_us=plan_times(data["rows"], mode, world, path))
+
+
+def plan_times(rows: list[dict[str, Any]], mode: str, world: int,
+               path: Path) -> dict[Kind, dict[str, list[tuple[int, float]]]]:
+    """hiercoll's own plans among bench rows (cuda backend, not a peer's row, this mode and
+    world), by collective and candidate label; at a size measured twice, the last row wins."""
+    from hiercoll.planner.search.candidates import Candidate
+    out: dict[Kind, dict[str, dict[int, float]]] = {}
+    for i, r in enumerate(rows):
+        if (r.get("algorithm") in (None, LIBRARY) or r.get("peer") or r.get("backend") != "cuda"
+                or r.get("mode") != mode or r.get("world_size") != world):
+            continue
+        params = r.get("params")
+        label = Candidate(str(r["algorithm"]), params if isinstance(params, dict) else {}).label()
+        n, t = _bench_point(r, path, i)
+        out.setdefault(_bench_kind(r, path, i), {}).setdefault(label, {})[n] = t
+    return {k: {label: sorted(pts.items()) for label, pts in v.items()} for k, v in out.items()}
