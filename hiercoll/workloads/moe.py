@@ -38,6 +38,7 @@ go.
 
 from __future__ import annotations
 
+import functools
 import json
 import tokenize
 from collections.abc import Sequence
@@ -193,6 +194,7 @@ def _mask_keys(mask: BoolArray) -> IntArray:
     return inverse.reshape(-1).astype(np.int64)
 
 
+@functools.lru_cache(maxsize=1024)     # recv_tokens asks for every source's blocks per destination
 def _node_blocks(layout: MoeLayout, rank: int) -> list[tuple[int, IntArray, IntArray]]:
     """Per destination node n: (n, the tokens in packed order, their local-rank mask key)."""
     g = layout.gpus_per_node
