@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from bench.common import stamp  # noqa: E402
+from bench.gpu.replay_timing import per_call_us  # noqa: E402
 from hiercoll.collectives import CollectiveSpec, Kind  # noqa: E402
 from hiercoll.executor.cuda.lowering import CudaOptions  # noqa: E402
 from hiercoll.executor.cuda.one_gpu import OneGpuCluster  # noqa: E402
@@ -53,14 +54,7 @@ def graph_latency(world: int, algo: str, nbytes: int, fuse: bool, zero_copy: boo
         outs = [p.output_view for p in cluster.prepared]
     graphs = cluster.capture(ins, outs, calls)
     graphs.replay()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graphs.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
+    times = per_call_us(graphs.replay, reps, calls)
     return sorted(times)[len(times) // 2]
 
 

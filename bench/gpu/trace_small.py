@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from bench.gpu.replay_timing import per_call_us  # noqa: E402
 from bench.gpu.small_cases import cases, finish, sizes, start  # noqa: E402
 from hiercoll.executor.cuda.kernel_trace import PHASES, read_traces  # noqa: E402
 from hiercoll.executor.graphs import capture_calls  # noqa: E402
@@ -32,17 +33,8 @@ REPLAYS = 20
 
 
 def _per_call_us(graph: torch.cuda.CUDAGraph) -> float:
-    """Median over replays of one graph replay's time / CALLS (cuda events)."""
-    times = []
-    for _ in range(REPLAYS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        dist.barrier()
-        a.record()
-        graph.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / CALLS)
-    return statistics.median(times)
+    """Median over replays of one graph replay's time / CALLS, the ranks lined up before each."""
+    return statistics.median(per_call_us(graph.replay, REPLAYS, CALLS, before=dist.barrier))
 
 
 def _med(xs: list[float]) -> float:
