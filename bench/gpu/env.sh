@@ -9,6 +9,9 @@ if [ -d .whl ]; then
 else
   export PYTHONPATH=$PWD
 fi
+# the device copy's .git is the session's first commit: results name the commit written here
+# before the call (git rev-parse --short HEAD > .device_commit; untracked, so it travels)
+if [ -f .device_commit ]; then export HIERCOLL_GIT_SHA=$(cat .device_commit); fi
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 hc() {  # hc NPROC ARGS...: torchrun the CLI with a hard time limit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -35,9 +36,17 @@ def provenance() -> dict[str, Any]:
     return info
 
 
+GIT_SHA_ENV = "HIERCOLL_GIT_SHA"
+
+
 def git_sha() -> str | None:
     """The commit of hiercoll's own checkout (not of whatever directory the bench ran in; an
-    installed, non-git copy: None), with `-dirty` when it has uncommitted changes."""
+    installed, non-git copy: None), with `-dirty` when it has uncommitted changes. A copy whose
+    `.git` is stale (the lent GPU machines get the working tree with the session's first commit)
+    is named by its caller: `$HIERCOLL_GIT_SHA` wins when set."""
+    named = os.environ.get(GIT_SHA_ENV, "").strip()
+    if named:
+        return named
     here = Path(__file__).resolve().parent
     try:
         top = subprocess.run(["git", "-C", str(here), "rev-parse", "--show-toplevel"],
