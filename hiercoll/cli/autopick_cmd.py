@@ -69,8 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     how = (f"{measured} size(s) ranked by measured plan times, " if measured else "")
     print_table(f"{template.kind.value} on {topology.name} ({topology.world_size} ranks, "
                 f"{template.dtype.value}): {how}{sum(r.simulated for r in rows)} simulated, "
-                f"{sum(r.pruned for r in rows) if not measured else sum(r.pruned for r in rows if not r.measured)}"
-                f" pruned by bounds, {elapsed:.1f} s",
+                f"{sum(r.pruned for r in rows if not r.measured)} pruned by bounds, {elapsed:.1f} s",
                 ["size", "choice", "us", "busbw", "bound", "runner-up", f"{base} us (x)"]
                 + ([f"nccl us ({library.mode}, measured)"] if library else ["nccl us (model)"]),
                 table)

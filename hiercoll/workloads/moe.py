@@ -38,11 +38,10 @@ go.
 
 from __future__ import annotations
 
-import functools
 import json
 import tokenize
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -79,6 +78,10 @@ class MoeLayout:
     tokens_per_node: IntArray
     tokens_per_expert: IntArray
     is_token_in_rank: tuple[BoolArray, ...]
+    # rank -> its "node" packing (`_node_blocks`), filled on first use: recv_tokens asks for
+    # every source's blocks once per destination; the cache lives and dies with the layout
+    _blocks: dict[int, list[tuple[int, IntArray, IntArray]]] = field(
+        default_factory=dict, init=False, repr=False)
 
     @property
     def num_nodes(self) -> int:
@@ -194,9 +197,11 @@ def _mask_keys(mask: BoolArray) -> IntArray:
     return inverse.reshape(-1).astype(np.int64)
 
 
-@functools.lru_cache(maxsize=1024)     # recv_tokens asks for every source's blocks per destination
 def _node_blocks(layout: MoeLayout, rank: int) -> list[tuple[int, IntArray, IntArray]]:
     """Per destination node n: (n, the tokens in packed order, their local-rank mask key)."""
+    cached = layout._blocks.get(rank)
+    if cached is not None:
+        return cached
     g = layout.gpus_per_node
     mask = layout.is_token_in_rank[rank]
     out = []
@@ -206,6 +211,7 @@ def _node_blocks(layout: MoeLayout, rank: int) -> list[tuple[int, IntArray, IntA
         keys = _mask_keys(local[tokens])
         order = np.argsort(keys, kind="stable")
         out.append((n, tokens[order], keys[order]))
+    layout._blocks[rank] = out
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import itertools
 import json
 import os
 import random
@@ -421,21 +422,15 @@ class Fuzzer:
             argv += ["--packing", pick(["node", "token"], ["rank"])]
         return argv
 
+    # (share of cases, case): drawn by one uniform number against the running sum
+    MIX = (("plan_case", 0.5), ("plan_file_case", 0.27), ("attention_case", 0.05),
+           ("library_case", 0.04), ("autopick_case", 0.04), ("env_case", 0.05), ("moe_case", 0.05))
+
     def next_case(self) -> list[str]:
         r = self.rng.random()
-        if r < 0.5:
-            return self.plan_case()
-        if r < 0.77:
-            return self.plan_file_case()
-        if r < 0.82:
-            return self.attention_case()
-        if r < 0.86:
-            return self.library_case()
-        if r < 0.9:
-            return self.autopick_case()
-        if r < 0.95:
-            return self.env_case()
-        return self.moe_case()
+        bounds = itertools.accumulate(share for _, share in self.MIX)
+        name = next((n for (n, _), b in zip(self.MIX, bounds) if r < b), self.MIX[-1][0])
+        return getattr(self, name)()
 
 
 def check_accepted(argv: list[str], o: Outcome) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from operator import attrgetter
 
 from hiercoll.collectives import CollectiveSpec, Segment
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds
@@ -64,13 +65,9 @@ def _cast_segments(spec: CollectiveSpec, src: int, dst: int, split_offset: int,
     ps = spec.pair_streams.get((src, dst))
     if ps is None:
         return []
-    lo = bisect_left(ps.segments, split_offset, key=_src_offset)
-    hi = bisect_left(ps.segments, split_offset + split_size, lo=lo, key=_src_offset)
+    lo = bisect_left(ps.segments, split_offset, key=attrgetter("src_offset"))
+    hi = bisect_left(ps.segments, split_offset + split_size, lo=lo, key=attrgetter("src_offset"))
     return list(ps.segments[lo:hi])
-
-
-def _src_offset(seg: Segment) -> int:
-    return seg.src_offset
 
 
 # ---- group_cast -------------------------------------------------------------------------------
