@@ -119,15 +119,16 @@ def unfused_times(world: int, rows: int, hidden: int, algorithm: str, reps: int)
     return _time(replay, world, reps)
 
 
-def _group_time(graph: Any, reps: int) -> dict[str, float]:
-    """This rank's per-call times of `reps` replays, averaged over the ranks sample by sample."""
+def _group_time(run: Any, reps: int) -> dict[str, float]:
+    """This rank's per-call times of `reps` runs of `run` (a graph replay of CALLS calls, or
+    CALLS eager calls), averaged over the ranks sample by sample."""
     import torch.distributed as dist
     mine = []
     for i in range(reps + 3):
         dist.barrier()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        graph.replay()
+        run()
         b.record()
         torch.cuda.synchronize()
         if i >= 3:
@@ -137,11 +138,38 @@ def _group_time(graph: Any, reps: int) -> dict[str, float]:
     return _pcts((t / dist.get_world_size()).tolist())
 
 
-def group_row(rows: int, hidden: int, reps: int) -> dict[str, Any]:
-    """One shape across the process group: fused (both stages) and unfused, graph-captured."""
+def _timed(fn: Any, reps: int, mode: str) -> dict[str, float]:
+    """fn's per-call time: graph (CALLS calls captured, after a warm-up call on a side stream:
+    NCCL and the JIT compile outside the capture) or eager (CALLS calls back to back)."""
+    import torch.distributed as dist
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    if mode == "eager":
+        def run() -> None:
+            for _ in range(CALLS):
+                fn()
+        return _group_time(run, reps)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(CALLS):
+            fn()
+    return _group_time(g.replay, reps)
+
+
+def group_row(rows: int, hidden: int, reps: int, modes: tuple[str, ...] = ("graph",),
+              topology: str | None = None) -> dict[str, Any]:
+    """One shape across the process group: fused (both stages forced, and the auto choice) and
+    the unfused paths a user has (NCCL, torch's symmetric-memory one-shot / two-shot, and
+    hiercoll's Communicator all-reduce, each + torch add + RMSNorm); each all-reduce alone too."""
     import torch.distributed as dist
 
+    from hiercoll.collectives import CollectiveSpec, Kind
     from hiercoll.executor.cuda.fused_norm import GroupContext, fused_add_rms_norm, reserve
+    from hiercoll.harness.peers import peers_for
     from hiercoll.sim.fused_norm_cost import choose_stage
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -154,33 +182,48 @@ def group_row(rows: int, hidden: int, reps: int) -> dict[str, Any]:
     row: dict[str, Any] = {"rows": rows, "hidden": hidden, "bytes": rows * hidden * 2,
                            "world": world, "auto_stage": choose_stage(rows, hidden, world, 2)}
     for st in (1, 2):
-        fused_add_rms_norm(ctx, x, res, w, EPS, stage=st, out=out, res_out=rout)   # compile
-        torch.cuda.synchronize()
-        dist.barrier()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(CALLS):
-                fused_add_rms_norm(ctx, x, res, w, EPS, stage=st, out=out, res_out=rout)
-        row[f"stage{st}"] = _group_time(g, reps)
+        row[f"stage{st}"] = _timed(lambda st=st: fused_add_rms_norm(
+            ctx, x, res, w, EPS, stage=st, out=out, res_out=rout), reps, "graph")
     row["fused"] = row[f"stage{row['auto_stage']}"]
-    ar = x.clone()
+    if "eager" in modes:
+        row["fused_eager"] = _timed(lambda: fused_add_rms_norm(
+            ctx, x, res, w, EPS, out=out, res_out=rout), reps, "eager")
 
-    def unfused() -> None:
-        dist.all_reduce(ar)
-        new_res = ar + res
+    def norm_of(ar: torch.Tensor) -> None:
+        new_res = ar.view(rows, hidden) + res
         torch.nn.functional.rms_norm(new_res, (hidden,), w, EPS)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        unfused()                        # NCCL's warm-up outside the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            unfused()
-    row["unfused"] = _group_time(g, reps) | {"all_reduce": "nccl"}
+
+    spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=world, dtype="bf16",
+                          nbytes=rows * hidden * 2)
+    unfused = {}
+    for peer in peers_for(spec, ("nccl", "torch-one-shot", "torch-two-shot"), dev, torch.bfloat16):
+        row[f"{peer.name}_alone"] = _timed(peer.call, reps, "graph")
+        unfused[peer.name] = _timed(lambda p=peer: (p.call(), norm_of(p.result)), reps, "graph")
+        if "eager" in modes and peer.name == "nccl":
+            row["unfused_nccl_eager"] = _timed(lambda p=peer: (p.call(), norm_of(p.result)),
+                                               reps, "eager")
+    comm = _comm(topology)
+    if comm is not None:
+        ar = x.clone()
+        comm.all_reduce(ar)          # plans and sizes the pool outside any capture
+        row["hiercoll_alone"] = _timed(lambda: comm.all_reduce(ar), reps, "graph")
+        unfused["hiercoll"] = _timed(lambda: (comm.all_reduce(ar), norm_of(ar)), reps, "graph")
+    for name, t in unfused.items():
+        row[f"unfused_{name}"] = t
+    best = min(unfused, key=lambda n: unfused[n]["p50"])
+    row["unfused"] = unfused[best] | {"all_reduce": best}
     row["speedup_p50"] = round(row["unfused"]["p50"] / row["fused"]["p50"], 2)
     return row
+
+
+def _comm(topology: str | None) -> Any:
+    """hiercoll's Communicator on the cuda backend (one per run), or None without a topology."""
+    if topology is None:
+        return None
+    if "comm" not in _CTX:
+        from hiercoll.torch import Communicator
+        _CTX["comm"] = Communicator(topology=topology, backend="cuda")
+    return _CTX["comm"]
 
 
 _CTX: dict[str, Any] = {}
@@ -200,7 +243,7 @@ def main_group(args: argparse.Namespace) -> int:
     rows_out = []
     for h in [int(v) for v in args.hidden.split(",")]:
         for m in [int(v) for v in args.shapes.split(",")]:
-            row = group_row(m, h, args.reps)
+            row = group_row(m, h, args.reps, tuple(args.modes.split(",")), args.topology)
             if dist.get_rank() == 0:
                 print(json.dumps(row), flush=True)
             rows_out.append(row)
@@ -212,7 +255,7 @@ def main_group(args: argparse.Namespace) -> int:
         name = f"fused_norm_w{dist.get_world_size()}"
         write_atomic(out / f"{name}.json", json.dumps({"meta": meta, "rows": rows_out}, indent=1)
                      + "\n")
-        write_atomic(out / f"{name}.md", markdown(meta, rows_out, one_gpu=False))
+        write_atomic(out / f"{name}.md", markdown_group(meta, rows_out))
     dist.destroy_process_group()
     return 0
 
@@ -227,6 +270,9 @@ def main() -> int:
     ap.add_argument("--fit", action="store_true", help="refit the stage-choice constants")
     ap.add_argument("--group", action="store_true",
                     help="under torchrun: one process per GPU (symmetric memory, NCCL unfused)")
+    ap.add_argument("--modes", default="graph,eager", help="--group: graph and/or eager")
+    ap.add_argument("--topology", default=None,
+                    help="--group: also time hiercoll's Communicator all-reduce on this topology")
     ap.add_argument("--refit", default=None, metavar="JSON",
                     help="no GPU: refit a committed result file and rewrite its JSON/Markdown")
     args = ap.parse_args()
@@ -292,6 +338,47 @@ def refit(path: Path) -> int:
     write_atomic(path, json.dumps(data, indent=1) + "\n")
     write_atomic(path.with_suffix(".md"), markdown(data["meta"], data["rows"]))
     return 0
+
+
+def _p50(row: dict[str, Any], key: str) -> str:
+    return str(row[key]["p50"]) if key in row else "-"
+
+
+def markdown_group(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The across-GPU table: fused against every unfused path of the same run, and the issue's
+    two targets per shape (M <= 16: at most torch's one-shot all-reduce alone + 1 us; every M:
+    at most 0.8 x the best unfused path)."""
+    world = rows[0]["world"] if rows else "?"
+    lines = [f"# Fused all-reduce + residual add + RMSNorm vs unfused, {world} GPUs", "",
+             f"- command: `{meta['command']}`", f"- machine: {meta.get('device')}, "
+             f"torch {meta.get('torch')}; {meta['machine']}",
+             f"- date: {meta['date']}, git {meta['git_sha']}",
+             f"- p50 us per call, rank-averaged CUDA events around graph replays of {CALLS} calls "
+             "(eager columns: the same number of calls issued back to back)", "",
+             "| M | hidden | stage | fused | 1-stage | 2-stage | unfused NCCL | unfused torch 1-shot "
+             "| unfused torch 2-shot | unfused hiercoll | torch 1-shot AR alone | NCCL AR alone | "
+             "fused / best unfused | M<=16 target | fused eager | unfused NCCL eager |",
+             "|" + "---|" * 16]
+    for r in rows:
+        ratio = r["fused"]["p50"] / r["unfused"]["p50"]
+        alone = r.get("torch-one-shot_alone", {}).get("p50")
+        small = ("-" if r["rows"] > 16 or alone is None else
+                 ("met" if r["fused"]["p50"] <= alone + 1 else "missed"))
+        lines.append(
+            f"| {r['rows']} | {r['hidden']} | {r['auto_stage']} | {r['fused']['p50']} | "
+            f"{r['stage1']['p50']} | {r['stage2']['p50']} | {_p50(r, 'unfused_nccl')} | "
+            f"{_p50(r, 'unfused_torch-one-shot')} | {_p50(r, 'unfused_torch-two-shot')} | "
+            f"{_p50(r, 'unfused_hiercoll')} | {_p50(r, 'torch-one-shot_alone')} | "
+            f"{_p50(r, 'nccl_alone')} | {ratio:.2f} ({r['unfused']['all_reduce']}) | {small} | "
+            f"{_p50(r, 'fused_eager')} | {_p50(r, 'unfused_nccl_eager')} |")
+    if "fit" in meta:
+        f = meta["fit"]
+        lines += ["", f"Stage-choice fit: a1 = {f['a1_us']:.2f} us, b1 = {f['b1_us_per_mb']:.3f} "
+                  f"us/MB, a2 = {f['a2_us']:.2f} us, b2 = {f['b2_us_per_mb']:.3f} us/MB"
+                  + (f"; relative error median {f['median_rel_error']}, max "
+                     f"{f['max_rel_error']}; picks the faster stage for "
+                     f"{f['picks_faster_stage']} shapes" if "max_rel_error" in f else "")]
+    return "\n".join(lines) + "\n"
 
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], one_gpu: bool = True) -> str:

@@ -15,18 +15,21 @@ import pytest
 
 from hiercoll.cli.main import main
 from hiercoll.executor.cuda.fused_emulate import FusedCall, emulate, reference, stale_calls
-from hiercoll.kernels.fused_norm_abi import Ordering, cta_rows, owner_rows, slot
+from hiercoll.kernels.fused_norm_abi import Ordering, cta_active, cta_rows, owner_rows, slot
 from hiercoll.sim.fused_norm_cost import CALIBRATED, FusedNormCosts, choose_stage, fit
 
 NEGATIVES = {"no release": Ordering(release=False), "no acquire": Ordering(acquire=False),
              "polling thread only": Ordering(acquire_all_threads=False)}
 
 
-def _calls(world: int, rows: int, hidden: int, n: int, seed: int,
+def _calls(world: int, rows: int | tuple[int, ...], hidden: int, n: int, seed: int,
            stages: tuple[int, ...]) -> list[FusedCall]:
+    """n calls; `rows` a tuple: call k has rows[k % len(rows)] rows (shapes change between
+    calls, so CTAs go idle and come back)."""
     g = np.random.default_rng(seed)
-    return [FusedCall([g.standard_normal((rows, hidden)) for _ in range(world)],
-                      g.standard_normal((rows, hidden)), g.random(hidden) + 0.5,
+    ms = rows if isinstance(rows, tuple) else (rows,)
+    return [FusedCall([g.standard_normal((ms[k % len(ms)], hidden)) for _ in range(world)],
+                      g.standard_normal((ms[k % len(ms)], hidden)), g.random(hidden) + 0.5,
                       stages[k % len(stages)]) for k in range(n)]
 
 
@@ -54,6 +57,32 @@ def test_the_protocol_is_right_on_the_weak_memory_emulator(world, stages, loads)
         calls = _calls(world, 5, 4, 6, seed + s, stages)
         assert stale_calls(world, calls, Ordering(), seed=seed + s, loads=loads) == [], \
             f"seed {seed + s}"
+
+
+@pytest.mark.parametrize("stages", [(1,), (2,), (1, 2, 2)])
+def test_idle_ctas_sitting_calls_out_keep_the_protocol_right(stages):
+    """Grid 4 and calls of 1..5 rows: CTAs without rows skip a call (only their counter moves)
+    and take part again later with the same slots; results stay exact, and the negatives are
+    still caught."""
+    seed = int(np.random.default_rng().integers(1 << 30))
+    for world in (2, 3, 4):
+        calls = _calls(world, (1, 5, 2, 3, 1), 4, 7, seed, stages)
+        for loads in ("oldest", "newest"):
+            assert stale_calls(world, calls, Ordering(), grid=4, seed=seed, loads=loads) == [], \
+                f"world {world}, seed {seed}"
+        assert stale_calls(world, calls, Ordering(release=False), grid=4, seed=seed), \
+            f"world {world}, seed {seed}: no release was not caught"
+
+
+def test_cta_zero_and_ctas_with_rows_take_part():
+    assert [cta_active(1, 4, 16, 1, c) for c in range(16)] == [True] + [False] * 14 + [True]
+    assert [cta_active(0, 4, 4, 2, c) for c in range(4)] == [True, False, False, False]
+    # 2-stage: a CTA with rows on any owner takes part on every rank
+    for rows, world, grid in ((5, 4, 8), (9, 3, 4), (40, 4, 16)):
+        for c in range(grid):
+            some = any(cta_rows(rows, world, grid, 2, q, c)[1] > cta_rows(rows, world, grid, 2, q, c)[0]
+                       for q in range(world))
+            assert cta_active(rows, world, grid, 2, c) == (some or c == 0)
 
 
 def test_one_stage_needs_two_staging_halves_on_the_emulator():
@@ -143,7 +172,7 @@ def _ordered_ops(ptx: str, sem: str) -> list[str]:
     return found
 
 
-def _ptx(stages: int, ordering: Ordering) -> str:
+def _ptx(stages: int, ordering: Ordering, ptx: bool = False) -> str:
     triton = pytest.importorskip("triton")
     pytest.importorskip("torch")
     from triton.backends.compiler import GPUTarget
@@ -158,7 +187,7 @@ def _ptx(stages: int, ordering: Ordering) -> str:
     consts = {"W": 4, "G": 16, "STAGES": stages, "BLOCK_H": 4096, "LANES": 256,
               "RELEASE": ordering.release, "ACQUIRE": ordering.acquire,
               "ACQUIRE_ALL_THREADS": ordering.acquire_all_threads, "FIRST_PART": 0,
-              "LAST_PART": 2}
+              "LAST_PART": 2, "WP": 4, "PTX": ptx}
     sig |= {k: "constexpr" for k in consts}
     src = ASTSource(fn=_fused_norm_kernel, signature=sig, constexprs=consts,
                     attrs={(k,): [["tt.divisibility", 16]] for k in range(11)})
@@ -170,7 +199,8 @@ def _ptx(stages: int, ordering: Ordering) -> str:
 
 
 @pytest.mark.parametrize("stages", [1, 2])
-def test_ptx_has_system_scope_release_and_every_thread_acquire(stages):
+def test_portable_atomics_have_system_scope_release_and_every_thread_acquire(stages):
+    """HIP and the interpreter's path (PTX off): acquire/release atomics."""
     ptx = _ptx(stages, Ordering())
     releases = _ordered_ops(ptx, "release")
     acquires = _ordered_ops(ptx, "acquire")
@@ -182,6 +212,27 @@ def test_ptx_has_system_scope_release_and_every_thread_acquire(stages):
     assert _ordered_ops(_ptx(stages, Ordering(acquire=False)), "acquire") == []
     polling_only = _ordered_ops(_ptx(stages, Ordering(acquire_all_threads=False)), "acquire")
     assert 0 < len(polling_only) < len(acquires)     # the per-thread acquires are what went
+
+
+def _fences(ptx: str) -> int:
+    return sum(line.strip().startswith("fence.acq_rel.sys") for line in ptx.splitlines())
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_cuda_path_releases_fire_and_forget_and_every_thread_fences(stages):
+    """CUDA (PTX on): `red.release.sys` signals after a CTA barrier, relaxed system-scope polls
+    and a `fence.acq_rel.sys` per wait in every thread; each switch removes its part."""
+    ptx = _ptx(stages, Ordering(), ptx=True)
+    releases = _ordered_ops(ptx, "release")
+    assert releases and all(op.startswith("red.release.sys") for op in releases)
+    assert _ordered_ops(ptx, "relaxed") and "bar.sync" in ptx
+    assert _fences(ptx) >= stages and _ordered_ops(ptx, "acquire") == []
+    no_rel = _ptx(stages, Ordering(release=False), ptx=True)
+    assert _ordered_ops(no_rel, "release") == [] and _fences(no_rel) == _fences(ptx)
+    no_acq = _ptx(stages, Ordering(acquire=False), ptx=True)
+    assert _fences(no_acq) == 0 and _ordered_ops(no_acq, "acquire") == []
+    polling_only = _ptx(stages, Ordering(acquire_all_threads=False), ptx=True)
+    assert _fences(polling_only) == 0 and _ordered_ops(polling_only, "acquire")
 
 
 # ---- the kernel's numbers in Triton's CPU interpreter --------------------------------------------
@@ -205,14 +256,14 @@ from hiercoll.torch.reference import unfused_add_rms_norm as reference
 W, M, H = 3, 7, 40
 out = {"err": [], "identical": True}
 for dtype in (torch.bfloat16, torch.float32):
-    c = OneGpuFusedNorm(W, M, H, dtype, torch.device("cpu"), grid=2)
+    c = OneGpuFusedNorm(W, M, H, dtype, torch.device("cpu"), grid=3)
     g = torch.Generator().manual_seed(int(sys.argv[1]))
-    for stages in (1, 2, 2, 1):
-        xs = [torch.randn(M, H, generator=g).to(dtype) for _ in range(W)]
-        res = torch.randn(M, H, generator=g).to(dtype)
+    for stages, m in ((1, M), (2, 1), (2, M), (1, 1)):    # 1 row: CTA 1 sits the call out
+        xs = [torch.randn(m, H, generator=g).to(dtype) for _ in range(W)]
+        res = torch.randn(m, H, generator=g).to(dtype)
         w = (torch.rand(H, generator=g) + 0.5).to(dtype)
-        outs = [torch.full((M, H), float("nan"), dtype=dtype) for _ in range(W)]
-        routs = [torch.full((M, H), float("nan"), dtype=dtype) for _ in range(W)]
+        outs = [torch.full((m, H), float("nan"), dtype=dtype) for _ in range(W)]
+        routs = [torch.full((m, H), float("nan"), dtype=dtype) for _ in range(W)]
         c.run_parts(xs, [res] * W, w, 1e-6, outs, routs, stages)
         n, r = reference(xs, res, w, 1e-6)
         err = max(float((o.float() - n.float()).abs().max()) for o in outs)
@@ -237,7 +288,7 @@ def test_kernel_numbers_in_the_triton_interpreter():
     for dtype, _, err in out["err"]:     # bf16: a rounding of O(4) values; fp32: ~1e-6
         assert err <= (0.07 if "bfloat16" in dtype else 1e-4), (seed, out["err"])
     assert out["identical"]
-    assert out["epochs"] == [[[4, 4]] * 3] * 2      # every CTA counted every call
+    assert out["epochs"] == [[[4, 4, 4]] * 3] * 2   # every CTA counted every call, idle or not
 
 
 # ---- the CLI (gloo: the unfused fallback through the same harness) --------------------------------

@@ -27,6 +27,29 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    "torchrun: must match the launch)")
     p.add_argument("--stage", default="auto", choices=["auto", "1", "2"],
                    help="--fused-rmsnorm: force the 1-stage or 2-stage kernel")
+    p.add_argument("--large-iters", type=int, default=200,
+                   help="--fused-rmsnorm: iterations for shapes above 4.7 MB (the seed's "
+                   "regression: --iters up to 4.7 MB, this above; default 200)")
+    p.add_argument("--drop-ordering", default=None, choices=sorted(DROPS),
+                   help="--fused-rmsnorm: a test of the test: run the kernel with one memory-"
+                   "ordering rule removed; the stress must then FAIL (exit 1) where the "
+                   "hardware exposes it")
+
+
+# the seed's negatives: the kernel with one ordering rule removed
+DROPS = {"release": {"release": False}, "acquire": {"acquire": False},
+         "all-threads-acquire": {"acquire_all_threads": False}}
+LARGE_BYTES = 4.7e6     # above this the seed's regression runs --large-iters
+
+
+def iterations(args: argparse.Namespace, rows: int, hidden: int) -> int:
+    """--iters, or --large-iters for a shape above 4.7 MB of bf16."""
+    return args.iters if rows * hidden * 2 <= LARGE_BYTES else min(args.iters, args.large_iters)
+
+
+def _ordering(args: argparse.Namespace) -> Any:
+    from hiercoll.kernels.fused_norm_abi import Ordering
+    return Ordering(**DROPS[args.drop_ordering]) if args.drop_ordering else Ordering()
 
 
 def _rows(args: argparse.Namespace) -> tuple[list[int], list[int]]:
@@ -86,9 +109,10 @@ def _one_gpu(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list
     for h in hs:
         for m in ms:
             for mode in modes:
-                r = stress_one_gpu(unfused_add_rms_norm, world, m, h, args.iters, mode,
-                                   seed=args.seed, stage=stage, spin_limit=spin,
-                                   max_seconds=args.max_seconds).to_json()
+                r = stress_one_gpu(unfused_add_rms_norm, world, m, h, iterations(args, m, h),
+                                   mode, seed=args.seed, stage=stage, spin_limit=spin,
+                                   max_seconds=args.max_seconds, ordering=_ordering(args)
+                                   ).to_json()
                 if not args.json:
                     _print(r)
                 out.append(r)
@@ -118,8 +142,9 @@ def _group(args: argparse.Namespace, modes: list[str], ms: list[int], hs: list[i
             for h in hs:
                 for m in ms:
                     for mode in modes:
-                        r = stress_group(unfused_add_rms_norm, m, h, args.iters, mode,
-                                         seed=args.seed, stage=stage, spin_limit=spin).to_json()
+                        r = stress_group(unfused_add_rms_norm, m, h, iterations(args, m, h),
+                                         mode, seed=args.seed, stage=stage, spin_limit=spin,
+                                         ordering=_ordering(args)).to_json()
                         if launch.rank == 0 and not args.json:
                             _print(r)
                         out.append(r)

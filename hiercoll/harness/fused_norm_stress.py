@@ -157,7 +157,8 @@ def comparison_bits(*tensors: torch.Tensor) -> torch.Tensor:
 def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode: str = "eager",
                  seed: int = 0,
                  stage: int | None = None, dtype: torch.dtype = torch.bfloat16,
-                 spin_limit: int = 0, group: Any = None) -> FusedStressReport:
+                 spin_limit: int = 0, group: Any = None,
+                 ordering: Ordering = SAFE) -> FusedStressReport:
     """One rank of a process group (torchrun): cuda runs the fused kernel, CPU the unfused
     fallback. Every rank draws every rank's inputs from the same seed, so the reference needs no
     communication; the verdict (worst error, first bad iteration) is agreed over the group."""
@@ -197,7 +198,7 @@ def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 fused_add_rms_norm(ctx, x, res, w, EPS, stage=stages, out=out, res_out=rout,
-                                   spin_limit=spin_limit)
+                                   spin_limit=spin_limit, ordering=ordering)
     worst, first_bad, identical, done = 0.0, None, True, 0
     t0 = time.perf_counter()
     for it in range(iters):
@@ -215,7 +216,7 @@ def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode:
             graph.replay()
         else:
             fused_add_rms_norm(ctx, x, res, w, EPS, stage=stages, out=out, res_out=rout,
-                               spin_limit=spin_limit)
+                               spin_limit=spin_limit, ordering=ordering)
         if ctx is not None and spin_limit:
             check_timeout(error_record(ctx), rank)
         want_n, want_r = reference(list(xs), res, w, EPS)

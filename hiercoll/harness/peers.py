@@ -30,6 +30,7 @@ class Peer:
     name: str
     call: Callable[[], None]
     note: str
+    result: torch.Tensor | None = None   # where a call leaves its output (fused-norm's unfused rows)
 
 
 def peers_for(spec: CollectiveSpec, names: tuple[str, ...], device: torch.device,
@@ -60,9 +61,9 @@ def _build(name: str, spec: CollectiveSpec, device: torch.device, dtype: torch.d
         out = torch.empty(n_out, dtype=dtype, device=device)
         if name == "torch-one-shot":
             return Peer(name, lambda: torch.ops.symm_mem.one_shot_all_reduce_out(
-                buf, "sum", group_name, out), "symm_mem.one_shot_all_reduce_out")
+                buf, "sum", group_name, out), "symm_mem.one_shot_all_reduce_out", out)
         return Peer(name, lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group_name),
-                    "symm_mem.two_shot_all_reduce_ (in place)")
+                    "symm_mem.two_shot_all_reduce_ (in place)", buf)
     if name == "torch-reduce-scatter" and spec.kind == Kind.REDUCE_SCATTER:
         buf, group_name = _symmetric(n_in, dtype, device, group)
         out = torch.empty(n_out, dtype=dtype, device=device)
@@ -76,7 +77,7 @@ def _nccl(spec: CollectiveSpec, device: torch.device, dtype: torch.dtype, group:
     inp = torch.randn(n_in, device=device).to(dtype)
     out = torch.empty(n_out, dtype=dtype, device=device)
     if spec.kind == Kind.ALL_REDUCE:
-        return Peer("nccl", lambda: dist.all_reduce(inp, group=group), "all_reduce in place")
+        return Peer("nccl", lambda: dist.all_reduce(inp, group=group), "all_reduce in place", inp)
     if spec.kind == Kind.REDUCE_SCATTER and spec.count % spec.world_size == 0:
         return Peer("nccl", lambda: reduce_scatter_single(out, inp, group=group),
                     "reduce_scatter_tensor")

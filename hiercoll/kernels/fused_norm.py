@@ -1,14 +1,22 @@
 """Fused all-reduce + residual add + RMSNorm (1-stage and 2-stage) as one Triton kernel per call.
 
 The protocol and the layouts are in `fused_norm_abi` (shared with the host side and the CPU
-emulator). Memory ordering follows the AITER fix (ROCm PR 2890), in stock Triton (no inline PTX):
-- producer: stores to the peer-visible buffer -> CTA barrier -> one atomic exchange per peer with
-  sem="release", scope="sys" (RELEASE);
-- consumer: one thread polls with sem="acquire", scope="sys" (ACQUIRE); after a CTA barrier
-  every thread does its own system-scope acquire of every peer's slot (ACQUIRE_ALL_THREADS),
-  because a block barrier does not extend the polling thread's acquire to the others.
+emulator). Memory ordering follows the AITER fix (ROCm PR 2890):
+- producer: stores to the peer-visible buffer -> CTA barrier -> release at system scope of the
+  call number into every peer's slot (RELEASE; on CUDA one lane per peer, all at once, as
+  fire-and-forget `red.release.sys.max`: a CTA used to stall for each remote atomic's reply);
+- consumer: every thread reads every peer's slot (relaxed system-scope loads, independent, so a
+  poll is one round trip) until all are satisfied, then does its own `fence.acq_rel.sys`
+  (ACQUIRE, ACQUIRE_ALL_THREADS): a block barrier after one polling thread's acquire does not
+  extend it to the others. With ACQUIRE_ALL_THREADS off the kernel takes the old form (one
+  thread polls with acquire atomics, a CTA barrier, no per-thread acquire), which is exactly
+  the variant the negatives need; HIP and Triton's interpreter take portable atomics (PTX off).
 The three flags default on; tests turn them off to show the emulator (and the GPU stress) catch
 the missing ordering. ACQUIRE=False removes every acquire (the poll and the per-thread ones).
+
+Why a CTA with no rows sits a call out: the grid is fixed (per-CTA call counters) and large, so
+that big calls have enough loads in flight; a small call then runs on the few CTAs that have
+rows (`fused_norm_abi.cta_active`) instead of making every CTA signal and wait.
 
 Sums run over ranks 0..W-1 in that order in fp32 (rank-identical bits): the all-reduced row is
 rounded to the input dtype once, then residual add (rounded: the new residual) and RMSNorm in
@@ -27,6 +35,7 @@ import triton
 import triton.language as tl
 
 from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES, SAFE, Ordering
+from hiercoll.kernels.program import _acquire_fence, _poll, uses_ptx
 
 _PHASES = tl.constexpr(PHASES)
 NUM_WARPS = 8
@@ -38,51 +47,105 @@ def _split(lo, n, parts, i):
 
 
 @triton.jit
-def _signal(sig_ptr, sig_deltas, slot_base, rank, e, W: tl.constexpr, RELEASE: tl.constexpr):
-    """Every thread's stores of this CTA are done (barrier), then one release per peer."""
+def _signal(sig_ptr, sig_deltas, slot_base, rank, e, lanes, W: tl.constexpr,
+            RELEASE: tl.constexpr, PTX: tl.constexpr):
+    """Every thread's stores of this CTA are done (barrier), then e goes to every peer's slot.
+    CUDA: one lane per peer, all at once, as fire-and-forget `red.max` (release, or relaxed with
+    RELEASE off): the CTA does not stall for each remote atomic's reply. Elsewhere: one atomic
+    exchange per peer."""
     tl.debug_barrier()
-    for q in tl.static_range(W):
-        if q != rank:
-            peer = sig_ptr + tl.load(sig_deltas + q) + slot_base + rank
-            if RELEASE:
-                tl.atomic_xchg(peer, e, sem="release", scope="sys")
-            else:
-                tl.atomic_xchg(peer, e, sem="relaxed", scope="sys")
+    if PTX:
+        live = (lanes < W) & (lanes != rank)
+        peer = sig_ptr + tl.load(sig_deltas + lanes, mask=live, other=0) + slot_base + rank
+        if RELEASE:
+            tl.inline_asm_elementwise(
+                "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
+                "@p red.release.sys.global.max.s32 [$1], $3;\n\tmov.b32 $0, 0;\n\t}",
+                "=r,l,r,r", [peer, live.to(tl.int32), e + lanes * 0], dtype=tl.int32,
+                is_pure=False, pack=1)
+        else:
+            tl.inline_asm_elementwise(
+                "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
+                "@p red.relaxed.sys.global.max.s32 [$1], $3;\n\tmov.b32 $0, 0;\n\t}",
+                "=r,l,r,r", [peer, live.to(tl.int32), e + lanes * 0], dtype=tl.int32,
+                is_pure=False, pack=1)
+    else:
+        for q in tl.static_range(W):
+            if q != rank:
+                peer = sig_ptr + tl.load(sig_deltas + q) + slot_base + rank
+                if RELEASE:
+                    tl.atomic_xchg(peer, e, sem="release", scope="sys")
+                else:
+                    tl.atomic_xchg(peer, e, sem="relaxed", scope="sys")
+
+
+@triton.jit
+def _timed_out(err_ptr, cta, phase, q, seen, e):
+    tl.atomic_xchg(err_ptr + 1, tl.cast(cta, tl.int64))
+    tl.atomic_xchg(err_ptr + 2, tl.cast(phase, tl.int64))
+    tl.atomic_xchg(err_ptr + 3, tl.cast(q, tl.int64))
+    tl.atomic_xchg(err_ptr + 4, tl.cast(seen, tl.int64))
+    tl.atomic_xchg(err_ptr + 5, tl.cast(e, tl.int64))
+    tl.atomic_xchg(err_ptr + 0, 1)
 
 
 @triton.jit
 def _wait(sig_ptr, slot_base, rank, e, spin_limit, err_ptr, cta, phase, lanes,
-          W: tl.constexpr, ACQUIRE: tl.constexpr, ACQUIRE_ALL_THREADS: tl.constexpr):
-    """Poll (one thread) until every peer's slot holds >= e; then every thread acquires."""
-    for q in tl.static_range(W):
-        if q != rank:
-            ptr = sig_ptr + slot_base + q
-            if ACQUIRE:
-                seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
-            else:
-                seen = tl.atomic_add(ptr, 0, sem="relaxed", scope="sys")
-            spins = 0
-            while seen < e:
+          W: tl.constexpr, WP: tl.constexpr, LANES: tl.constexpr, ACQUIRE: tl.constexpr,
+          ACQUIRE_ALL_THREADS: tl.constexpr, PTX: tl.constexpr):
+    """Until every peer's slot holds >= e, then acquire.
+    CUDA, every thread acquiring: every thread reads every peer's slot with relaxed
+    system-scope loads (independent: one round trip per poll) and, once all are satisfied, does
+    its own `fence.acq_rel.sys`. Otherwise (the portable path, and the single-thread-acquire
+    variant the tests need): one thread polls peer by peer with acquire atomics, then after a
+    CTA barrier every thread acquires every slot itself (ACQUIRE_ALL_THREADS)."""
+    if PTX and (ACQUIRE_ALL_THREADS or not ACQUIRE):
+        k = tl.arange(0, WP)
+        live = (k < W) & (k != rank)
+        ptrs = tl.broadcast_to((sig_ptr + slot_base + k)[:, None], (WP, LANES))
+        live2 = tl.broadcast_to(live[:, None], (WP, LANES))
+        need2 = tl.broadcast_to((e + k * 0)[:, None], (WP, LANES))
+        seen = _poll(ptrs, live2, need2, PTX)
+        pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
+        spins = 0
+        while pending > 0:
+            seen = _poll(ptrs, live2, need2, PTX)
+            pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
+            spins += 1
+            if spin_limit > 0:
+                if spins > spin_limit:
+                    short = tl.where(tl.sum(seen < need2, axis=1) > 0, k, WP)
+                    first = tl.min(short, axis=0)
+                    low = tl.min(tl.where(k == first, tl.min(seen, axis=1), 2**31 - 1), axis=0)
+                    _timed_out(err_ptr, cta, phase, first, low, e)
+                    pending = 0
+        if ACQUIRE:
+            _acquire_fence(lanes, PTX)
+    else:
+        for q in tl.static_range(W):
+            if q != rank:
+                ptr = sig_ptr + slot_base + q
                 if ACQUIRE:
                     seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
                 else:
                     seen = tl.atomic_add(ptr, 0, sem="relaxed", scope="sys")
-                spins += 1
-                if spin_limit > 0:
-                    if spins > spin_limit:
-                        tl.atomic_xchg(err_ptr + 1, tl.cast(cta, tl.int64))
-                        tl.atomic_xchg(err_ptr + 2, (rank * 0 + phase).to(tl.int64))
-                        tl.atomic_xchg(err_ptr + 3, (rank * 0 + q).to(tl.int64))
-                        tl.atomic_xchg(err_ptr + 4, seen.to(tl.int64))
-                        tl.atomic_xchg(err_ptr + 5, tl.cast(e, tl.int64))
-                        tl.atomic_xchg(err_ptr + 0, 1)
-                        seen = e
-    tl.debug_barrier()
-    if ACQUIRE and ACQUIRE_ALL_THREADS:
-        for q in tl.static_range(W):
-            if q != rank:
-                tl.atomic_add(sig_ptr + slot_base + q + lanes * 0, lanes * 0, sem="acquire",
-                              scope="sys")
+                spins = 0
+                while seen < e:
+                    if ACQUIRE:
+                        seen = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+                    else:
+                        seen = tl.atomic_add(ptr, 0, sem="relaxed", scope="sys")
+                    spins += 1
+                    if spin_limit > 0:
+                        if spins > spin_limit:
+                            _timed_out(err_ptr, cta, phase, q, seen, e)
+                            seen = e
+        tl.debug_barrier()
+        if ACQUIRE and ACQUIRE_ALL_THREADS:
+            for q in tl.static_range(W):
+                if q != rank:
+                    tl.atomic_add(sig_ptr + slot_base + q + lanes * 0, lanes * 0, sem="acquire",
+                                  scope="sys")
 
 
 @triton.jit
@@ -122,10 +185,11 @@ def _reduce_rows(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_delta
 def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, sig_ptr,
                        sig_deltas, epoch_ptr, err_ptr, rank, rows, H, stride, eps, spin_limit,
                        W: tl.constexpr, G: tl.constexpr, STAGES: tl.constexpr,
-                       BLOCK_H: tl.constexpr, LANES: tl.constexpr,
+                       BLOCK_H: tl.constexpr, LANES: tl.constexpr, WP: tl.constexpr,
                        RELEASE: tl.constexpr = True, ACQUIRE: tl.constexpr = True,
                        ACQUIRE_ALL_THREADS: tl.constexpr = True,
-                       FIRST_PART: tl.constexpr = 0, LAST_PART: tl.constexpr = 2):
+                       FIRST_PART: tl.constexpr = 0, LAST_PART: tl.constexpr = 2,
+                       PTX: tl.constexpr = False):
     c = tl.program_id(0)
     e = tl.load(epoch_ptr + c) + 1          # this CTA's call number (every rank's CTA c agrees)
     p = e % 2
@@ -139,49 +203,58 @@ def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf
     roff = (4 + p) * stride
     slot0 = ((p * _PHASES + 0) * G + c) * W
     slot1 = ((p * _PHASES + 1) * G + c) * W
+    # a CTA with no rows on any rank sits the call out (fused_norm_abi.cta_active: every rank
+    # computes the same answer; CTA 0 always takes part, so every call still waits on every peer)
     if STAGES == 1:
         r0, r1 = _split(0, rows, G, c)
+        active = (r1 > r0) | (c == 0)
     else:
         o0, o1 = _split(0, rows, W, rank)
         r0, r1 = _split(o0, o1 - o0, G, c)
-    if FIRST_PART <= 0:
-        # part 0: stage the rows peers will read, then publish them
-        if STAGES == 1:
-            for row in range(r0, r1):
-                base = row * H64
-                v = tl.load(x_ptr + base + cols, mask=cmask)
-                tl.store(buf_ptr + xoff + base + cols, v, mask=cmask)
-        else:
+        active = c == 0
+        for q in tl.static_range(W):
+            q0, q1 = _split(0, rows, W, q)
+            a0, a1 = _split(q0, q1 - q0, G, c)
+            active = active | (a1 > a0)
+    if active:
+        if FIRST_PART <= 0:
+            # part 0: stage the rows peers will read, then publish them
+            if STAGES == 1:
+                for row in range(r0, r1):
+                    base = row * H64
+                    v = tl.load(x_ptr + base + cols, mask=cmask)
+                    tl.store(buf_ptr + xoff + base + cols, v, mask=cmask)
+            else:
+                for q in tl.static_range(W):
+                    if q != rank:
+                        q0, q1 = _split(0, rows, W, q)
+                        a0, a1 = _split(q0, q1 - q0, G, c)
+                        for row in range(a0, a1):
+                            base = row * H64
+                            v = tl.load(x_ptr + base + cols, mask=cmask)
+                            tl.store(buf_ptr + xoff + base + cols, v, mask=cmask)
+            _signal(sig_ptr, sig_deltas, slot0, rank, e, lanes, W, RELEASE, PTX)
+        if FIRST_PART <= 1 and LAST_PART >= 1:
+            _wait(sig_ptr, slot0, rank, e, spin_limit, err_ptr, c, 0, lanes, W, WP, LANES,
+                  ACQUIRE, ACQUIRE_ALL_THREADS, PTX)
+            _reduce_rows(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank,
+                         r0, r1, H, H64, eps, xoff, noff, roff, STAGES == 2, W, BLOCK_H)
+            if STAGES == 2:
+                _signal(sig_ptr, sig_deltas, slot1, rank, e, lanes, W, RELEASE, PTX)
+        if STAGES == 2 and LAST_PART >= 2:
+            _wait(sig_ptr, slot1, rank, e, spin_limit, err_ptr, c, 1, lanes, W, WP, LANES,
+                  ACQUIRE, ACQUIRE_ALL_THREADS, PTX)
             for q in tl.static_range(W):
                 if q != rank:
+                    d = tl.load(buf_deltas + q)
                     q0, q1 = _split(0, rows, W, q)
                     a0, a1 = _split(q0, q1 - q0, G, c)
                     for row in range(a0, a1):
                         base = row * H64
-                        v = tl.load(x_ptr + base + cols, mask=cmask)
-                        tl.store(buf_ptr + xoff + base + cols, v, mask=cmask)
-        _signal(sig_ptr, sig_deltas, slot0, rank, e, W, RELEASE)
-    if FIRST_PART <= 1 and LAST_PART >= 1:
-        _wait(sig_ptr, slot0, rank, e, spin_limit, err_ptr, c, 0, lanes, W, ACQUIRE,
-              ACQUIRE_ALL_THREADS)
-        _reduce_rows(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank, r0,
-                     r1, H, H64, eps, xoff, noff, roff, STAGES == 2, W, BLOCK_H)
-        if STAGES == 2:
-            _signal(sig_ptr, sig_deltas, slot1, rank, e, W, RELEASE)
-    if STAGES == 2 and LAST_PART >= 2:
-        _wait(sig_ptr, slot1, rank, e, spin_limit, err_ptr, c, 1, lanes, W, ACQUIRE,
-              ACQUIRE_ALL_THREADS)
-        for q in tl.static_range(W):
-            if q != rank:
-                d = tl.load(buf_deltas + q)
-                q0, q1 = _split(0, rows, W, q)
-                a0, a1 = _split(q0, q1 - q0, G, c)
-                for row in range(a0, a1):
-                    base = row * H64
-                    n = tl.load(buf_ptr + d + noff + base + cols, mask=cmask)
-                    r = tl.load(buf_ptr + d + roff + base + cols, mask=cmask)
-                    tl.store(out_ptr + base + cols, n, mask=cmask)
-                    tl.store(res_out_ptr + base + cols, r, mask=cmask)
+                        n = tl.load(buf_ptr + d + noff + base + cols, mask=cmask)
+                        r = tl.load(buf_ptr + d + roff + base + cols, mask=cmask)
+                        tl.store(out_ptr + base + cols, n, mask=cmask)
+                        tl.store(res_out_ptr + base + cols, r, mask=cmask)
     if LAST_PART >= STAGES:
         tl.store(epoch_ptr + c, e)     # only this CTA reads its counter
 
@@ -225,6 +298,6 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
         state.sig_deltas, state.epoch, state.err, state.rank, rows, hidden, state.stride, float(eps),
         spin_limit, W=state.world, G=state.grid, STAGES=stages,
         BLOCK_H=triton.next_power_of_2(hidden), LANES=32 * NUM_WARPS,
-        RELEASE=ordering.release, ACQUIRE=ordering.acquire,
+        WP=triton.next_power_of_2(state.world), RELEASE=ordering.release, ACQUIRE=ordering.acquire,
         ACQUIRE_ALL_THREADS=ordering.acquire_all_threads, FIRST_PART=parts[0],
-        LAST_PART=parts[1], num_warps=NUM_WARPS)
+        LAST_PART=parts[1], PTX=uses_ptx(interpret), num_warps=NUM_WARPS)

@@ -98,3 +98,15 @@ class BufferLayout:
     @property
     def numel(self) -> int:
         return REGIONS * self.stride
+
+
+def cta_active(rows: int, world: int, grid: int, stages: int, cta: int) -> bool:
+    """Whether CTA `cta` takes part in a call (the same answer on every rank): it has rows to
+    reduce on some rank, or it is CTA 0. An idle CTA only advances its call counter. CTA 0
+    always signals and waits, so every call still waits on every peer: the double-buffer
+    argument above needs each call to prove that the peers finished the call before."""
+    if cta == 0:
+        return True
+    owners = [0] if stages == 1 else range(world)
+    return any(cta_rows(rows, world, grid, stages, q, cta)[1]
+               > cta_rows(rows, world, grid, stages, q, cta)[0] for q in owners)

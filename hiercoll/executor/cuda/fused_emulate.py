@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hiercoll.kernels.fused_norm_abi import SAFE, BufferLayout, Ordering, cta_rows, owner_rows, slot, split
+from hiercoll.kernels.fused_norm_abi import (SAFE, BufferLayout, Ordering, cta_active, cta_rows,
+                                             owner_rows, slot, split)
 
 LANES = 3          # threads per CTA: element j of a row is lane j % LANES's
 
@@ -126,6 +127,9 @@ class _Emulator:
         p = e % 2                                     # signal slots
         b = p if self.double_buffer else 0            # staging halves
         r0, r1 = cta_rows(rows, W, G, call.stages, r, c)
+        if not cta_active(rows, W, G, call.stages, c):    # sits the call out, as the kernel does
+            self.epoch[r][c] = e
+            return
         # part 0: stage the rows peers read, then signal phase 0
         if call.stages == 1:
             staged = [(r0, r1)]
