@@ -127,6 +127,21 @@ def test_stage_choice_is_one_stage_small_two_stage_large():
     assert picks == sorted(picks)          # one crossover, 1 below it and 2 above
 
 
+def test_the_unfused_fallback_is_picked_only_where_the_model_says_fusion_loses():
+    # fused lines that lose to a fitted unfused line above ~1 MB, and win below
+    c = FusedNormCosts(10.0, 30.0, 15.0, 40.0, "synthetic", a0_us=20.0, b0_us_per_mb=20.0)
+    picks = [choose_stage(m, 4096, 4, 2, c) for m in (1, 4, 16, 64, 512, 4096)]
+    assert picks[0] == 1 and picks[-1] == 0
+    assert all(p == 0 for p in picks[picks.index(0):])     # once unfused wins, it keeps winning
+    # without unfused rows the fit never falls back
+    rows = [(s, n, 4, c.predict_us(s, n, 4)) for s in (1, 2) for n in (8192, 1 << 20, 8 << 20)]
+    assert fit(rows, "t").a0_us == float("inf")
+    assert choose_stage(16384, 4096, 4, 2, fit(rows, "t")) in (1, 2)
+    with_unfused = fit(rows + [(0, n, 4, c.unfused_us(n, 4)) for n in (8192, 1 << 20, 8 << 20)],
+                       "t")
+    assert abs(with_unfused.a0_us - 20.0) < 1e-6 and abs(with_unfused.b0_us_per_mb - 20.0) < 1e-6
+
+
 def test_the_fit_recovers_known_constants():
     true = FusedNormCosts(12.0, 8.0, 20.0, 6.0, "synthetic")
     sizes = [8192, 65536, 1 << 20, 8 << 20, 64 << 20]
@@ -153,7 +168,7 @@ def test_bad_arguments_are_one_line_errors_before_any_launch():
                         ((x.int(), x.int(), w, 1e-6), "is not supported")]:
         with pytest.raises(HiercollError, match=match.replace("[", r"\[").replace("]", r"\]")):
             fused_add_rms_norm(ctx, *args)
-    with pytest.raises(HiercollError, match="stage 3 must be 1, 2 or None"):
+    with pytest.raises(HiercollError, match=r"stage 3 must be 1, 2, 0 \(unfused\) or None"):
         fused_add_rms_norm(ctx, x, x, w, 1e-6, stage=3)
 
 

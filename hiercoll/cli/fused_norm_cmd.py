@@ -25,8 +25,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world", type=int, default=None,
                    help="--fused-rmsnorm: ranks (--one-gpu: in this process, default 4; "
                    "torchrun: must match the launch)")
-    p.add_argument("--stage", default="auto", choices=["auto", "1", "2"],
-                   help="--fused-rmsnorm: force the 1-stage or 2-stage kernel")
+    p.add_argument("--stage", default="auto", choices=["auto", "0", "1", "2"],
+                   help="--fused-rmsnorm: force the 1-stage or 2-stage kernel, or 0: the "
+                   "unfused fallback (NCCL all-reduce + add + RMSNorm)")
     p.add_argument("--large-iters", type=int, default=200,
                    help="--fused-rmsnorm: iterations for shapes above 4.7 MB (the seed's "
                    "regression: --iters up to 4.7 MB, this above; default 200)")

@@ -186,7 +186,8 @@ def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode:
     stages = 0
     graph = None
     if ctx is not None:
-        stages = stage or choose_stage(rows, hidden, world, x.element_size())
+        stages = stage if stage is not None else choose_stage(rows, hidden, world,
+                                                              x.element_size())
         reserve_buf(ctx, rows, hidden, dtype)
         # one untimed call without a spin limit: a rank still in Triton's JIT must not make its
         # peers' debug waits give up

@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES, SAFE, Ordering
+from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES, REGIONS, SAFE, Ordering
 from hiercoll.kernels.program import _acquire_fence, _poll, uses_ptx
 
 _PHASES = tl.constexpr(PHASES)
@@ -149,18 +149,28 @@ def _wait(sig_ptr, slot_base, rank, e, spin_limit, err_ptr, cta, phase, lanes,
 
 
 @triton.jit
-def _reduce_rows(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank, r0, r1,
-                 H, H64, eps, xoff, noff, roff, PUBLISH: tl.constexpr, W: tl.constexpr,
-                 BLOCK_H: tl.constexpr):
+def _finish_row(s, res_ptr, out_ptr, res_out_ptr, w, base, cols, cmask, H, eps):
+    """One row's residual add (rounded: the new residual) and RMSNorm in fp32 (rounded) from
+    its all-reduced sum `s` (already rounded to the input dtype): the owner's rows and the
+    gathered ones take this same code, so every rank gets the same bits."""
+    r = (s.to(tl.float32) + tl.load(res_ptr + base + cols, mask=cmask, other=0.0).to(tl.float32))
+    r = r.to(res_out_ptr.dtype.element_ty)
+    rf = r.to(tl.float32)
+    var = tl.sum(rf * rf, axis=0) / H
+    n = (rf * tl.rsqrt(var + eps) * w).to(out_ptr.dtype.element_ty)
+    tl.store(res_out_ptr + base + cols, r, mask=cmask)
+    tl.store(out_ptr + base + cols, n, mask=cmask)
+
+
+@triton.jit
+def _reduce_rows(x_ptr, res_ptr, w, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank, r0, r1,
+                 H, H64, eps, cols, cmask, xoff, soff, PUBLISH: tl.constexpr, W: tl.constexpr):
     """Rows [r0, r1): sum over ranks in order 0..W-1 (mine from x, peers' from their staged X),
-    round, add the residual (rounded: the new residual), RMSNorm in fp32, round; PUBLISH also
-    stores both rows in my buffer's N/R regions for the peers to gather."""
-    cols = tl.arange(0, BLOCK_H)
-    cmask = cols < H
-    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    round, then `_finish_row`; PUBLISH (2-stage) also stores the rounded sum in my buffer's S
+    region for the peers to gather."""
     for row in range(r0, r1):
         base = row * H64
-        acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+        acc = tl.zeros(cols.shape, dtype=tl.float32)
         for q in tl.static_range(W):
             if q == rank:
                 v = tl.load(x_ptr + base + cols, mask=cmask, other=0.0)
@@ -168,17 +178,10 @@ def _reduce_rows(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_delta
                 d = tl.load(buf_deltas + q)
                 v = tl.load(buf_ptr + d + xoff + base + cols, mask=cmask, other=0.0)
             acc += v.to(tl.float32)
-        s = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
-        r = (s + tl.load(res_ptr + base + cols, mask=cmask, other=0.0).to(tl.float32))
-        r = r.to(res_out_ptr.dtype.element_ty)
-        rf = r.to(tl.float32)
-        var = tl.sum(rf * rf, axis=0) / H
-        n = (rf * tl.rsqrt(var + eps) * w).to(out_ptr.dtype.element_ty)
-        tl.store(res_out_ptr + base + cols, r, mask=cmask)
-        tl.store(out_ptr + base + cols, n, mask=cmask)
+        s = acc.to(x_ptr.dtype.element_ty)
         if PUBLISH:
-            tl.store(buf_ptr + noff + base + cols, n, mask=cmask)
-            tl.store(buf_ptr + roff + base + cols, r, mask=cmask)
+            tl.store(buf_ptr + soff + base + cols, s, mask=cmask)
+        _finish_row(s, res_ptr, out_ptr, res_out_ptr, w, base, cols, cmask, H, eps)
 
 
 @triton.jit(do_not_specialize=["rank", "rows", "stride", "spin_limit"])
@@ -198,9 +201,9 @@ def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf
     cmask = cols < H
     stride = stride.to(tl.int64)     # elements per staged region (fixed per buffer)
     H64 = stride * 0 + H             # row offsets in int64 (rows x hidden may pass 2**31)
-    xoff = p * stride
-    noff = (2 + p) * stride
-    roff = (4 + p) * stride
+    xoff = p * stride                # X[p]: staged inputs
+    soff = (2 + p) * stride          # S[p]: 2-stage, the rounded sums of my rows
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     slot0 = ((p * _PHASES + 0) * G + c) * W
     slot1 = ((p * _PHASES + 1) * G + c) * W
     # a CTA with no rows on any rank sits the call out (fused_norm_abi.cta_active: every rank
@@ -237,8 +240,8 @@ def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf
         if FIRST_PART <= 1 and LAST_PART >= 1:
             _wait(sig_ptr, slot0, rank, e, spin_limit, err_ptr, c, 0, lanes, W, WP, LANES,
                   ACQUIRE, ACQUIRE_ALL_THREADS, PTX)
-            _reduce_rows(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank,
-                         r0, r1, H, H64, eps, xoff, noff, roff, STAGES == 2, W, BLOCK_H)
+            _reduce_rows(x_ptr, res_ptr, w, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank,
+                         r0, r1, H, H64, eps, cols, cmask, xoff, soff, STAGES == 2, W)
             if STAGES == 2:
                 _signal(sig_ptr, sig_deltas, slot1, rank, e, lanes, W, RELEASE, PTX)
         if STAGES == 2 and LAST_PART >= 2:
@@ -251,10 +254,9 @@ def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf
                     a0, a1 = _split(q0, q1 - q0, G, c)
                     for row in range(a0, a1):
                         base = row * H64
-                        n = tl.load(buf_ptr + d + noff + base + cols, mask=cmask)
-                        r = tl.load(buf_ptr + d + roff + base + cols, mask=cmask)
-                        tl.store(out_ptr + base + cols, n, mask=cmask)
-                        tl.store(res_out_ptr + base + cols, r, mask=cmask)
+                        sq = tl.load(buf_ptr + d + soff + base + cols, mask=cmask, other=0.0)
+                        _finish_row(sq, res_ptr, out_ptr, res_out_ptr, w, base, cols, cmask, H,
+                                    eps)
     if LAST_PART >= STAGES:
         tl.store(epoch_ptr + c, e)     # only this CTA reads its counter
 
@@ -289,7 +291,7 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
     rows, hidden = x.shape
     assert rows * hidden <= state.stride and x.is_contiguous() and residual.is_contiguous()
     assert out.is_contiguous() and res_out.is_contiguous() and weight.numel() == hidden
-    assert state.buf.numel() >= 6 * state.stride and state.buf.dtype == x.dtype
+    assert state.buf.numel() >= REGIONS * state.stride and state.buf.dtype == x.dtype
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     assert x.is_cuda or interpret
     assert state.err.numel() >= ERR_WORDS

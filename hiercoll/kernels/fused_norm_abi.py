@@ -15,9 +15,14 @@ The protocol, per call, for CTA c (of G, the same G on every rank and every call
   in fp32 (own x local, peers' X[p] remote) -> bf16 -> + residual -> RMSNorm -> outputs.
 - 2-stage: rank q owns rows `owner_rows(M, W, q)`; CTA c stages the rows CTA c of every other
   rank will reduce -> release phase 0 -> acquire phase 0 -> reduce + add + norm of its own rows
-  into the outputs and into N[p] / R[p] of my buffer -> release phase 1 -> acquire phase 1 ->
-  copy every other rank's rows of this CTA from their N[p] / R[p] (all-gather by pull).
-Why double buffers are enough: a rank writes X[p] (or N[p]/R[p]) of call e only after its call
+  into the outputs, and the rounded sums of its rows into S[p] of my buffer -> release phase 1
+  -> acquire phase 1 -> read every other rank's rows of this CTA from their S[p] (all-gather by
+  pull) and do the residual add + RMSNorm of those rows here. Gathering the sum instead of both
+  outputs halves the second phase's NVLink reads (the outputs are two tensors, the sum one);
+  it is why `residual` must be replicated: every rank adds its own copy.
+  The add + norm is one function of (sum, residual, weight) in the kernel, so the owner's rows
+  and everyone else's have the same bits.
+Why double buffers are enough: a rank writes X[p] (or S[p]) of call e only after its call
 e-1 kernel finished, and that kernel waited for every peer's call e-1 signal, which each peer sent
 after its call e-2 kernel (the last reader of the same half) had finished. (The 2-stage kernel
 alone would be safe with one half: no rank ends a call before every peer has read its rows, its
@@ -74,26 +79,23 @@ def num_slots(grid: int, world: int) -> int:
     return 2 * PHASES * grid * world
 
 
-REGIONS = 6         # X[2], N[2], R[2]
+REGIONS = 4         # X[2], S[2]
 
 
 @dataclass(frozen=True)
 class BufferLayout:
     """Element offsets of the staged regions in a rank's symmetric data buffer: X[2] (staged
-    inputs), N[2] (normed rows), R[2] (new residual rows), `stride` elements each (fixed for the
-    buffer's life: a region of one call never overlaps another region of the next call, whatever
-    their shapes; row `i` of a call with `hidden` columns starts at i * hidden)."""
+    inputs), S[2] (2-stage: the rounded sums of the rows this rank owns), `stride` elements each
+    (fixed for the buffer's life: a region of one call never overlaps another region of the next
+    call, whatever their shapes; row `i` of a call with `hidden` columns starts at i * hidden)."""
 
     stride: int
 
     def x(self, parity: int) -> int:
         return parity * self.stride
 
-    def normed(self, parity: int) -> int:
+    def sums(self, parity: int) -> int:
         return (2 + parity) * self.stride
-
-    def res(self, parity: int) -> int:
-        return (4 + parity) * self.stride
 
     @property
     def numel(self) -> int:

@@ -5,8 +5,11 @@ price the op, and `bench/fused_norm.py --fit` refits it from measured rows.
 
 Per rank, with S = rows x hidden x itemsize (the bytes of x) and W ranks:
 - 1-stage: every rank reduces every row, reading W x S (one sync): t1 = a1 + b1 * W * S;
-- 2-stage: a rank reduces its 1/W of the rows from W ranks (S) and gathers the two outputs of
-  the other rows (2 (W-1)/W S), with two syncs: t2 = a2 + b2 * (1 + 2 (W-1)/W) * S.
+- 2-stage: a rank reduces its 1/W of the rows from W ranks (S) and gathers the other rows'
+  sums ((W-1)/W S), with two syncs: t2 = a2 + b2 * (1 + (W-1)/W) * S;
+- unfused (stage 0, the fallback where fusion cannot win): NCCL's all-reduce of x, then torch's
+  add and RMSNorm: t0 = a0 + b0 * S. Fitted on the same run's unfused rows; without them
+  (a0 = inf) the fallback is never picked.
 The fixed terms (a: launch + syncs) favour 1-stage for small S, the volume terms 2-stage for large
 S. The constants are fitted on measured per-call times of both stages forced (p50 of CUDA-event
 times); `CALIBRATED` names where they came from.
@@ -23,17 +26,23 @@ class FusedNormCosts:
     a1_us: float        # 1-stage fixed cost (launch, one signal round)
     b1_us_per_mb: float  # 1-stage: microseconds per MB (1e6 bytes) of reduced volume W*S
     a2_us: float        # 2-stage fixed cost (launch, two signal rounds)
-    b2_us_per_mb: float  # 2-stage: microseconds per MB of (1 + 2(W-1)/W) * S
+    b2_us_per_mb: float  # 2-stage: microseconds per MB of (1 + (W-1)/W) * S
     source: str         # provenance: machine, command, date
+    a0_us: float = float("inf")   # unfused fixed cost (NCCL all-reduce + add + norm launches)
+    b0_us_per_mb: float = 0.0     # unfused: microseconds per MB of S
+
+    def unfused_us(self, nbytes: int, world: int) -> float:
+        return self.a0_us + self.b0_us_per_mb * nbytes / 1e6
 
     def one_stage_us(self, nbytes: int, world: int) -> float:
         return self.a1_us + self.b1_us_per_mb * world * nbytes / 1e6
 
     def two_stage_us(self, nbytes: int, world: int) -> float:
-        return self.a2_us + self.b2_us_per_mb * (1 + 2 * (world - 1) / world) * nbytes / 1e6
+        return self.a2_us + self.b2_us_per_mb * (1 + (world - 1) / world) * nbytes / 1e6
 
     def predict_us(self, stages: int, nbytes: int, world: int) -> float:
-        return (self.one_stage_us if stages == 1 else self.two_stage_us)(nbytes, world)
+        how = {0: self.unfused_us, 1: self.one_stage_us, 2: self.two_stage_us}[stages]
+        return how(nbytes, world)
 
 
 # Uncalibrated guesses (what picked the stages of the committed bench and stress runs).
@@ -50,15 +59,22 @@ CALIBRATED = FusedNormCosts(
            "bench/results/fused_norm/fused_norm.json, 2026-11-25")
 
 
+def costs_for(world: int) -> FusedNormCosts:
+    """The constants measured at this many GPUs (one process per GPU), else the one-GPU fit."""
+    return CALIBRATED_BY_WORLD.get(world, CALIBRATED)
+
+
 def choose_stage(rows: int, hidden: int, world: int, itemsize: int,
                  costs: FusedNormCosts | None = None) -> int:
-    """1 or 2: the stage the model says is faster for one call (1 on ties and for one rank).
-    Deterministic in its arguments, so every rank picks the same stage."""
+    """0 (unfused), 1 or 2: the path the model says is fastest for one call (the fused stages
+    win ties; 1 for one rank). Deterministic in its arguments, so every rank picks the same."""
     if world <= 1:
         return 1
-    c = costs or CALIBRATED
+    c = costs or costs_for(world)
     nbytes = rows * hidden * itemsize
-    return 1 if c.one_stage_us(nbytes, world) <= c.two_stage_us(nbytes, world) else 2
+    times = {1: c.one_stage_us(nbytes, world), 2: c.two_stage_us(nbytes, world),
+             0: c.unfused_us(nbytes, world)}
+    return min(times, key=lambda k: (times[k], k == 0, k))
 
 
 def fit(rows: Sequence[tuple[int, int, int, float]], source: str) -> FusedNormCosts:
@@ -67,8 +83,11 @@ def fit(rows: Sequence[tuple[int, int, int, float]], source: str) -> FusedNormCo
     decades, and a plain fit lets the largest rows set the fixed terms, which decide the small
     sizes and the crossover. Negative slopes or intercepts are clamped at 0."""
     out: dict[int, tuple[float, float]] = {}
-    for stages in (1, 2):
+    for stages in (0, 1, 2):
         pts = [(_volume(stages, n, w), t) for s, n, w, t in rows if s == stages and t > 0]
+        if stages == 0 and not pts:
+            out[0] = (float("inf"), 0.0)      # no unfused rows: never fall back
+            continue
         if len({v for v, _ in pts}) < 2:
             raise ValueError(f"fit: need two distinct sizes measured for stage {stages}")
         ws = [1 / t ** 2 for _, t in pts]
@@ -79,9 +98,14 @@ def fit(rows: Sequence[tuple[int, int, int, float]], source: str) -> FusedNormCo
         sxy = sum(w * (v - mx) * (t - my) for w, (v, t) in zip(ws, pts, strict=True))
         slope = max(0.0, sxy / sxx)
         out[stages] = (max(0.0, my - slope * mx), slope)
-    return FusedNormCosts(out[1][0], out[1][1], out[2][0], out[2][1], source)
+    return FusedNormCosts(out[1][0], out[1][1], out[2][0], out[2][1], source, out[0][0],
+                          out[0][1])
 
 
 def _volume(stages: int, nbytes: int, world: int) -> float:
     """MB of the model's volume term for one call."""
-    return (world if stages == 1 else 1 + 2 * (world - 1) / world) * nbytes / 1e6
+    return {0: 1.0, 1: world, 2: 1 + (world - 1) / world}[stages] * nbytes / 1e6
+
+
+# Across GPUs (one process per GPU), by world size: filled from `bench/fused_norm.py --group --fit`.
+CALIBRATED_BY_WORLD: dict[int, FusedNormCosts] = {}

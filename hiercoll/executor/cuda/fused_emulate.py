@@ -154,11 +154,8 @@ class _Emulator:
             normed[row] = _norm(res[row], call.weight, self.eps)
             if call.stages == 2:
                 for j in range(hidden):
-                    lane = lanes[j % LANES]
-                    lane.pending.append(((r, "buf", lay.normed(b) + row * hidden + j),
-                                         float(normed[row, j])))
-                    lane.pending.append(((r, "buf", lay.res(b) + row * hidden + j),
-                                         float(res[row, j])))
+                    lanes[j % LANES].pending.append(((r, "buf", lay.sums(b) + row * hidden + j),
+                                                     float(acc[j])))
             yield None
         if call.stages == 2:
             yield from self._signal(r, c, p, 1, e, lanes)
@@ -168,10 +165,11 @@ class _Emulator:
                     continue
                 a0, a1 = split(*_span(owner_rows(rows, W, q)), G, c)
                 for row in range(a0, a1):
-                    for j in range(hidden):
-                        lane = lanes[j % LANES]
-                        normed[row, j] = self.mem.load(lane, (q, "buf", lay.normed(b) + row * hidden + j))
-                        res[row, j] = self.mem.load(lane, (q, "buf", lay.res(b) + row * hidden + j))
+                    s = np.array([self.mem.load(lanes[j % LANES],
+                                                (q, "buf", lay.sums(b) + row * hidden + j))
+                                  for j in range(hidden)])
+                    res[row] = s + call.residual[row]        # the residual is replicated
+                    normed[row] = _norm(res[row], call.weight, self.eps)
                     yield None
         self.epoch[r][c] = e
 

@@ -27,7 +27,7 @@ from hiercoll.executor.cuda.one_gpu import Slab, slabs
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.kernels.fused_norm import FusedNormState, launch
 from hiercoll.kernels.fused_norm_abi import ERR_WORDS, REGIONS, SAFE, Ordering, num_slots
-from hiercoll.sim.fused_norm_cost import choose_stage
+from hiercoll.sim.fused_norm_cost import CALIBRATED, choose_stage
 
 MAX_GRID = 128       # CTAs per call across GPUs, every call (the per-CTA counters need a fixed
                      # grid): enough loads in flight to fill NVLink; at most the GPU's SMs, since
@@ -194,19 +194,41 @@ def fused_add_rms_norm(ctx: FusedNormContext, x: torch.Tensor, residual: torch.T
     """(normed, new_residual) of all_reduce(x) + residual on this rank's current stream; every
     rank of ctx's group calls it with the same shape. `stage` None: the cost model's choice."""
     check_args(x, residual, weight, eps)
-    if stage not in (None, 1, 2):
-        raise HiercollError(f"fused_add_rms_norm: stage {stage!r} must be 1, 2 or None (the "
-                            "cost model's choice)")
+    if stage not in (None, 0, 1, 2):
+        raise HiercollError(f"fused_add_rms_norm: stage {stage!r} must be 1, 2, 0 (unfused) or "
+                            "None (the cost model's choice)")
     x, residual = x.contiguous(), residual.contiguous()
     rows, hidden = x.shape
-    stages = stage or choose_stage(rows, hidden, ctx.world_size, x.element_size())
-    out = torch.empty_like(x) if out is None else out
-    res_out = torch.empty_like(x) if res_out is None else res_out
+    stages = stage if stage is not None else choose_stage(rows, hidden, ctx.world_size,
+                                                          x.element_size())
     if ctx.world_size == 1:
         stages = 1
+    if stages == 0:
+        return unfused(ctx, x, residual, weight, eps, out, res_out)
+    out = torch.empty_like(x) if out is None else out
+    res_out = torch.empty_like(x) if res_out is None else res_out
     state = reserve(ctx, rows, hidden, x.dtype)
     launch(state, x, residual, weight.to(x.dtype).contiguous(), out, res_out, eps, stages,
            spin_limit=spin_limit, ordering=ordering)
+    return out, res_out
+
+
+def unfused(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+            eps: float, out: torch.Tensor | None = None, res_out: torch.Tensor | None = None,
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fallback where fusion cannot win (the cost model's stage 0, fitted on the same runs
+    that measured the fused stages): NCCL's all-reduce of a copy of x, then torch's add and
+    RMSNorm, as a user without hiercoll would write it (the sum rounded to x's dtype, the new
+    residual to its dtype, like the kernel). `out` given: one more copy (rms_norm has no out=)."""
+    import torch.distributed as dist
+    res_out = torch.empty_like(x) if res_out is None else res_out
+    res_out.copy_(x)
+    dist.all_reduce(res_out, group=ctx.group)
+    res_out.add_(residual)
+    normed = torch.nn.functional.rms_norm(res_out, (x.shape[1],), weight.to(x.dtype), eps)
+    if out is None:
+        return normed, res_out
+    out.copy_(normed)
     return out, res_out
 
 
@@ -250,8 +272,9 @@ class OneGpuFusedNorm:
             world=self.world, grid=self.grid, stride=stride)
 
     def stage_for(self, rows: int) -> int:
+        """The one-GPU fit's choice (never the unfused fallback: no process group here)."""
         return choose_stage(rows, self.hidden, self.world,
-                            torch.empty((), dtype=self.dtype).element_size())
+                            torch.empty((), dtype=self.dtype).element_size(), costs=CALIBRATED)
 
     def run(self, xs: list[torch.Tensor], residuals: list[torch.Tensor], weight: torch.Tensor,
             eps: float, outs: list[torch.Tensor], res_outs: list[torch.Tensor], stages: int,
