@@ -202,7 +202,7 @@ def _ptx(stages: int, ordering: Ordering, ptx: bool = False) -> str:
     consts = {"W": 4, "G": 16, "STAGES": stages, "BLOCK_H": 4096, "LANES": 256,
               "RELEASE": ordering.release, "ACQUIRE": ordering.acquire,
               "ACQUIRE_ALL_THREADS": ordering.acquire_all_threads, "FIRST_PART": 0,
-              "LAST_PART": 2, "WP": 4, "PTX": ptx}
+              "LAST_PART": 2, "WP": 4, "PTX": ptx, "RB": 2, "RBG": 4}
     sig |= {k: "constexpr" for k in consts}
     src = ASTSource(fn=_fused_norm_kernel, signature=sig, constexprs=consts,
                     attrs={(k,): [["tt.divisibility", 16]] for k in range(11)})

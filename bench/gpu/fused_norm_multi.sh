@@ -36,3 +36,6 @@ timeout -k 5 "${BENCH_S:-300}" torchrun --nproc-per-node "$W" --master-port $((2
   ${SHAPES:+--shapes $SHAPES} > "$D/bench_w$W.log" 2>&1
 echo "== bench w$W rc=$?"; tail -4 "$D/bench_w$W.log" | cut -c1-400
 cat "$D/fused_norm_w$W.md" 2>/dev/null | tail -32
+# one archive (the device tool returns at most 8 files), the table beside it
+cp "$D/fused_norm_w$W.md" "$OUT/" 2>/dev/null
+tar czf "$OUT/fused_norm_multi_w$W.tgz" -C "$OUT" fused_norm_multi && rm -rf "$D"

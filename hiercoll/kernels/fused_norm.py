@@ -149,39 +149,58 @@ def _wait(sig_ptr, slot_base, rank, e, spin_limit, err_ptr, cta, phase, lanes,
 
 
 @triton.jit
-def _finish_row(s, res_ptr, out_ptr, res_out_ptr, w, base, cols, cmask, H, eps):
-    """One row's residual add (rounded: the new residual) and RMSNorm in fp32 (rounded) from
-    its all-reduced sum `s` (already rounded to the input dtype): the owner's rows and the
-    gathered ones take this same code, so every rank gets the same bits."""
-    r = (s.to(tl.float32) + tl.load(res_ptr + base + cols, mask=cmask, other=0.0).to(tl.float32))
+def _tile(row0, r1, H64, cols, cmask, R: tl.constexpr):
+    """Offsets and mask of rows [row0, min(row0 + R, r1)) x the row's columns: a CTA moves R rows
+    per step, so more loads are in flight per round trip (one row per step left large calls
+    latency-bound at a third of NVLink)."""
+    rows_ = row0 + tl.arange(0, R)
+    offs = rows_.to(tl.int64)[:, None] * H64 + cols[None, :]
+    return offs, (rows_ < r1)[:, None] & cmask[None, :]
+
+
+@triton.jit
+def _copy_rows(src, dst, r0, r1, H64, cols, cmask, R: tl.constexpr):
+    for row0 in range(r0, r1, R):
+        offs, mask = _tile(row0, r1, H64, cols, cmask, R)
+        tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def _finish_rows(s, res_ptr, out_ptr, res_out_ptr, w, offs, mask, H, eps):
+    """Rows' residual add (rounded: the new residual) and RMSNorm in fp32 (rounded) from their
+    all-reduced sums `s` (already rounded to the input dtype): the owner's rows and the gathered
+    ones take this same code on the same tiles (CTA c of every rank starts its rows of an owner
+    at the same row), so every rank gets the same bits."""
+    r = (s.to(tl.float32) + tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32))
     r = r.to(res_out_ptr.dtype.element_ty)
     rf = r.to(tl.float32)
-    var = tl.sum(rf * rf, axis=0) / H
-    n = (rf * tl.rsqrt(var + eps) * w).to(out_ptr.dtype.element_ty)
-    tl.store(res_out_ptr + base + cols, r, mask=cmask)
-    tl.store(out_ptr + base + cols, n, mask=cmask)
+    var = tl.sum(rf * rf, axis=1) / H
+    n = (rf * tl.rsqrt(var + eps)[:, None] * w[None, :]).to(out_ptr.dtype.element_ty)
+    tl.store(res_out_ptr + offs, r, mask=mask)
+    tl.store(out_ptr + offs, n, mask=mask)
 
 
 @triton.jit
 def _reduce_rows(x_ptr, res_ptr, w, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank, r0, r1,
-                 H, H64, eps, cols, cmask, xoff, soff, PUBLISH: tl.constexpr, W: tl.constexpr):
-    """Rows [r0, r1): sum over ranks in order 0..W-1 (mine from x, peers' from their staged X),
-    round, then `_finish_row`; PUBLISH (2-stage) also stores the rounded sum in my buffer's S
-    region for the peers to gather."""
-    for row in range(r0, r1):
-        base = row * H64
-        acc = tl.zeros(cols.shape, dtype=tl.float32)
+                 H, H64, eps, cols, cmask, xoff, soff, PUBLISH: tl.constexpr, W: tl.constexpr,
+                 R: tl.constexpr):
+    """Rows [r0, r1), R at a time: sum over ranks in order 0..W-1 (mine from x, peers' from their
+    staged X), round, then `_finish_rows`; PUBLISH (2-stage) also stores the rounded sums in my
+    buffer's S region for the peers to gather."""
+    for row0 in range(r0, r1, R):
+        offs, mask = _tile(row0, r1, H64, cols, cmask, R)
+        acc = tl.zeros(offs.shape, dtype=tl.float32)
         for q in tl.static_range(W):
             if q == rank:
-                v = tl.load(x_ptr + base + cols, mask=cmask, other=0.0)
+                v = tl.load(x_ptr + offs, mask=mask, other=0.0)
             else:
                 d = tl.load(buf_deltas + q)
-                v = tl.load(buf_ptr + d + xoff + base + cols, mask=cmask, other=0.0)
+                v = tl.load(buf_ptr + d + xoff + offs, mask=mask, other=0.0)
             acc += v.to(tl.float32)
         s = acc.to(x_ptr.dtype.element_ty)
         if PUBLISH:
-            tl.store(buf_ptr + soff + base + cols, s, mask=cmask)
-        _finish_row(s, res_ptr, out_ptr, res_out_ptr, w, base, cols, cmask, H, eps)
+            tl.store(buf_ptr + soff + offs, s, mask=mask)
+        _finish_rows(s, res_ptr, out_ptr, res_out_ptr, w, offs, mask, H, eps)
 
 
 @triton.jit(do_not_specialize=["rank", "rows", "stride", "spin_limit"])
@@ -189,7 +208,7 @@ def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf
                        sig_deltas, epoch_ptr, err_ptr, rank, rows, H, stride, eps, spin_limit,
                        W: tl.constexpr, G: tl.constexpr, STAGES: tl.constexpr,
                        BLOCK_H: tl.constexpr, LANES: tl.constexpr, WP: tl.constexpr,
-                       RELEASE: tl.constexpr = True, ACQUIRE: tl.constexpr = True,
+                       RB: tl.constexpr, RBG: tl.constexpr, RELEASE: tl.constexpr = True, ACQUIRE: tl.constexpr = True,
                        ACQUIRE_ALL_THREADS: tl.constexpr = True,
                        FIRST_PART: tl.constexpr = 0, LAST_PART: tl.constexpr = 2,
                        PTX: tl.constexpr = False):
@@ -223,25 +242,19 @@ def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf
         if FIRST_PART <= 0:
             # part 0: stage the rows peers will read, then publish them
             if STAGES == 1:
-                for row in range(r0, r1):
-                    base = row * H64
-                    v = tl.load(x_ptr + base + cols, mask=cmask)
-                    tl.store(buf_ptr + xoff + base + cols, v, mask=cmask)
+                _copy_rows(x_ptr, buf_ptr + xoff, r0, r1, H64, cols, cmask, RBG)
             else:
                 for q in tl.static_range(W):
                     if q != rank:
                         q0, q1 = _split(0, rows, W, q)
                         a0, a1 = _split(q0, q1 - q0, G, c)
-                        for row in range(a0, a1):
-                            base = row * H64
-                            v = tl.load(x_ptr + base + cols, mask=cmask)
-                            tl.store(buf_ptr + xoff + base + cols, v, mask=cmask)
+                        _copy_rows(x_ptr, buf_ptr + xoff, a0, a1, H64, cols, cmask, RBG)
             _signal(sig_ptr, sig_deltas, slot0, rank, e, lanes, W, RELEASE, PTX)
         if FIRST_PART <= 1 and LAST_PART >= 1:
             _wait(sig_ptr, slot0, rank, e, spin_limit, err_ptr, c, 0, lanes, W, WP, LANES,
                   ACQUIRE, ACQUIRE_ALL_THREADS, PTX)
             _reduce_rows(x_ptr, res_ptr, w, out_ptr, res_out_ptr, buf_ptr, buf_deltas, rank,
-                         r0, r1, H, H64, eps, cols, cmask, xoff, soff, STAGES == 2, W)
+                         r0, r1, H, H64, eps, cols, cmask, xoff, soff, STAGES == 2, W, RB)
             if STAGES == 2:
                 _signal(sig_ptr, sig_deltas, slot1, rank, e, lanes, W, RELEASE, PTX)
         if STAGES == 2 and LAST_PART >= 2:
@@ -252,13 +265,21 @@ def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf
                     d = tl.load(buf_deltas + q)
                     q0, q1 = _split(0, rows, W, q)
                     a0, a1 = _split(q0, q1 - q0, G, c)
-                    for row in range(a0, a1):
-                        base = row * H64
-                        sq = tl.load(buf_ptr + d + soff + base + cols, mask=cmask, other=0.0)
-                        _finish_row(sq, res_ptr, out_ptr, res_out_ptr, w, base, cols, cmask, H,
-                                    eps)
+                    for row0 in range(a0, a1, RB):
+                        offs, mask = _tile(row0, a1, H64, cols, cmask, RB)
+                        sq = tl.load(buf_ptr + d + soff + offs, mask=mask, other=0.0)
+                        _finish_rows(sq, res_ptr, out_ptr, res_out_ptr, w, offs, mask, H, eps)
     if LAST_PART >= STAGES:
         tl.store(epoch_ptr + c, e)     # only this CTA reads its counter
+
+
+REDUCE_TILE = 8192    # elements a CTA reduces per step (W sources in registers)
+COPY_TILE = 16384     # elements a CTA stages per step
+
+
+def rows_per_step(hidden: int, tile: int) -> int:
+    """Rows per tile step: as many whole padded rows as fit `tile` elements (at least one)."""
+    return max(1, tile // triton.next_power_of_2(hidden))
 
 
 @dataclass(frozen=True)
@@ -300,6 +321,7 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
         state.sig_deltas, state.epoch, state.err, state.rank, rows, hidden, state.stride, float(eps),
         spin_limit, W=state.world, G=state.grid, STAGES=stages,
         BLOCK_H=triton.next_power_of_2(hidden), LANES=32 * NUM_WARPS,
-        WP=triton.next_power_of_2(state.world), RELEASE=ordering.release, ACQUIRE=ordering.acquire,
+        WP=triton.next_power_of_2(state.world), RB=rows_per_step(hidden, REDUCE_TILE),
+        RBG=rows_per_step(hidden, COPY_TILE), RELEASE=ordering.release, ACQUIRE=ordering.acquire,
         ACQUIRE_ALL_THREADS=ordering.acquire_all_threads, FIRST_PART=parts[0],
         LAST_PART=parts[1], PTX=uses_ptx(interpret), num_warps=NUM_WARPS)
