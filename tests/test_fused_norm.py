@@ -16,7 +16,8 @@ import pytest
 from hiercoll.cli.main import main
 from hiercoll.executor.cuda.fused_emulate import FusedCall, emulate, reference, stale_calls
 from hiercoll.kernels.fused_norm_abi import Ordering, cta_active, cta_rows, owner_rows, slot
-from hiercoll.sim.fused_norm_cost import CALIBRATED, FusedNormCosts, choose_stage, fit
+from hiercoll.sim.fused_norm_cost import (CALIBRATED, FusedNormCosts, choose_stage, costs_for,
+                                          fit)
 
 NEGATIVES = {"no release": Ordering(release=False), "no acquire": Ordering(acquire=False),
              "polling thread only": Ordering(acquire_all_threads=False)}
@@ -120,11 +121,23 @@ def test_emulated_outputs_are_the_reference_on_every_rank():
 
 # ---- stage choice --------------------------------------------------------------------------------
 def test_stage_choice_is_one_stage_small_two_stage_large():
-    assert choose_stage(1, 4096, 4, 2) == 1
-    assert choose_stage(16384, 4096, 4, 2) == 2
+    one_gpu = CALIBRATED       # the one-GPU fit: no unfused line, so never the fallback
+    assert choose_stage(1, 4096, 4, 2, one_gpu) == 1
+    assert choose_stage(16384, 4096, 4, 2, one_gpu) == 2
     assert choose_stage(16384, 4096, 1, 2) == 1
-    picks = [choose_stage(m, 2880, 4, 2) for m in (1, 2, 4, 8, 16, 64, 128, 512, 1024, 4096)]
+    picks = [choose_stage(m, 2880, 4, 2, one_gpu) for m in (1, 2, 4, 8, 16, 64, 128, 512, 1024, 4096)]
     assert picks == sorted(picks)          # one crossover, 1 below it and 2 above
+
+
+def test_the_shipped_multi_gpu_fits_fuse_small_calls_and_fall_back_where_fusion_lost():
+    """4 x H200: the fused kernel for decode shapes, NCCL + add + norm from ~1 MB (where the
+    measured fused stages were slower); 2 x H200: fused up to the largest measured shape."""
+    assert [choose_stage(m, 4096, 4, 2) for m in (1, 16, 64)] == [1, 1, 1]
+    assert choose_stage(16384, 4096, 4, 2) == 0
+    assert [choose_stage(m, 2880, 2, 2) for m in (1, 16, 512, 1319)] == [1, 1, 1, 1]
+    assert choose_stage(2048, 2880, 2, 2) == 0          # above what the 2-GPU run measured
+    for world in (2, 4):
+        assert "H200" in costs_for(world).source and costs_for(world).measured_up_to
 
 
 def test_the_unfused_fallback_is_picked_only_where_the_model_says_fusion_loses():

@@ -9,6 +9,7 @@
 # 4. the bench: fused vs NCCL / torch symm-mem / hiercoll all-reduce + torch add + RMSNorm,
 #    graph and eager, with the stage-choice fit.
 # Usage: W=4 T=h200x4 bash bench/gpu/fused_norm_multi.sh   (W=2 T=bench/gpu/topologies/h200x2.yaml)
+# NEGATIVES="" skips 3, NO_BENCH=1 skips 4, SKIP_STRESS=1 skips 2 and 3.
 source bench/gpu/env.sh
 D=$OUT/fused_norm_multi; mkdir -p "$D"
 W=${W:-$(nvidia-smi -L | wc -l)}
@@ -23,7 +24,7 @@ if [ -z "$SKIP_STRESS" ]; then
     --large-iters 200 --modes eager,graph --debug-timeout-ms 10000 --out "$D/stress_w$W.json" \
     > "$D/stress_w$W.log" 2>&1
   summary "stress w$W" $? "$D/stress_w$W.log"
-  for drop in release acquire all-threads-acquire; do
+  for drop in ${NEGATIVES-release acquire all-threads-acquire}; do
     HC_TIMEOUT=${NEG_S:-60} hc "$W" stress --fused-rmsnorm --backend cuda --drop-ordering $drop \
       --iters "${NEG_ITERS:-300}" --large-iters 100 --shapes "${NEG_SHAPES:-1,64,1319,2048}" \
       --modes eager,graph --debug-timeout-ms 10000 --out "$D/negative_${drop}_w$W.json" \
@@ -31,7 +32,7 @@ if [ -z "$SKIP_STRESS" ]; then
     summary "negative $drop w$W" $? "$D/negative_${drop}_w$W.log"
   done
 fi
-timeout -k 5 "${BENCH_S:-300}" torchrun --nproc-per-node "$W" --master-port $((29500 + RANDOM % 1000)) \
+[ -n "$NO_BENCH" ] || timeout -k 5 "${BENCH_S:-300}" torchrun --nproc-per-node "$W" --master-port $((29500 + RANDOM % 1000)) \
   bench/fused_norm.py --group --reps "${REPS:-50}" --topology "$T" --out "$D" --fit \
   ${SHAPES:+--shapes $SHAPES} > "$D/bench_w$W.log" 2>&1
 echo "== bench w$W rc=$?"; tail -4 "$D/bench_w$W.log" | cut -c1-400

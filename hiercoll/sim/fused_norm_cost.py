@@ -30,6 +30,7 @@ class FusedNormCosts:
     source: str         # provenance: machine, command, date
     a0_us: float = float("inf")   # unfused fixed cost (NCCL all-reduce + add + norm launches)
     b0_us_per_mb: float = 0.0     # unfused: microseconds per MB of S
+    measured_up_to: int | None = None   # bytes of x of the largest measured shape (None: any)
 
     def unfused_us(self, nbytes: int, world: int) -> float:
         return self.a0_us + self.b0_us_per_mb * nbytes / 1e6
@@ -67,11 +68,15 @@ def costs_for(world: int) -> FusedNormCosts:
 def choose_stage(rows: int, hidden: int, world: int, itemsize: int,
                  costs: FusedNormCosts | None = None) -> int:
     """0 (unfused), 1 or 2: the path the model says is fastest for one call (the fused stages
-    win ties; 1 for one rank). Deterministic in its arguments, so every rank picks the same."""
+    win ties; 1 for one rank); 0 above the largest measured size when the fit has an unfused
+    line (a line fitted on small calls says little about large ones). Deterministic in its
+    arguments, so every rank picks the same."""
     if world <= 1:
         return 1
     c = costs or costs_for(world)
     nbytes = rows * hidden * itemsize
+    if c.measured_up_to is not None and nbytes > c.measured_up_to and c.a0_us < float("inf"):
+        return 0    # the fused kernel was never timed this large here: run what users run
     times = {1: c.one_stage_us(nbytes, world), 2: c.two_stage_us(nbytes, world),
              0: c.unfused_us(nbytes, world)}
     return min(times, key=lambda k: (times[k], k == 0, k))
@@ -99,7 +104,7 @@ def fit(rows: Sequence[tuple[int, int, int, float]], source: str) -> FusedNormCo
         slope = max(0.0, sxy / sxx)
         out[stages] = (max(0.0, my - slope * mx), slope)
     return FusedNormCosts(out[1][0], out[1][1], out[2][0], out[2][1], source, out[0][0],
-                          out[0][1])
+                          out[0][1], max(n for _, n, _, _ in rows))
 
 
 def _volume(stages: int, nbytes: int, world: int) -> float:
@@ -107,5 +112,21 @@ def _volume(stages: int, nbytes: int, world: int) -> float:
     return {0: 1.0, 1: world, 2: 1 + (world - 1) / world}[stages] * nbytes / 1e6
 
 
-# Across GPUs (one process per GPU), by world size: filled from `bench/fused_norm.py --group --fit`.
-CALIBRATED_BY_WORLD: dict[int, FusedNormCosts] = {}
+# Across GPUs (one process per GPU), by world size: `bench/fused_norm.py --group --fit` on the
+# lent H200s (bench/results/gpu/fused_norm_multi/, NVLS off, torch 2.11.0+cu130, triton 3.6).
+CALIBRATED_BY_WORLD: dict[int, FusedNormCosts] = {
+    4: FusedNormCosts(
+        a1_us=13.649, b1_us_per_mb=2.6629, a2_us=23.430, b2_us_per_mb=3.8351,
+        a0_us=20.689, b0_us_per_mb=6.2277, measured_up_to=134217728,
+        source="relative least-squares fit of the p50 of each path (both stages forced, NCCL "
+               "all-reduce + add + RMSNorm), 26 shapes, one process per GPU, 4 x NVIDIA H200, "
+               "commit 9868fdb, bench/results/gpu/fused_norm_multi/tiled, 2026-11-27; picks "
+               "the measured fastest path for 22/26 shapes, worst pick 1.05x the fastest"),
+    2: FusedNormCosts(
+        a1_us=8.4038, b1_us_per_mb=1.9202, a2_us=13.685, b2_us_per_mb=2.5451,
+        a0_us=13.705, b0_us_per_mb=6.1024, measured_up_to=7597440,
+        source="the same fit on the 10 shapes a cut-short run measured (M 1..1319, hidden "
+               "2880), 2 x NVIDIA H200, commit 9868fdb, "
+               "bench/results/gpu/fused_norm_multi/tiled-w2-partial, 2026-11-27; above 7.6 MB "
+               "the unfused path runs"),
+}
