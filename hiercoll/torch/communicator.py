@@ -261,13 +261,14 @@ class Communicator:
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """(normed, new_residual) = RMSNorm(all_reduce(x) + residual) (reference.py says where
         each rounding happens). cuda: the fused kernel (hiercoll.executor.cuda.fused_norm) when
-        it is installed; otherwise all_reduce in fp32 through this communicator, then the
-        reference math.
+        it is installed, which falls back to NCCL's all-reduce + torch's add and RMSNorm where
+        the measured fit says fusion loses; otherwise all_reduce in fp32 through this
+        communicator, then the reference math.
 
         `residual` and `weight` must be the same on every rank of the group (the replicated
-        residual stream of tensor parallelism): the 2-stage kernel normalises each rank's rows
-        with the residual of the rank that owns them, so a residual that differs per rank gives
-        other ranks' results. `check_replicated=True` (or HIERCOLL_CHECK_REPLICATED=1) compares
+        residual stream of tensor parallelism): each rank adds its own copy to the all-reduced
+        sum (the 2-stage kernel shares only the sums), so a residual that differs per rank gives
+        ranks different results. `check_replicated=True` (or HIERCOLL_CHECK_REPLICATED=1) compares
         a checksum of `residual` across ranks first and raises one line naming the first rank
         that differs from rank 0 (one small all-gather per call: a debugging aid)."""
         if check_replicated is None:
