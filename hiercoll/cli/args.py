@@ -15,8 +15,10 @@ from hiercoll.topology.load import read_structured_file
 from hiercoll.units import parse_size
 
 
-def add_spec_args(p: argparse.ArgumentParser, sizes: bool = False) -> None:
-    p.add_argument("--collective", "-c", required=True, choices=enum_choices(Kind), metavar="KIND",
+def add_spec_args(p: argparse.ArgumentParser, sizes: bool = False,
+                  collective_required: bool = True) -> None:
+    p.add_argument("--collective", "-c", required=collective_required, choices=enum_choices(Kind),
+                   metavar="KIND",
                    help=f"the collective: {', '.join(enum_choices(Kind))}")
     if sizes:
         p.add_argument("--sizes", default="4KiB:1GiB", help="LOW:HIGH[:FACTOR] or a,b,c (bytes)")

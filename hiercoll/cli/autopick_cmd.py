@@ -7,6 +7,7 @@ import time
 
 from hiercoll.cli.args import add_spec_args, make_spec, topology_from_args
 from hiercoll.cli.common import add_json_flag, add_topology_args, console, print_json, print_table
+from hiercoll.errors import HiercollError
 from hiercoll.planner.search.autopick import default_cache_path, rows_to_table, sweep, write_tuning
 from hiercoll.planner.search.workers import Cluster
 from hiercoll.units import format_size, parse_size_range
@@ -15,7 +16,7 @@ from hiercoll.units import format_size, parse_size_range
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("autopick", help="choose the fastest simulated plan per size")
     add_topology_args(p)
-    add_spec_args(p, sizes=True)
+    add_spec_args(p, sizes=True, collective_required=False)
     p.add_argument("--algorithms", default=None, help="comma list to restrict the search")
     p.add_argument("-o", "--output", default=None, help="tuning.json to write (merged)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the sim cache")
@@ -28,12 +29,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="measured NCCL times that compete with the plans: a `hiercoll bench "
                    "--algorithms nccl` JSON, a library table, 'auto' (the shipped table when this "
                    "topology is the machine it was measured on) or 'none'")
+    p.add_argument("--validate", nargs="+", default=None, metavar="BENCH_JSON",
+                   help="instead of a search: the regret of the simulator's choice on these "
+                   "`hiercoll bench` results (per collective and size, the candidate it ranks "
+                   "fastest among those measured, against the fastest measured)")
+    p.add_argument("--mode", default="graph", choices=["graph", "eager"],
+                   help="--validate: which of the bench's modes to price picks with")
+    p.add_argument("--out", default=None, help="--validate: write regret.json/.md/.png here")
     add_json_flag(p)
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     topology = topology_from_args(args)
+    if args.validate:
+        from hiercoll.cli.regret_report import validate
+        return validate(args, topology)
+    if args.collective is None:
+        raise HiercollError("--collective: required (or --validate BENCH_JSON ...)")
     sizes = parse_size_range(args.sizes)
     template = make_spec(args, topology, nbytes=sizes[0])
     only = [a.strip() for a in args.algorithms.split(",")] if args.algorithms else None

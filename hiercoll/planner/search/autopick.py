@@ -167,8 +167,9 @@ def default_cache_path() -> Path | None:
     return Path(root) / "sim-cache.json"
 
 
-def _simulate(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: SimCache,
-              schedule: Schedule | None = None) -> Scored:
+def simulate_candidate(topology: Topology, spec: CollectiveSpec, cand: Candidate,
+                       cache: SimCache, schedule: Schedule | None = None) -> Scored:
+    """One candidate's simulated time (cached by topology, spec and candidate)."""
     key = SimCache.key(topology, spec, cand)
     hit = cache.get(key)
     if hit is None:
@@ -214,7 +215,7 @@ def _simulated(topology: Topology, spec: CollectiveSpec, cands: list[Candidate],
     for i, cand in enumerate(cands):
         key = SimCache.key(topology, spec, cand)
         if cache.get(key) is not None:          # already simulated: no need for a bound
-            scored.append(_simulate(topology, spec, cand, cache))
+            scored.append(simulate_candidate(topology, spec, cand, cache))
             continue
         known = cache.get(key + BOUNDS_SUFFIX)   # pruned before: its bounds, nothing built
         if known is not None:
@@ -247,7 +248,7 @@ def _simulated(topology: Topology, spec: CollectiveSpec, cands: list[Candidate],
                 if cache.get(key + BOUNDS_SUFFIX) != entry:
                     cache.put(key + BOUNDS_SUFFIX, entry)
                 continue
-        scored.append(_simulate(topology, spec, cand, cache, sched))
+        scored.append(simulate_candidate(topology, spec, cand, cache, sched))
         have_base = have_base or cand.algorithm == base
     return scored, pruned
 
@@ -294,7 +295,7 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                flat_ring_time_us=flat, baseline_algorithm=base, simulated=simulated,
                pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored},
                library_time_us=lib_us,
-               library_model_us=(_library_model_us(topology, spec, cache)
+               library_model_us=(library_model_us(topology, spec, cache)
                                  if library_model and lib_us is None else None),
                measured=bool(measured),
                executor=({} if best.candidate.algorithm == LIBRARY else
@@ -378,7 +379,7 @@ def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryT
     return library.predict_us(spec.kind, spec.total_bytes)
 
 
-def _library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache) -> float | None:
+def library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache) -> float | None:
     """NCCL's time as the library model simulates it (cached like any candidate)."""
     from hiercoll.planner.library_model import library_model_timed
     if spec.kind not in LIBRARY_KINDS:

@@ -1,0 +1,75 @@
+"""autopick --validate: the simulator's pick among a bench run's measured candidates, priced by
+the run (regret = measured(pick) / measured(best)); peers and other modes are not candidates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hiercoll.calibration.regret import measured_points, regret_points, summary
+from hiercoll.cli.main import main
+from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.planner.search.autopick import SimCache, simulate_candidate
+from hiercoll.planner.search.candidates import Candidate
+from hiercoll.topology import load_topology
+
+PARAMS = {"channels": 1, "chunks": 1}
+
+
+def _row(algorithm: str, t: float, nbytes: int = 1 << 24, mode: str = "graph",
+         backend: str = "cuda", peer: bool = False, world: int = 4) -> dict:
+    return {"algorithm": algorithm, "backend": backend, "peer": peer, "mode": mode,
+            "collective": "all_reduce", "dtype": "bf16", "nbytes": nbytes, "world_size": world,
+            "p50_us": t, "params": {} if backend != "cuda" else dict(PARAMS, nics=None)}
+
+
+def _sim(topo, algorithm: str, nbytes: int = 1 << 24) -> float:
+    spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=4, dtype="bf16", nbytes=nbytes)
+    return simulate_candidate(topo, spec, Candidate(algorithm, dict(PARAMS)), SimCache(None)).time_us
+
+
+def test_regret_prices_the_simulated_pick_with_the_measured_times():
+    topo = load_topology("h200x4")
+    fast, slow = sorted(("ring", "direct"), key=lambda a: _sim(topo, a))   # by the simulator
+    rows = [_row(fast, 300.0), _row(slow, 200.0),             # the run disagrees with it
+            _row("nccl", 150.0, backend="peer", peer=True),   # a peer: not a candidate
+            _row(fast, 1.0, mode="eager")]                    # another mode
+    points = measured_points(rows, "graph")
+    assert [len(v) for v in points.values()] == [2]
+    (p,) = regret_points(topo, points, "graph")
+    assert p.pick.startswith(fast) and p.best.startswith(slow) and "nics" not in p.pick
+    assert p.regret == pytest.approx(300.0 / 200.0) and p.candidates == 2
+    s = summary([p])
+    assert s["worst"] == pytest.approx(1.5) and s["above_1_05"] == 1
+    # the run agrees with the simulator: no regret
+    (q,) = regret_points(topo, measured_points([_row(fast, 100.0), _row(slow, 200.0)], "graph"),
+                         "graph")
+    assert q.regret == 1.0
+
+
+def test_a_bench_of_another_world_size_is_one_line(tmp_path, capsys):
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps({"rows": [_row("ring", 1.0, world=8), _row("direct", 2.0, world=8)]}))
+    assert main(["autopick", "-t", "h200x4", "--validate", str(f), "--no-cache"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "8 ranks" in err[0] and "-t" in err[0]
+
+
+def test_validate_writes_the_table_json_and_plot(tmp_path):
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps({"rows": [_row("ring", 300.0), _row("direct", 200.0),
+                                      _row("ring", 40.0, nbytes=1 << 20),
+                                      _row("direct", 30.0, nbytes=1 << 20)]}))
+    out = tmp_path / "out"
+    assert main(["autopick", "-t", "h200x4", "--validate", str(f), "--no-cache",
+                 "--out", str(out)]) == 0
+    got = json.loads((out / "regret.json").read_text())
+    assert got["summary"]["points"] == 2 and len(got["points"]) == 2
+    assert "| all_reduce | 1048576 |" in (out / "regret.md").read_text()
+    assert (out / "regret.png").stat().st_size > 0
+
+
+def test_without_validate_the_collective_is_still_required(capsys):
+    assert main(["autopick", "-t", "h200x4", "--sizes", "1MiB"]) == 2
+    assert "--collective" in capsys.readouterr().err
