@@ -1,4 +1,4 @@
-"""Copy forwarding (executor/cuda/forwarding.py): the schedule the kernels run after a reader of
+"""Copy forwarding (sim/forwarding.py): the schedule the kernels run after a reader of
 a copy's scratch is made to read the copy's source is still a correct plan, checked by the same
 static checker (no race, postcondition, ranks identical) and the reference executor on fresh
 random data, for every family the planner has; and it turns a push-then-reduce into a pull."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hiercoll.collectives import CollectiveSpec
-from hiercoll.executor.cuda.forwarding import forward_copies
+from hiercoll.sim.forwarding import forward_copies
 from hiercoll.executor.cuda.lowering import CudaOptions, lowered_schedule
 from hiercoll.executor.reference import verify
 from hiercoll.planner import applicable, plan

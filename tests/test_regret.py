@@ -73,3 +73,23 @@ def test_validate_writes_the_table_json_and_plot(tmp_path):
 def test_without_validate_the_collective_is_still_required(capsys):
     assert main(["autopick", "-t", "h200x4", "--sizes", "1MiB"]) == 2
     assert "--collective" in capsys.readouterr().err
+
+
+def test_a_cuda_bench_row_is_predicted_as_its_lowering_ran(tmp_path):
+    """The row's options are the model's input: with forwarding on, the direct all-reduce is the
+    one-step pull the kernels run (4 reduces), not the plan's push + reduce (16 ops); off, or a
+    gloo row, the plan as written."""
+    from hiercoll.calibration.measurements import load_measurements
+    from hiercoll.calibration.predict import build_case, predict_us
+    topo = load_topology("h200x4")
+    on = dict(_row("direct", 9.2, nbytes=8192), options={"forward": True, "fuse": True})
+    off = dict(on, options={"forward": False, "fuse": True}, nbytes=16384)
+    gloo = dict(on, backend="gloo", nbytes=32768)
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps({"rows": [on, off, gloo]}))
+    by_size = {m.nbytes: m for m in load_measurements([str(f)])}
+    assert by_size[8192].lowering == {"forward": True, "fuse": True} and by_size[32768].lowering == {}
+    ops = {n: len(list(build_case(m, topo).schedule.ops())) for n, m in by_size.items()}
+    assert ops == {8192: 4, 16384: 16, 32768: 16}
+    fwd, planned = build_case(by_size[8192], topo), build_case(by_size[16384], topo)
+    assert predict_us(fwd, topo, topo) < predict_us(planned, topo, topo)

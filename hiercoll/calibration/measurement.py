@@ -36,3 +36,7 @@ class Measurement(BaseModel):
     topology: str | None = Field(default=None, description="the topology the row names")
     topology_fingerprint: str | None = None
     wrong: int = Field(default=0, ge=0, description="nccl-tests #wrong (kept only when allowed)")
+    lowering: dict[str, int | float | str | bool | None] = Field(
+        default_factory=dict, description="the cuda lowering's knobs the row ran with (a bench "
+        "row's options: forward, fuse, ce_threshold_bytes, ctas, ...); the prediction times the "
+        "schedule those knobs run")

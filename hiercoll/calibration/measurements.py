@@ -117,7 +117,9 @@ def _bench_row(r: Any, source: str) -> Measurement:
               "mode": r.get("mode", "eager"), "time_us": r.get("p50_us"), "statistic": "p50",
               "p90_us": r.get("p90_us"), "p99_us": r.get("p99_us"), "iters": r.get("iters"),
               "one_gpu": r.get("one_gpu") or False, "topology": r.get("topology"),
-              "topology_fingerprint": r.get("topology_fingerprint") or None}
+              "topology_fingerprint": r.get("topology_fingerprint") or None,
+              "lowering": ({} if library or r.get("backend") != "cuda"
+                           or not isinstance(r.get("options"), dict) else r["options"])}
     return _validated(fields, source, {"time_us": "p50_us"})
 
 

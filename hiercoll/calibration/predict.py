@@ -18,6 +18,7 @@ from hiercoll.planner import plan
 from hiercoll.planner.library_model import choose_fastest, library_candidates, sm_only
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.sim import simulate
+from hiercoll.sim.forwarding import as_lowered
 from hiercoll.topology import Topology
 
 
@@ -62,7 +63,19 @@ def build_case(m: Measurement, topology: Topology) -> Case:
             schedule = plan(topology, spec, m.algorithm, dict(m.params) or None)
         except HiercollError as exc:
             raise HiercollError(f"{m.source}: cannot re-plan this row ({exc})") from None
-    return Case(m, schedule)
+    return Case(m, lowered(schedule, topology, m.lowering))
+
+
+def lowered(schedule: Schedule, topology: Topology, knobs: dict[str, object]) -> Schedule:
+    """The schedule a cuda bench row ran: its copies forwarded where the row's lowering did
+    (`forward` on, not one launch per op), with the row's copy-engine threshold; as planned for
+    every other row."""
+    if not knobs.get("forward") or knobs.get("launch_per_op"):
+        return schedule
+    threshold = knobs.get("ce_threshold_bytes")
+    return as_lowered(schedule, topology,
+                      threshold if isinstance(threshold, int) and not isinstance(threshold, bool)
+                      else None, inter_peer=knobs.get("inter_transport") == "peer")
 
 
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:

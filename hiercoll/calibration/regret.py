@@ -5,7 +5,8 @@ fastest the run measured. regret = measured(pick) / measured(best); 1 is a perfe
 Why among the measured candidates: a pick the run did not time has no price, and the question
 this answers is whether the simulator's ranking is the one to run (issue 28's promise). The NCCL
 fallback competes with the time the simulator gives NCCL's own algorithm (the library model);
-hiercoll's plans with their simulated schedules. The shipped auto-pick may rank by a measured
+hiercoll's plans with the schedules the row's lowering ran (copies forwarded where it
+forwarded them); both simulated in the bench's call mode. The shipped auto-pick may rank by a measured
 table instead where one covers the size (`planner/search/library`): that is in-sample on the
 run the table came from, and `shipped` says so per point.
 """
@@ -14,14 +15,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+import json
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError
-from hiercoll.planner.search.autopick import SimCache, library_model_us, simulate_candidate
+from hiercoll.calibration.predict import lowered
+from hiercoll.planner.registry import plan
+from hiercoll.planner.search.autopick import SimCache
 from hiercoll.planner.search.candidates import Candidate
-from hiercoll.planner.search.library import LIBRARY, shipped_table
+from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, shipped_table
 from hiercoll.topology import Topology
 
 
@@ -32,6 +36,7 @@ class Measured:
     algorithm: str
     params: dict[str, Any]
     p50_us: float
+    lowering: dict[str, Any] = field(default_factory=dict)   # the row's cuda knobs (options)
 
     @property
     def label(self) -> str:
@@ -79,16 +84,43 @@ def measured_points(rows: Iterable[dict[str, Any]], mode: str) -> dict[Point, li
         point = (Kind(r["collective"]), int(r["nbytes"]), str(r["dtype"]), int(r["world_size"]))
         params = r.get("params") if isinstance(r.get("params"), dict) else {}
         params = {k: v for k, v in params.items() if v is not None}   # older files: nics: null
-        m = Measured(algorithm, params, float(t))
+        options = r.get("options") if algorithm != LIBRARY else None
+        m = Measured(algorithm, params, float(t), options if isinstance(options, dict) else {})
         out.setdefault(point, {})[m.label] = m       # measured twice: the last row wins
     return {p: list(by.values()) for p, by in out.items()}
 
 
-def _simulated_us(topology: Topology, spec: CollectiveSpec, m: Measured,
-                  cache: SimCache) -> float | None:
-    if m.algorithm == LIBRARY:
-        return library_model_us(topology, spec, cache)
-    return simulate_candidate(topology, spec, Candidate(m.algorithm, m.params), cache).time_us
+def _simulated_us(topology: Topology, spec: CollectiveSpec, m: Measured, cache: SimCache,
+                  mode: str) -> float | None:
+    """The simulator's time of one measured candidate in the bench's call mode (a graph replay
+    pays the topology's graph per-call cost, an eager call the host's): cached by candidate and
+    mode. NCCL's: its library model (ring or tree, SMs only) chosen and timed in that mode."""
+    from hiercoll.planner.library_model import choose_fastest, library_candidates, sm_only
+    from hiercoll.sim import simulate
+    cand = Candidate("library-model" if m.algorithm == LIBRARY else m.algorithm, m.params)
+    knobs = json.dumps(m.lowering, sort_keys=True)
+    key = f"{SimCache.key(topology, spec, cand)}:regret:{mode}:{knobs}"
+    hit = cache.get(key)
+    if hit is not None:
+        return hit[0]
+    try:
+        if m.algorithm == LIBRARY:
+            if spec.kind not in LIBRARY_KINDS:
+                return None
+            timed = sm_only(topology)
+            _, t = choose_fastest(library_candidates(topology, spec), lambda s: simulate(
+                s, topology, mode="trusted", costs_from=timed, call_mode=mode).time_us)
+            if t is None:
+                sched = library_candidates(topology, spec)[0]
+                t = simulate(sched, topology, mode="trusted", costs_from=timed,
+                             call_mode=mode).time_us
+        else:
+            sched = lowered(plan(topology, spec, m.algorithm, m.params), topology, m.lowering)
+            t = simulate(sched, topology, mode="trusted", call_mode=mode).time_us
+    except HiercollError:       # a plan this topology refuses: not a candidate here
+        return None
+    cache.put(key, [t, 0.0, 0.0])
+    return t
 
 
 def regret_points(topology: Topology, points: dict[Point, list[Measured]], mode: str,
@@ -103,7 +135,7 @@ def regret_points(topology: Topology, points: dict[Point, list[Measured]], mode:
             raise HiercollError(f"--validate: the bench ran {world} ranks but {topology.name} has "
                                 f"{topology.world_size}; pass the topology it ran on (-t)")
         spec = CollectiveSpec(kind=kind, world_size=world, dtype=dtype, nbytes=nbytes)
-        sim = {m.label: _simulated_us(topology, spec, m, cache) for m in cands}
+        sim = {m.label: _simulated_us(topology, spec, m, cache, mode) for m in cands}
         timed = [m for m in cands if sim[m.label] is not None]
         if len(timed) < 2:
             continue

@@ -408,7 +408,7 @@ def lowered_schedule(schedule: Schedule, opts: CudaOptions) -> Schedule:
     hit = _FORWARDED.get(key)
     if hit is not None and hit[0] is schedule:
         return hit[1]
-    from hiercoll.executor.cuda.forwarding import forward_copies
+    from hiercoll.sim.forwarding import forward_copies
     itemsize = schedule.spec.dtype.itemsize
 
     def allowed(op: Op) -> bool:

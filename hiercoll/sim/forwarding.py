@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from hiercoll.schedule import INPUT, OUTPUT, ExpandedOps, Op, OpKind, OpRef, Region, Schedule
+from hiercoll.topology import Topology
 
 
 def forward_copies(schedule: Schedule, allowed: Callable[[Op], bool]) -> Schedule:
@@ -119,3 +120,22 @@ def _renumbered(schedule: Schedule, ops: dict[OpRef, Op],
         out.append(tuple(fixed))
     buffers = tuple(dict(schedule.buffers(r)) for r in range(schedule.world_size))
     return Schedule(schedule.meta, ExpandedOps(tuple(out), buffers))
+
+
+def as_lowered(schedule: Schedule, topology: Topology, ce_threshold_bytes: int | None = None,
+               inter_peer: bool = False) -> Schedule:
+    """The schedule the cuda backend runs with forwarding on (its default): every copy between
+    peer-mapped GPUs of a node that runs on SMs forwarded, by the lowering's own rule
+    (`on_copy_engine` decides the engine in both); `inter_peer`: copies between nodes too (the
+    lowering's `--inter-transport peer`). What the simulator times when it predicts the cuda
+    backend rather than the plan as written (calibration, autopick --validate)."""
+    from hiercoll.schedule import Transport
+    from hiercoll.sim.engine import on_copy_engine
+    itemsize = schedule.spec.dtype.itemsize
+    threshold = topology.costs.ce_threshold_bytes if ce_threshold_bytes is None else ce_threshold_bytes
+
+    def allowed(op: Op) -> bool:
+        return ((inter_peer or op.transport != Transport.INTER)
+                and not on_copy_engine(op, itemsize, threshold))
+
+    return forward_copies(schedule, allowed)
