@@ -62,7 +62,7 @@ class LibraryBackend:
         backend = str(dist.get_backend(group))
         device_type = "cuda" if backend == ProcessGroupBackend.NCCL else "cpu"
         notes: list[str] = []
-        call = _lower(schedule, group, backend, notes)
+        call = _lower(schedule.spec, group, backend, notes)
         return LibraryPrepared(schedule, dist.get_rank(group), world, self.name, notes,
                                group=group, call=call, device_type=device_type,
                                process_group=backend)
@@ -87,8 +87,14 @@ def _reduce_op(op: ReduceOp, backend: str, world: int, notes: list[str]) -> tupl
     return _OPS[op], 1.0
 
 
-def _lower(schedule: Schedule, group: Any, backend: str, notes: list[str]) -> Call:
-    spec = schedule.spec
+def library_call(spec: CollectiveSpec, group: Any) -> Call:
+    """`call(input, output)`: the library collective for `spec` over `group` (NCCL on a CUDA
+    group, gloo on CPU), what `LibraryBackend.prepare` runs, without a schedule: the
+    Communicator calls it on its caller's own tensors (no staging copies)."""
+    return _lower(spec, group, str(dist.get_backend(group)), [])
+
+
+def _lower(spec: CollectiveSpec, group: Any, backend: str, notes: list[str]) -> Call:
     kind = spec.kind
     if kind == Kind.ALL_REDUCE:
         return _all_reduce(spec, group, backend, notes)

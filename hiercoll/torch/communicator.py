@@ -39,7 +39,7 @@ from hiercoll.collectives import CollectiveSpec, GroupSplits, Kind, ReduceOp
 from hiercoll.errors import HiercollError
 from hiercoll.executor.backends import get_backend
 from hiercoll.executor.interface import Backend, BackendName, Prepared
-from hiercoll.executor.library import all_gather_single
+from hiercoll.executor.library import all_gather_single, library_call
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.harness.prepare import BackendChoice
 from hiercoll.planner.search.select import plan_with
@@ -122,6 +122,7 @@ class Communicator:
         self.plans: PlanCache[_Entry] = PlanCache(max_plans)
         self._stream: Any = torch.cuda.Stream(device=self._device) if on_gpu else None
         self._extra: list[Any] = []       # allocations made through symmetric() (fused kernel)
+        self._direct_calls: dict[Any, Callable[[torch.Tensor, torch.Tensor], None]] = {}
         self._closed = False
 
     # ---- what the fused kernel's ctx needs ------------------------------------------------
@@ -175,7 +176,7 @@ class Communicator:
         def unpack(out: torch.Tensor) -> None:
             flat.copy_(out[:n])
         return self._call(Kind.ALL_REDUCE, flat, reduce_op(op), b, b, pack, unpack, async_op,
-                          (tensor,))
+                          (tensor,), direct=(flat, flat, n))
 
     def reduce_scatter_tensor(self, output: torch.Tensor, input: torch.Tensor,
                               op: Any = ReduceOp.SUM, async_op: bool = False) -> Work | None:
@@ -195,7 +196,7 @@ class Communicator:
         def unpack(out: torch.Tensor) -> None:
             out_flat.copy_(out[:m])
         return self._call(Kind.REDUCE_SCATTER, in_flat, reduce_op(op), b, w * b, pack, unpack,
-                          async_op, (output, input))
+                          async_op, (output, input), direct=(in_flat, out_flat, w * m))
 
     def all_gather_into_tensor(self, output: torch.Tensor, input: torch.Tensor,
                                async_op: bool = False) -> Work | None:
@@ -215,7 +216,7 @@ class Communicator:
         def unpack(out: torch.Tensor) -> None:
             out_flat.view(w, m).copy_(out.view(w, b)[:, :m])
         return self._call(Kind.ALL_GATHER, in_flat, ReduceOp.SUM, b, w * b, pack, unpack,
-                          async_op, (output, input))
+                          async_op, (output, input), direct=(in_flat, out_flat, w * m))
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_split_sizes: list[int] | None = None,
@@ -241,7 +242,7 @@ class Communicator:
         def unpack(out: torch.Tensor) -> None:
             out_flat.view(w, m).copy_(out.view(w, b)[:, :m])
         return self._call(Kind.ALL_TO_ALL, in_flat, ReduceOp.SUM, b, w * b, pack, unpack,
-                          async_op, (output, input))
+                          async_op, (output, input), direct=(in_flat, out_flat, w * m))
 
     def group_cast(self, output: torch.Tensor, input: torch.Tensor,
                    splits: GroupSplits | dict[str, Any], async_op: bool = False) -> Work | None:
@@ -355,7 +356,11 @@ class Communicator:
 
     def _call(self, kind: Kind, like: torch.Tensor, op: ReduceOp, bucket: int, nbytes_elems: int,
               pack: Pack, unpack: Unpack, async_op: bool, user: tuple[torch.Tensor, ...],
-              splits: GroupSplits | None = None, digest: str = "") -> Work | None:
+              splits: GroupSplits | None = None, digest: str = "",
+              direct: tuple[torch.Tensor, torch.Tensor, int] | None = None) -> Work | None:
+        """Plan (or reuse) and run one call. `direct`: the caller's own (input, output) and the
+        call's exact element count (S as the spec counts it): where the plan is the library's
+        call, it runs on them (no copy into or out of the pool, no padding to the bucket)."""
         dtype = dtype_of(like, "input")
         key = PlanKey(kind.value, dtype.value, op.value, 0 if splits else bucket, digest)
 
@@ -365,10 +370,35 @@ class Communicator:
                                       reduce_op=op, splits=splits)
             return CollectiveSpec(kind=kind, world_size=self._world, dtype=dtype, reduce_op=op,
                                   nbytes=nbytes_elems * dtype.itemsize)
-        entry = self._entry(key, spec)
+        entry = self._entry(key, spec, library_direct=direct is not None)
+        if direct is not None and entry.schedule.meta.algorithm == LIBRARY_ALGORITHM:
+            exact = CollectiveSpec(kind=kind, world_size=self._world, dtype=dtype, reduce_op=op,
+                                   nbytes=direct[2] * dtype.itemsize)
+            return self._library_direct(exact, direct[0], direct[1], async_op)
         return self._launch(entry, pack, unpack, async_op, user)
 
-    def _entry(self, key: PlanKey, make_spec: Callable[[], CollectiveSpec]) -> _Entry:
+    def _library_direct(self, spec: CollectiveSpec, inp: torch.Tensor, out: torch.Tensor,
+                        async_op: bool) -> Work | None:
+        """The library's collective on the caller's tensors, on the current stream (as the
+        caller would call torch.distributed): what a library pick costs is the library's call."""
+        key = (spec.kind, spec.dtype, spec.reduce_op, spec.total_bytes)
+        call = self._direct_calls.get(key)
+        if call is None:
+            if len(self._direct_calls) >= 256:
+                self._direct_calls.clear()
+            call = self._direct_calls[key] = library_call(spec, self._group)
+        with _patch.inside():
+            call(inp, out)
+        if not async_op:
+            return None
+        if self._stream is None:
+            return Work()
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(self._device))
+        return Work(done)
+
+    def _entry(self, key: PlanKey, make_spec: Callable[[], CollectiveSpec],
+               library_direct: bool = False) -> _Entry:
         entry = self.plans.get(key)
         if entry is not None and (not entry.pooled or entry.generation == self._generation()):
             return entry
@@ -393,7 +423,8 @@ class Communicator:
             prepared = backend.prepare(schedule, self._group,   # type: ignore[call-arg]
                                        buffers=self._cuda_buffers)
         else:
-            self._reserve_staging(spec)
+            if not (library_direct and schedule.meta.algorithm == LIBRARY_ALGORITHM):
+                self._reserve_staging(spec)      # a direct library call stages nothing
             prepared = backend.prepare(schedule, self._group)
         entry = _Entry(key, schedule, how, executor, backend, prepared, pooled, self._generation())
         self.plans.put(key, entry)
