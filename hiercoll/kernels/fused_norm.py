@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES, REGIONS, SAFE, Ordering
-from hiercoll.kernels.program import _acquire_fence, _poll, uses_ptx
+from hiercoll.kernels.program import _acquire_fence, _poll_all, uses_ptx
 
 _PHASES = tl.constexpr(PHASES)
 NUM_WARPS = 8
@@ -44,6 +44,22 @@ NUM_WARPS = 8
 @triton.jit
 def _split(lo, n, parts, i):
     return lo + n * i // parts, lo + n * (i + 1) // parts
+
+
+def _red_asm(sem: str) -> tl.constexpr:
+    """A predicated system-scope `red.<sem>.max` of $3 into [$1] where $2 is set."""
+    return tl.constexpr("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
+                        f"@p red.{sem}.sys.global.max.s32 [$1], $3;\n\tmov.b32 $0, 0;\n\t}}")
+
+
+_RED_RELEASE = _red_asm("release")
+_RED_RELAXED = _red_asm("relaxed")
+
+
+@triton.jit
+def _red_max(ptrs, live, values, ASM: tl.constexpr):
+    tl.inline_asm_elementwise(ASM, "=r,l,r,r", [ptrs, live.to(tl.int32), values], dtype=tl.int32,
+                              is_pure=False, pack=1)
 
 
 @triton.jit
@@ -57,18 +73,7 @@ def _signal(sig_ptr, sig_deltas, slot_base, rank, e, lanes, W: tl.constexpr,
     if PTX:
         live = (lanes < W) & (lanes != rank)
         peer = sig_ptr + tl.load(sig_deltas + lanes, mask=live, other=0) + slot_base + rank
-        if RELEASE:
-            tl.inline_asm_elementwise(
-                "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
-                "@p red.release.sys.global.max.s32 [$1], $3;\n\tmov.b32 $0, 0;\n\t}",
-                "=r,l,r,r", [peer, live.to(tl.int32), e + lanes * 0], dtype=tl.int32,
-                is_pure=False, pack=1)
-        else:
-            tl.inline_asm_elementwise(
-                "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
-                "@p red.relaxed.sys.global.max.s32 [$1], $3;\n\tmov.b32 $0, 0;\n\t}",
-                "=r,l,r,r", [peer, live.to(tl.int32), e + lanes * 0], dtype=tl.int32,
-                is_pure=False, pack=1)
+        _red_max(peer, live, e + lanes * 0, _RED_RELEASE if RELEASE else _RED_RELAXED)
     else:
         for q in tl.static_range(W):
             if q != rank:
@@ -105,20 +110,9 @@ def _wait(sig_ptr, slot_base, rank, e, spin_limit, err_ptr, cta, phase, lanes,
         ptrs = tl.broadcast_to((sig_ptr + slot_base + k)[:, None], (WP, LANES))
         live2 = tl.broadcast_to(live[:, None], (WP, LANES))
         need2 = tl.broadcast_to((e + k * 0)[:, None], (WP, LANES))
-        seen = _poll(ptrs, live2, need2, PTX)
-        pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
-        spins = 0
-        while pending > 0:
-            seen = _poll(ptrs, live2, need2, PTX)
-            pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
-            spins += 1
-            if spin_limit > 0:
-                if spins > spin_limit:
-                    short = tl.where(tl.sum(seen < need2, axis=1) > 0, k, WP)
-                    first = tl.min(short, axis=0)
-                    low = tl.min(tl.where(k == first, tl.min(seen, axis=1), 2**31 - 1), axis=0)
-                    _timed_out(err_ptr, cta, phase, first, low, e)
-                    pending = 0
+        seen, first, low = _poll_all(ptrs, live2, need2, k, spin_limit, WP, PTX)
+        if first < WP:               # the spin limit passed
+            _timed_out(err_ptr, cta, phase, first, low, e)
         if ACQUIRE:
             _acquire_fence(lanes, PTX)
     else:
