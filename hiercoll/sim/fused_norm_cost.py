@@ -114,19 +114,19 @@ def _volume(stages: int, nbytes: int, world: int) -> float:
 
 # Across GPUs (one process per GPU), by world size: `bench/fused_norm.py --group --fit` on the
 # lent H200s (bench/results/gpu/fused_norm_multi/, NVLS off, torch 2.11.0+cu130, triton 3.6).
+def _fitted_on_h200(world: int, a1: float, b1: float, a2: float, b2: float, a0: float,
+                    b0: float, up_to: int, run: str, what: str) -> FusedNormCosts:
+    """One across-GPU fit of the lent H200s (relative least squares of the p50 of each path:
+    both stages forced, NCCL all-reduce + add + RMSNorm; kernel of commit 9868fdb)."""
+    return FusedNormCosts(a1, b1, a2, b2, f"fit of {what}, one process per GPU, {world} x NVIDIA "
+                          f"H200, commit 9868fdb, bench/results/gpu/fused_norm_multi/{run}, "
+                          "2026-11-27", a0, b0, up_to)
+
+
 CALIBRATED_BY_WORLD: dict[int, FusedNormCosts] = {
-    4: FusedNormCosts(
-        a1_us=13.649, b1_us_per_mb=2.6629, a2_us=23.430, b2_us_per_mb=3.8351,
-        a0_us=20.689, b0_us_per_mb=6.2277, measured_up_to=134217728,
-        source="relative least-squares fit of the p50 of each path (both stages forced, NCCL "
-               "all-reduce + add + RMSNorm), 26 shapes, one process per GPU, 4 x NVIDIA H200, "
-               "commit 9868fdb, bench/results/gpu/fused_norm_multi/tiled, 2026-11-27; picks "
-               "the measured fastest path for 22/26 shapes, worst pick 1.05x the fastest"),
-    2: FusedNormCosts(
-        a1_us=8.4038, b1_us_per_mb=1.9202, a2_us=13.685, b2_us_per_mb=2.5451,
-        a0_us=13.705, b0_us_per_mb=6.1024, measured_up_to=7597440,
-        source="the same fit on the 10 shapes a cut-short run measured (M 1..1319, hidden "
-               "2880), 2 x NVIDIA H200, commit 9868fdb, "
-               "bench/results/gpu/fused_norm_multi/tiled-w2-partial, 2026-11-27; above 7.6 MB "
-               "the unfused path runs"),
+    4: _fitted_on_h200(4, 13.649, 2.6629, 23.430, 3.8351, 20.689, 6.2277, 134217728, "tiled",
+                       "26 shapes (picks the measured fastest path for 22, worst pick 1.05x)"),
+    2: _fitted_on_h200(2, 8.4038, 1.9202, 13.685, 2.5451, 13.705, 6.1024, 7597440,
+                       "tiled-w2-partial", "the 10 shapes a cut-short run measured (M 1..1319, "
+                       "hidden 2880; above 7.6 MB the unfused path runs)"),
 }
