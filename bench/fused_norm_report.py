@@ -20,7 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hiercoll.files import write_atomic  # noqa: E402
-from hiercoll.sim.fused_norm_cost import choose_stage, costs_for  # noqa: E402
+from hiercoll.sim.fused_norm_cost import choose_stage  # noqa: E402
 
 UNFUSED = ("unfused_nccl", "unfused_torch-one-shot", "unfused_torch-two-shot", "unfused_hiercoll")
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from hiercoll.collectives import CollectiveSpec
-from hiercoll.sim.forwarding import forward_copies
 from hiercoll.executor.cuda.lowering import CudaOptions, lowered_schedule
 from hiercoll.executor.reference import verify
 from hiercoll.planner import applicable, plan
 from hiercoll.schedule import INPUT, OpKind
 from hiercoll.sim import check
+from hiercoll.sim.forwarding import forward_copies
 from tests.test_exec_lowering import _spec, _topo
 
 CASES = [(nodes, gpus, kind, algo, params)

@@ -16,8 +16,7 @@ import pytest
 from hiercoll.cli.main import main
 from hiercoll.executor.cuda.fused_emulate import FusedCall, emulate, reference, stale_calls
 from hiercoll.kernels.fused_norm_abi import Ordering, cta_active, cta_rows, owner_rows, slot
-from hiercoll.sim.fused_norm_cost import (CALIBRATED, FusedNormCosts, choose_stage, costs_for,
-                                          fit)
+from hiercoll.sim.fused_norm_cost import CALIBRATED, FusedNormCosts, choose_stage, costs_for, fit
 
 NEGATIVES = {"no release": Ordering(release=False), "no acquire": Ordering(acquire=False),
              "polling thread only": Ordering(acquire_all_threads=False)}

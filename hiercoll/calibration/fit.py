@@ -185,7 +185,7 @@ def _start(p: FitParam, base: Topology) -> float:
 def _mode_of(p: FitParam) -> str | None:
     """eager/graph for a mode's own cost, else None (both modes see it)."""
     for mode in ("eager", "graph"):
-        if p.path.startswith(f"costs.{mode}."):
+        if p.path.startswith((f"costs.{mode}.", f"costs.library.{mode}_")):
             return mode
     return None
 

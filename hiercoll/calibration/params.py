@@ -62,13 +62,20 @@ PARAMS: tuple[FitParam, ...] = (
        "most one SM-driven op (a kernel's CTAs) moves; unset: only links limit it"),
     _p("costs.ce_op_gbps", "GB/s", 1.0, 20000.0,
        "most one copy-engine copy moves; unset: only links limit it"),
+    _p("costs.library.launch_us", "us", 0.01, 200.0,
+       "NCCL's own per-op cost (a ring step's start and wait): the library model's launch_us"),
+    _p("costs.library.graph_call_us", "us", 0.05, 5000.0,
+       "NCCL's own per-call cost replayed from a CUDA graph"),
+    _p("costs.library.eager_call_us", "us", 0.05, 5000.0,
+       "NCCL's own per-call host cost in eager mode"),
     _p("costs.ce_concurrent_gbps", "GB/s", 1.0, 20000.0,
        "what a GPU's copy engines move in all while two or more of its copies run at once; "
        "unset: no such limit"),
 )
 # Where a parameter is unset (None: no limit) the fit starts here.
 START = {"costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0,
-         "costs.ce_concurrent_gbps": 200.0}
+         "costs.ce_concurrent_gbps": 200.0, "costs.library.launch_us": 2.0,
+         "costs.library.graph_call_us": 5.0, "costs.library.eager_call_us": 20.0}
 BY_PATH = {p.path: p for p in PARAMS}
 
 
@@ -85,6 +92,6 @@ def with_values(topology: Topology, values: dict[str, float]) -> Topology:
         node = data
         parts = path.split(".")
         for part in parts[:-1]:
-            node = node[part]
+            node = node[part] if node.get(part) is not None else node.setdefault(part, {})
         node[parts[-1]] = value
     return Topology.model_validate(data)

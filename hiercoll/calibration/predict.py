@@ -9,6 +9,7 @@ every candidate set of costs (`simulate(..., costs_from=...)`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hiercoll.calibration.measurements import Measurement
@@ -66,7 +67,7 @@ def build_case(m: Measurement, topology: Topology) -> Case:
     return Case(m, lowered(schedule, topology, m.lowering))
 
 
-def lowered(schedule: Schedule, topology: Topology, knobs: dict[str, object]) -> Schedule:
+def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object]) -> Schedule:
     """The schedule a cuda bench row ran: its copies forwarded where the row's lowering did
     (`forward` on, not one launch per op), with the row's copy-engine threshold; as planned for
     every other row."""

@@ -13,19 +13,20 @@ run the table came from, and `shipped` says so per point.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hiercoll.collectives import CollectiveSpec, Kind
-from hiercoll.errors import HiercollError
 from hiercoll.calibration.predict import lowered
+from hiercoll.collectives import CollectiveSpec, DType, Kind
+from hiercoll.errors import HiercollError
 from hiercoll.planner.registry import plan
 from hiercoll.planner.search.autopick import SimCache
 from hiercoll.planner.search.candidates import Candidate
 from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, shipped_table
+from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
 
 
@@ -82,8 +83,9 @@ def measured_points(rows: Iterable[dict[str, Any]], mode: str) -> dict[Point, li
         if not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
             continue
         point = (Kind(r["collective"]), int(r["nbytes"]), str(r["dtype"]), int(r["world_size"]))
-        params = r.get("params") if isinstance(r.get("params"), dict) else {}
-        params = {k: v for k, v in params.items() if v is not None}   # older files: nics: null
+        raw = r.get("params")
+        params = ({k: v for k, v in raw.items() if v is not None}      # older files: nics: null
+                  if isinstance(raw, dict) else {})
         options = r.get("options") if algorithm != LIBRARY else None
         m = Measured(algorithm, params, float(t), options if isinstance(options, dict) else {})
         out.setdefault(point, {})[m.label] = m       # measured twice: the last row wins
@@ -91,7 +93,7 @@ def measured_points(rows: Iterable[dict[str, Any]], mode: str) -> dict[Point, li
 
 
 def _simulated_us(topology: Topology, spec: CollectiveSpec, m: Measured, cache: SimCache,
-                  mode: str) -> float | None:
+                  mode: CallMode) -> float | None:
     """The simulator's time of one measured candidate in the bench's call mode (a graph replay
     pays the topology's graph per-call cost, an eager call the host's): cached by candidate and
     mode. NCCL's: its library model (ring or tree, SMs only) chosen and timed in that mode."""
@@ -123,7 +125,7 @@ def _simulated_us(topology: Topology, spec: CollectiveSpec, m: Measured, cache: 
     return t
 
 
-def regret_points(topology: Topology, points: dict[Point, list[Measured]], mode: str,
+def regret_points(topology: Topology, points: dict[Point, list[Measured]], mode: CallMode,
                   cache: SimCache | None = None) -> list[RegretPoint]:
     """One RegretPoint per point with at least two candidates the simulator can time."""
     cache = cache or SimCache(None)
@@ -134,7 +136,7 @@ def regret_points(topology: Topology, points: dict[Point, list[Measured]], mode:
         if world != topology.world_size:
             raise HiercollError(f"--validate: the bench ran {world} ranks but {topology.name} has "
                                 f"{topology.world_size}; pass the topology it ran on (-t)")
-        spec = CollectiveSpec(kind=kind, world_size=world, dtype=dtype, nbytes=nbytes)
+        spec = CollectiveSpec(kind=kind, world_size=world, dtype=DType(dtype), nbytes=nbytes)
         sim = {m.label: _simulated_us(topology, spec, m, cache, mode) for m in cands}
         timed = [m for m in cands if sim[m.label] is not None]
         if len(timed) < 2:

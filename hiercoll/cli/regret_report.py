@@ -35,7 +35,7 @@ def validate(args: argparse.Namespace, topology: Topology) -> int:
                             "fallback in " + ", ".join(args.validate))
     cache_path = None if args.no_cache else default_cache_path()
     cache = SimCache(cache_path)
-    result = regret_points(topology, points, args.mode, cache)
+    result = regret_points(topology, points, "graph" if args.mode == "graph" else "eager", cache)
     cache.save()
     summ = summary(result)
     payload = {"topology": topology.name, "costs": topology.calibration_label(),

@@ -36,13 +36,12 @@ SLICE_BYTES = 4 << 20
 MAX_CHUNKS = 4
 RING_KINDS = (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER)
 TREE_KINDS = (Kind.ALL_REDUCE,)     # NCCL's tree is for all-reduce only
-NO_COPY_ENGINE_BYTES = 1 << 62      # a copy-engine threshold no copy reaches
 
 
 def sm_only(topology: Topology) -> Topology:
-    """`topology` with no copy moved by a copy engine: how NCCL's model is timed."""
-    costs = topology.costs.model_copy(update={"ce_threshold_bytes": NO_COPY_ENGINE_BYTES})
-    return topology.model_copy(update={"costs": costs})
+    """`topology` as NCCL's model is timed: no copy moved by a copy engine, and NCCL's own
+    per-op and per-call costs where the topology has them calibrated (`costs.library`)."""
+    return topology.model_copy(update={"costs": topology.costs.as_library()})
 
 
 def library_model(topology: Topology, spec: CollectiveSpec) -> Schedule:

@@ -190,6 +190,19 @@ class ModeCosts(_Strict):
                                "graph mode")
 
 
+class LibraryCosts(_Strict):
+    """NCCL's own costs where they differ from hiercoll's kernels (its calls and its protocol's
+    per-step cost are NCCL's: its graph replay of a small all-reduce is not our kernel's), used
+    when the library model is timed; None: the same as the plans'."""
+
+    launch_us: float | None = Field(default=None, ge=0, description="per op of NCCL's kernels "
+                                    "(a ring step's start and its wait), us")
+    eager_call_us: float | None = Field(default=None, ge=0, description="per eager library call "
+                                        "(host launch), us")
+    graph_call_us: float | None = Field(default=None, ge=0, description="per library call "
+                                        "replayed from a CUDA graph, us")
+
+
 class Costs(_Strict):
     """What a calibration fits besides bandwidths and latencies (`hiercoll calibrate`).
 
@@ -222,6 +235,21 @@ class Costs(_Strict):
                                     "--ce-threshold)")
     eager: ModeCosts = Field(default_factory=ModeCosts, description="eager launches")
     graph: ModeCosts = Field(default_factory=ModeCosts, description="CUDA-graph replays")
+    library: LibraryCosts = Field(default_factory=LibraryCosts,
+                                  description="NCCL's own per-op and per-call costs (the "
+                                  "library model's timing)")
+
+    def as_library(self) -> Costs:
+        """These costs as NCCL's calls pay them: its own launch and per-call costs where
+        calibrated, and no copy on a copy engine (NCCL moves every byte with SMs)."""
+        lib = self.library
+        return self.model_copy(update={
+            "ce_threshold_bytes": NO_COPY_ENGINE_BYTES,
+            "launch_us": self.launch_us if lib.launch_us is None else lib.launch_us,
+            "eager": self.eager if lib.eager_call_us is None else self.eager.model_copy(
+                update={"call_us": lib.eager_call_us}),
+            "graph": self.graph if lib.graph_call_us is None else self.graph.model_copy(
+                update={"call_us": lib.graph_call_us})})
 
     def for_mode(self, mode: str) -> ModeCosts:
         """The per-call costs of `mode` (eager or graph; graph ops are never host-issued)."""
@@ -507,7 +535,9 @@ _COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0, "sm_op_gbps": 
                   "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20, "ce_launch_us": None,
                   "ce_concurrent_gbps": None,
                   "eager": {"call_us": 0.0, "issue_us": 0.0},
-                  "graph": {"call_us": 0.0, "issue_us": 0.0}}
+                  "graph": {"call_us": 0.0, "issue_us": 0.0},
+                  "library": {"launch_us": None, "eager_call_us": None, "graph_call_us": None}}
+NO_COPY_ENGINE_BYTES = 1 << 62      # a copy-engine threshold no copy reaches
 
 
 def _hash(data: object) -> str:

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hiercoll.kernels.fused_norm_abi import (SAFE, BufferLayout, Ordering, cta_active, cta_rows,
-                                             owner_rows, slot, split)
+from hiercoll.kernels.fused_norm_abi import SAFE, BufferLayout, Ordering, cta_active, cta_rows, owner_rows, slot, split
 
 LANES = 3          # threads per CTA: element j of a row is lane j % LANES's
 
