@@ -20,6 +20,7 @@ from scipy.optimize import least_squares
 from hiercoll.calibration.params import START, FitParam, applicable, with_values
 from hiercoll.calibration.predict import Case, predict_us
 from hiercoll.errors import HiercollError
+from hiercoll.schedule import LIBRARY_ALGORITHM
 from hiercoll.topology import Topology
 
 # |d log(time) / d log(param)| summed over rows below this: the data does not see the parameter
@@ -113,6 +114,8 @@ def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
     held = list(held) if held is not None else split_holdout(cases, holdout)
     train = [c for c, h in zip(cases, held, strict=True) if not h]
     params = [p for p in applicable(base) if only is None or p.path in only]
+    if not _both_kinds(train):       # NCCL's own costs only where they can differ from ours
+        params = [p for p in params if not p.path.startswith("costs.library.")]
     by_mode = {mode: [c for c in train if c.measurement.mode == mode] for mode in ("graph", "eager")}
     if by_mode["graph"] and by_mode["eager"]:
         stages = [(by_mode["graph"], [p for p in params if _mode_of(p) != "eager"]),
@@ -133,6 +136,13 @@ def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
     topo = with_values(base, fitted)
     result = [RowError(c, predict_us(c, topo, base), h) for c, h in zip(cases, held, strict=True)]
     return FitResult(topo, fitted, unconstrained, result, evaluations)
+
+
+def _both_kinds(rows: Sequence[Case]) -> bool:
+    """Rows of the library and rows of hiercoll's plans: only then can NCCL's own costs be told
+    apart from the plans' (on NCCL rows alone, `costs.launch_us` is NCCL's)."""
+    library = {c.measurement.algorithm == LIBRARY_ALGORITHM for c in rows}
+    return library == {True, False}
 
 
 def _solve(train: Sequence[Case], base: Topology, start: Topology, params: Sequence[FitParam],
