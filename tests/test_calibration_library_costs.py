@@ -36,3 +36,22 @@ def test_an_unset_library_cost_keeps_the_fingerprint():
     base = load_topology("h200x4")
     assert with_values(base, {}).fingerprint() == base.fingerprint()
     assert with_values(base, {"costs.library.launch_us": 1.0}).fingerprint() != base.fingerprint()
+
+
+def test_pull_efficiency_slows_reduces_that_read_peers_and_nothing_else():
+    """A reduce's reads of peer memory cost the link 1/pull_efficiency per byte (the lowered
+    direct reduce-scatter pulls its shards); copies and the default (1.0, fingerprint
+    unchanged) are as before."""
+    import hiercoll as hc
+    base = load_topology("h200x4")
+    assert with_values(base, {"costs.pull_efficiency": 1.0}).fingerprint() == base.fingerprint()
+    slow = with_values(base, {"costs.pull_efficiency": 0.25})
+    big = 16 << 20          # copies of 2 MiB: SMs, so forwarded (8 MiB and up: copy engines)
+
+    def t(kind: str, algorithm: str, topo) -> float:
+        from hiercoll.sim.forwarding import as_lowered
+        s = hc.plan(base, hc.CollectiveSpec(kind=kind, world_size=4, nbytes=big), algorithm)
+        return hc.simulate(as_lowered(s, base), base, costs_from=topo).time_us   # reduces pull
+
+    assert t("reduce_scatter", "direct", slow) > 1.5 * t("reduce_scatter", "direct", base)
+    assert t("all_gather", "direct", slow) == pytest.approx(t("all_gather", "direct", base))

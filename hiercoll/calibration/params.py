@@ -56,6 +56,8 @@ PARAMS: tuple[FitParam, ...] = (
        "fraction of the intra-node port (NVSwitch) or link (xGMI, PCIe) bandwidth transfers reach"),
     _p("costs.nic_efficiency", "fraction", 0.01, 1.0,
        "fraction of the NIC bandwidth inter-node transfers reach"),
+    _p("costs.pull_efficiency", "fraction", 0.01, 1.0,
+       "fraction of a link's bandwidth a reduce's reads of peer memory reach"),
     _p("costs.reduce_efficiency", "fraction", 0.01, 1.0,
        "fraction of HBM bandwidth copies and reduces reach (HBM read + write traffic)"),
     _p("costs.sm_op_gbps", "GB/s", 1.0, 20000.0,

@@ -53,9 +53,10 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
         i = op.rank
         reads = list(op.srcs) + ([op.dst] if op.accumulate else [])
         latency = 0.0
+        pull = 1.0 / net.topology.costs.pull_efficiency     # a byte pulled costs the link more
         for src in reads:
             add([(net.hbm(src.rank), 1.0)])
-            add(net.net_path(src.rank, i))
+            add([(lid, w * pull) for lid, w in net.net_path(src.rank, i)])
             latency = max(latency, net.latency_us(src.rank, i))
         add([(net.hbm(op.dst.rank), 1.0)])
         add(net.net_path(i, op.dst.rank))

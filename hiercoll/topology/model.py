@@ -221,6 +221,10 @@ class Costs(_Strict):
                                     "transfers reach")
     nic_efficiency: float = Field(default=1.0, gt=0, le=1.0,
                                   description="fraction of the NIC bandwidth transfers reach")
+    pull_efficiency: float = Field(default=1.0, gt=0, le=1.0,
+                                   description="fraction of a link's bandwidth a reduce's reads "
+                                   "of peer memory reach (SM loads over NVLink: a pull reaches "
+                                   "less of the link than a push of the same bytes)")
     sm_op_gbps: float | None = Field(default=None, ge=MIN_GBPS, le=MAX_GBPS, description="most one SM-driven op "
                                      "(a kernel's CTAs copying or reducing) moves, GB/s; None: "
                                      "only links limit it")
@@ -531,7 +535,8 @@ class Topology(_Strict):
         return f"calibrated {c.date_utc[:10]} on {c.rows} rows{err}"
 
 
-_COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0, "sm_op_gbps": None,
+_COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0, "pull_efficiency": 1.0,
+                  "sm_op_gbps": None,
                   "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20, "ce_launch_us": None,
                   "ce_concurrent_gbps": None,
                   "eager": {"call_us": 0.0, "issue_us": 0.0},
