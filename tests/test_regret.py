@@ -10,6 +10,7 @@ import pytest
 from hiercoll.calibration.regret import measured_points, regret_points, summary
 from hiercoll.cli.main import main
 from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.planner.registry import plan
 from hiercoll.planner.search.autopick import SimCache, simulate_candidate
 from hiercoll.planner.search.candidates import Candidate
 from hiercoll.topology import load_topology
@@ -93,3 +94,31 @@ def test_a_cuda_bench_row_is_predicted_as_its_lowering_ran(tmp_path):
     assert ops == {8192: 4, 16384: 16, 32768: 16}
     fwd, planned = build_case(by_size[8192], topo), build_case(by_size[16384], topo)
     assert predict_us(fwd, topo, topo) < predict_us(planned, topo, topo)
+
+
+def test_autopick_in_graph_mode_times_candidates_as_graph_replays():
+    """`autopick --mode graph`: every candidate timed as a replayed call (the graph per-call cost,
+    no host launch), cached apart from the eager times of the same candidates."""
+    from hiercoll.planner.search.autopick import pick_one
+    from hiercoll.planner.search.candidates import candidates_and_oversized
+    from hiercoll.sim import simulate
+    topo = load_topology("h200x4")
+    spec = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=4, dtype="bf16", nbytes=65536)
+    cache = SimCache(None)
+    eager = pick_one(topo, spec, cache, ["ring", "direct"], prune=False)
+    graph = pick_one(topo, spec, cache, ["ring", "direct"], prune=False, call_mode="graph")
+    assert eager.all_times != graph.all_times             # not the eager entries reused
+    cands, _ = candidates_and_oversized(topo, spec, ["ring", "direct"])
+    alone = {c.label(): simulate(plan(topo, spec, c.algorithm, c.params), topo, mode="trusted",
+                                 call_mode="graph").time_us for c in cands}
+    assert set(graph.all_times) == set(alone)
+    # the copy-engine threshold is tuned on the fastest few: never slower than untuned
+    assert all(graph.all_times[k] <= alone[k] * (1 + 1e-9) for k in alone)
+    assert sum(graph.all_times[k] == pytest.approx(alone[k]) for k in alone) >= len(alone) - 3
+
+
+def test_the_autopick_cli_takes_the_graph_mode(capsys):
+    assert main(["autopick", "-t", "h200x4", "-c", "all_reduce", "--sizes", "64KiB",
+                 "--algorithms", "ring,direct", "--mode", "graph", "--no-cache", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["rows"][0]["algorithm"] in ("ring", "direct")

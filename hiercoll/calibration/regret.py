@@ -23,7 +23,7 @@ from hiercoll.calibration.predict import lowered
 from hiercoll.collectives import CollectiveSpec, DType, Kind
 from hiercoll.errors import HiercollError
 from hiercoll.planner.registry import plan
-from hiercoll.planner.search.autopick import SimCache
+from hiercoll.planner.search.autopick import SimCache, library_model_us
 from hiercoll.planner.search.candidates import Candidate
 from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, shipped_table
 from hiercoll.sim.simulate import CallMode
@@ -95,30 +95,20 @@ def measured_points(rows: Iterable[dict[str, Any]], mode: str) -> dict[Point, li
 def _simulated_us(topology: Topology, spec: CollectiveSpec, m: Measured, cache: SimCache,
                   mode: CallMode) -> float | None:
     """The simulator's time of one measured candidate in the bench's call mode (a graph replay
-    pays the topology's graph per-call cost, an eager call the host's): cached by candidate and
-    mode. NCCL's: its library model (ring or tree, SMs only) chosen and timed in that mode."""
-    from hiercoll.planner.library_model import choose_fastest, library_candidates, sm_only
+    pays the topology's graph per-call cost, an eager call the host's). NCCL's: the auto-pick's
+    own library model time. A plan: the schedule the row's lowering ran, cached by candidate,
+    knobs and mode."""
     from hiercoll.sim import simulate
-    cand = Candidate("library-model" if m.algorithm == LIBRARY else m.algorithm, m.params)
+    if m.algorithm == LIBRARY:
+        return library_model_us(topology, spec, cache, mode) if spec.kind in LIBRARY_KINDS else None
     knobs = json.dumps(m.lowering, sort_keys=True)
-    key = f"{SimCache.key(topology, spec, cand)}:regret:{mode}:{knobs}"
+    key = f"{SimCache.key(topology, spec, Candidate(m.algorithm, m.params))}:regret:{mode}:{knobs}"
     hit = cache.get(key)
     if hit is not None:
         return hit[0]
     try:
-        if m.algorithm == LIBRARY:
-            if spec.kind not in LIBRARY_KINDS:
-                return None
-            timed = sm_only(topology)
-            _, t = choose_fastest(library_candidates(topology, spec), lambda s: simulate(
-                s, topology, mode="trusted", costs_from=timed, call_mode=mode).time_us)
-            if t is None:
-                sched = library_candidates(topology, spec)[0]
-                t = simulate(sched, topology, mode="trusted", costs_from=timed,
-                             call_mode=mode).time_us
-        else:
-            sched = lowered(plan(topology, spec, m.algorithm, m.params), topology, m.lowering)
-            t = simulate(sched, topology, mode="trusted", call_mode=mode).time_us
+        sched = lowered(plan(topology, spec, m.algorithm, m.params), topology, m.lowering)
+        t = simulate(sched, topology, mode="trusted", call_mode=mode).time_us
     except HiercollError:       # a plan this topology refuses: not a candidate here
         return None
     cache.put(key, [t, 0.0, 0.0])

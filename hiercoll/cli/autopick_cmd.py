@@ -33,8 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="instead of a search: the regret of the simulator's choice on these "
                    "`hiercoll bench` results (per collective and size, the candidate it ranks "
                    "fastest among those measured, against the fastest measured)")
-    p.add_argument("--mode", default="graph", choices=["graph", "eager"],
-                   help="--validate: which of the bench's modes to price picks with")
+    p.add_argument("--mode", default=None, choices=["eager", "graph"],
+                   help="how the calls run: the search times every candidate as an eager call "
+                   "(default) or as a CUDA-graph replay (what captured callers run); "
+                   "--validate prices picks with the bench's rows of this mode (default graph)")
     p.add_argument("--out", default=None, help="--validate: write regret.json/.md/.png here")
     add_json_flag(p)
     p.set_defaults(func=_run)
@@ -55,7 +57,8 @@ def _run(args: argparse.Namespace) -> int:
     library = _library(args.library_table, topology)
     rows = sweep(topology, template, sizes, only, progress=not args.json,
                  cache_path=None if args.no_cache else default_cache_path(), jobs=args.jobs,
-                 library=library, cluster=cluster)
+                 library=library, cluster=cluster,
+                 call_mode="graph" if args.mode == "graph" else "eager")
     elapsed = time.perf_counter() - t0
     if args.output:
         write_tuning(args.output, rows_to_table(topology, template, rows))

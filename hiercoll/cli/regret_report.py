@@ -13,6 +13,7 @@ from hiercoll.cli.common import console, print_json, print_table
 from hiercoll.errors import HiercollError
 from hiercoll.files import write_atomic
 from hiercoll.planner.search.autopick import SimCache, default_cache_path
+from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
 from hiercoll.units import format_size
 
@@ -29,17 +30,18 @@ def _rows(path: str) -> list[dict[str, Any]]:
 
 def validate(args: argparse.Namespace, topology: Topology) -> int:
     rows = [r for path in args.validate for r in _rows(path)]
-    points = measured_points(rows, args.mode)
+    mode: CallMode = "eager" if args.mode == "eager" else "graph"
+    points = measured_points(rows, mode)
     if not points:
-        raise HiercollError(f"--validate: no {args.mode}-mode rows of hiercoll plans or the nccl "
+        raise HiercollError(f"--validate: no {mode}-mode rows of hiercoll plans or the nccl "
                             "fallback in " + ", ".join(args.validate))
     cache_path = None if args.no_cache else default_cache_path()
     cache = SimCache(cache_path)
-    result = regret_points(topology, points, "graph" if args.mode == "graph" else "eager", cache)
+    result = regret_points(topology, points, mode, cache)
     cache.save()
     summ = summary(result)
     payload = {"topology": topology.name, "costs": topology.calibration_label(),
-               "mode": args.mode, "files": list(args.validate), "summary": summ,
+               "mode": mode, "files": list(args.validate), "summary": summ,
                "points": [p.to_json() for p in result]}
     if args.out:
         out = Path(args.out)
@@ -50,7 +52,7 @@ def validate(args: argparse.Namespace, topology: Topology) -> int:
     if args.json:
         print_json(payload)
         return 0
-    print_table(f"regret of the simulator's pick on {topology.name} ({args.mode}): "
+    print_table(f"regret of the simulator's pick on {topology.name} ({mode}): "
                 + _headline(summ),
                 ["collective", "size", "pick (simulated us)", "measured best", "regret",
                  "shipped pick"],

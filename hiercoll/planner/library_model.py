@@ -29,6 +29,7 @@ from collections.abc import Callable
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.registry import plan
 from hiercoll.schedule import Schedule
+from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
 
 MODEL_CHANNELS = 4
@@ -49,13 +50,16 @@ def library_model(topology: Topology, spec: CollectiveSpec) -> Schedule:
     return _candidates_and_choice(topology, spec)[0]
 
 
-def library_model_timed(topology: Topology, spec: CollectiveSpec) -> tuple[Schedule, float]:
-    """NCCL's plan and its simulated time (SMs only), simulating each plan once: where the
-    model chooses between ring and tree, the chosen one's time is the one it chose by."""
+def library_model_timed(topology: Topology, spec: CollectiveSpec,
+                        call_mode: CallMode = "eager") -> tuple[Schedule, float]:
+    """NCCL's plan and its simulated time (SMs only) in `call_mode`, simulating each plan once:
+    where the model chooses between ring and tree, the chosen one's time is the one it chose
+    by."""
     from hiercoll.sim import simulate
-    schedule, time_us = _candidates_and_choice(topology, spec)
+    schedule, time_us = _candidates_and_choice(topology, spec, call_mode)
     if time_us is None:
-        time_us = simulate(schedule, topology, mode="trusted", costs_from=sm_only(topology)).time_us
+        time_us = simulate(schedule, topology, mode="trusted", costs_from=sm_only(topology),
+                           call_mode=call_mode).time_us
     return schedule, time_us
 
 
@@ -93,9 +97,10 @@ def choose_fastest(candidates: list[Schedule], time_of: Callable[[Schedule], flo
     return min(((s, time_of(s)) for s in candidates), key=lambda st: st[1])
 
 
-def _candidates_and_choice(topology: Topology, spec: CollectiveSpec) -> tuple[Schedule, float | None]:
+def _candidates_and_choice(topology: Topology, spec: CollectiveSpec,
+                           call_mode: CallMode = "eager") -> tuple[Schedule, float | None]:
     """The model's plan, and its simulated time where choosing it took a simulation."""
     from hiercoll.sim import simulate
     timed = sm_only(topology)
-    return choose_fastest(library_candidates(topology, spec),
-                          lambda s: simulate(s, topology, costs_from=timed).time_us)
+    return choose_fastest(library_candidates(topology, spec), lambda s: simulate(
+        s, topology, costs_from=timed, call_mode=call_mode).time_us)

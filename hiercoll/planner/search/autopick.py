@@ -39,6 +39,7 @@ from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, LibraryTable
 from hiercoll.planner.search.workers import Cluster, run_jobs
 from hiercoll.progress import terminal_bar
 from hiercoll.schedule import Schedule
+from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
 
 
@@ -168,17 +169,24 @@ def default_cache_path() -> Path | None:
 
 
 def simulate_candidate(topology: Topology, spec: CollectiveSpec, cand: Candidate,
-                       cache: SimCache, schedule: Schedule | None = None) -> Scored:
-    """One candidate's simulated time (cached by topology, spec and candidate)."""
-    key = SimCache.key(topology, spec, cand)
+                       cache: SimCache, schedule: Schedule | None = None,
+                       call_mode: CallMode = "eager") -> Scored:
+    """One candidate's simulated time in `call_mode` (cached by topology, spec, candidate and
+    mode)."""
+    key = SimCache.key(topology, spec, cand) + _mode_suffix(call_mode)
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
         res = simulate(schedule or plan(topology, spec, cand.algorithm, cand.params), topology,
-                       mode="trusted")
+                       mode="trusted", call_mode=call_mode)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2])
+
+
+def _mode_suffix(call_mode: CallMode) -> str:
+    """Cache keys of graph-mode times (eager keys stay as they were: caches on disk keep working)."""
+    return "" if call_mode == "eager" else ":graph"
 
 
 def _critical_path_bound(topology: Topology, schedule: Schedule) -> float:
@@ -207,15 +215,17 @@ def _measured(topology: Topology, spec: CollectiveSpec, cands: list[Candidate],
 
 
 def _simulated(topology: Topology, spec: CollectiveSpec, cands: list[Candidate], cache: SimCache,
-               lib_us: float | None, base: str, prune: bool) -> tuple[list[Scored], int]:
-    """Every candidate simulated, or pruned where a bound shows it cannot win."""
+               lib_us: float | None, base: str, prune: bool,
+               call_mode: CallMode = "eager") -> tuple[list[Scored], int]:
+    """Every candidate simulated, or pruned where a bound shows it cannot win (the bounds hold
+    a call's device work only, so they bound either mode's time)."""
     scored: list[Scored] = []
     # (rank bound, index, candidate, cache key, schedule or None, critical-path bound or -1)
     pending: list[tuple[float, int, Candidate, str, Schedule | None, float]] = []
     for i, cand in enumerate(cands):
         key = SimCache.key(topology, spec, cand)
-        if cache.get(key) is not None:          # already simulated: no need for a bound
-            scored.append(simulate_candidate(topology, spec, cand, cache))
+        if cache.get(key + _mode_suffix(call_mode)) is not None:   # simulated: no bound needed
+            scored.append(simulate_candidate(topology, spec, cand, cache, call_mode=call_mode))
             continue
         known = cache.get(key + BOUNDS_SUFFIX)   # pruned before: its bounds, nothing built
         if known is not None:
@@ -248,7 +258,7 @@ def _simulated(topology: Topology, spec: CollectiveSpec, cands: list[Candidate],
                 if cache.get(key + BOUNDS_SUFFIX) != entry:
                     cache.put(key + BOUNDS_SUFFIX, entry)
                 continue
-        scored.append(simulate_candidate(topology, spec, cand, cache, sched))
+        scored.append(simulate_candidate(topology, spec, cand, cache, sched, call_mode))
         have_base = have_base or cand.algorithm == base
     return scored, pruned
 
@@ -256,7 +266,8 @@ def _simulated(topology: Topology, spec: CollectiveSpec, cands: list[Candidate],
 @without_cyclic_gc()     # bounds and simulations of thousands of ranks: millions of acyclic objects
 def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
              only: list[str] | None = None, prune: bool = True,
-             library: LibraryTable | None = None, library_model: bool = False) -> Row:
+             library: LibraryTable | None = None, library_model: bool = False,
+             call_mode: CallMode = "eager") -> Row:
     """The fastest candidate for `spec`; `library`: measured library times that compete too
     (they prune simulations like any known time). `library_model`: also simulate NCCL's model
     for the report where no table applies (a column only: `plan -a auto` does not pay it)."""
@@ -274,9 +285,9 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
     if measured:
         scored, pruned = measured, len(cands) - len(measured)
     else:
-        scored, pruned = _simulated(topology, spec, cands, cache, lib_us, base, prune)
+        scored, pruned = _simulated(topology, spec, cands, cache, lib_us, base, prune, call_mode)
     simulated = 0 if measured else len(scored)
-    thresholds = {} if measured else _tune_ce_threshold(topology, spec, scored, cache)
+    thresholds = {} if measured else _tune_ce_threshold(topology, spec, scored, cache, call_mode)
     if lib_us is not None:    # no schedule of its own: it is held to the best plan's bound
         scored.append(Scored(Candidate(LIBRARY, {}), lib_us, spec.bandwidths_gbps(lib_us)[1],
                              min((s.lower_bound_us for s in scored), default=0.0)))
@@ -295,7 +306,7 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                flat_ring_time_us=flat, baseline_algorithm=base, simulated=simulated,
                pruned=pruned, all_times={s.candidate.label(): s.time_us for s in scored},
                library_time_us=lib_us,
-               library_model_us=(library_model_us(topology, spec, cache)
+               library_model_us=(library_model_us(topology, spec, cache, call_mode)
                                  if library_model and lib_us is None else None),
                measured=bool(measured),
                executor=({} if best.candidate.algorithm == LIBRARY else
@@ -310,7 +321,7 @@ TUNE_TOP = 3
 
 
 def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Scored],
-                       cache: SimCache) -> dict[str, int]:
+                       cache: SimCache, call_mode: CallMode = "eager") -> dict[str, int]:
     """The fastest threshold per candidate label, for the TUNE_TOP fastest; their scores in
     `scored` become the tuned times. Thresholds that put the same copies on the copy engine are
     one choice (the topology's own wins it), and a tie keeps the topology's threshold."""
@@ -326,12 +337,12 @@ def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Sc
     for i in order:
         best = scored[i]
         cand = best.candidate
-        ce_key = SimCache.key(topology, spec, cand) + CE_SUFFIX
+        ce_key = SimCache.key(topology, spec, cand) + CE_SUFFIX + _mode_suffix(call_mode)
         known = cache.get(ce_key)
         if known is not None:         # tuned before: its pick, and that pick's cached time
             pick = int(known[0])
             if pick != own:
-                best = _retime(topology, spec, cand, cache, None, pick)
+                best = _retime(topology, spec, cand, cache, None, pick, call_mode)
             scored[i] = best
             chosen[cand.label()] = pick
             continue
@@ -346,7 +357,7 @@ def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Sc
         for t in groups.values():
             if t == own:
                 continue
-            timed = _retime(topology, spec, cand, cache, sched, t)
+            timed = _retime(topology, spec, cand, cache, sched, t, call_mode)
             if timed.time_us < best.time_us:
                 best, pick = timed, t
         scored[i] = best
@@ -356,17 +367,17 @@ def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Sc
 
 
 def _retime(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: SimCache,
-            schedule: Schedule | None, threshold: int) -> Scored:
+            schedule: Schedule | None, threshold: int, call_mode: CallMode = "eager") -> Scored:
     """`schedule` timed with the copy-engine threshold `threshold` (cached under that topology;
     None: the candidate's, built only on a cache miss)."""
     variant = topology.model_copy(update={"costs": topology.costs.model_copy(
         update={"ce_threshold_bytes": threshold})})
-    key = SimCache.key(variant, spec, cand)
+    key = SimCache.key(variant, spec, cand) + _mode_suffix(call_mode)
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
         res = simulate(schedule or plan(topology, spec, cand.algorithm, cand.params), topology,
-                       mode="trusted", costs_from=variant)
+                       mode="trusted", costs_from=variant, call_mode=call_mode)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2])
@@ -379,20 +390,23 @@ def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryT
     return library.predict_us(spec.kind, spec.total_bytes)
 
 
-def library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache) -> float | None:
-    """NCCL's time as the library model simulates it (cached like any candidate)."""
+def library_model_us(topology: Topology, spec: CollectiveSpec, cache: SimCache,
+                     call_mode: CallMode = "eager") -> float | None:
+    """NCCL's time as the library model simulates it in `call_mode` (cached like any
+    candidate)."""
     from hiercoll.planner.library_model import library_model_timed
     if spec.kind not in LIBRARY_KINDS:
         return None
     # cached under the model's own name (library_model() itself simulates ring and tree to
     # choose), so a warm run builds and simulates nothing; apart from our candidates' entries,
     # since NCCL moves every byte with SMs (timed without copy engines)
-    key = SimCache.key(topology, spec, Candidate("library-model", {})) + LIBRARY_MODEL_SUFFIX
+    key = (SimCache.key(topology, spec, Candidate("library-model", {})) + LIBRARY_MODEL_SUFFIX
+           + _mode_suffix(call_mode))
     known = cache.get(key)
     if known is not None:
         return known[0]
     try:
-        sched, time_us = library_model_timed(topology, spec)
+        sched, time_us = library_model_timed(topology, spec, call_mode)
     except HiercollError:   # its ring refused as too large (HIERCOLL_MAX_OPS: 8 rings on 4096
         return None         # GPUs): the column is a comparison only, so the pick goes on without it
     cache.put(key, [time_us, 0.0, 0.0])     # an entry's shape; only the time is read
@@ -404,26 +418,28 @@ def spec_for_size(template: CollectiveSpec, nbytes: int) -> CollectiveSpec:
 
 
 Job = tuple[Topology, CollectiveSpec, list[str] | None, dict[str, list[float]],
-            LibraryTable | None]
+            LibraryTable | None, CallMode]
 
 
 def _pick_in_worker(job: Job) -> tuple[Row, dict[str, list[float]]]:
     """One size in a worker process: its row, and the simulations it added to the cache."""
-    topology, spec, only, known, library = job
+    topology, spec, only, known, library, call_mode = job
     cache = SimCache(None)
     cache.data = dict(known)
-    row = pick_one(topology, spec, cache, only, library=library, library_model=True)
+    row = pick_one(topology, spec, cache, only, library=library, library_model=True,
+                   call_mode=call_mode)
     return row, {k: v for k, v in cache.data.items() if k not in known}
 
 
 def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
           only: list[str] | None = None, progress: bool = True, cache_path: Path | None = None,
           jobs: int | None = None, library: LibraryTable | None = None,
-          cluster: Cluster | None = None) -> list[Row]:
+          cluster: Cluster | None = None, call_mode: CallMode = "eager") -> list[Row]:
     """One Row per size (a single row for group kinds, whose sizes come from the splits).
     Sizes are independent searches, so `jobs` worker processes take one size each (default:
     every core), or tasks on a Ray `cluster` (the same rows). `library`: measured library
-    times that compete with the plans."""
+    times that compete with the plans. `call_mode`: time every candidate as an eager call or
+    as a CUDA-graph replay (what captured callers run)."""
     cache = SimCache(cache_path)
     specs = [template] if template.kind in GROUPED else [spec_for_size(template, s) for s in sizes]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(specs)))
@@ -432,10 +448,11 @@ def sweep(topology: Topology, template: CollectiveSpec, sizes: list[int],
                       lines=True) as report:
         if jobs == 1 and cluster is None:
             for i, s in enumerate(specs):
-                rows[i] = pick_one(topology, s, cache, only, library=library, library_model=True)
+                rows[i] = pick_one(topology, s, cache, only, library=library, library_model=True,
+                                   call_mode=call_mode)
                 report(i + 1, len(specs))
         else:
-            work: list[Job] = [(topology, s, only, cache.data, library) for s in specs]
+            work: list[Job] = [(topology, s, only, cache.data, library, call_mode) for s in specs]
             for done, (i, (row, added)) in enumerate(run_jobs(_pick_in_worker, work, jobs, cluster), 1):
                 rows[i] = row
                 for key, value in added.items():
