@@ -49,9 +49,10 @@ def test_pull_efficiency_slows_reduces_that_read_peers_and_nothing_else():
     big = 16 << 20          # copies of 2 MiB: SMs, so forwarded (8 MiB and up: copy engines)
 
     def t(kind: str, algorithm: str, topo) -> float:
-        from hiercoll.sim.forwarding import as_lowered
+        from hiercoll.sim.forwarding import forward_on_sms
         s = hc.plan(base, hc.CollectiveSpec(kind=kind, world_size=4, nbytes=big), algorithm)
-        return hc.simulate(as_lowered(s, base), base, costs_from=topo).time_us   # reduces pull
+        lowered = forward_on_sms(s, base.costs.ce_threshold_bytes)      # reduces pull
+        return hc.simulate(lowered, base, costs_from=topo).time_us
 
     assert t("reduce_scatter", "direct", slow) > 1.5 * t("reduce_scatter", "direct", base)
     assert t("all_gather", "direct", slow) == pytest.approx(t("all_gather", "direct", base))

@@ -19,7 +19,7 @@ from hiercoll.planner import plan
 from hiercoll.planner.library_model import choose_fastest, library_candidates, sm_only
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.sim import simulate
-from hiercoll.sim.forwarding import as_lowered
+from hiercoll.sim.forwarding import forward_on_sms
 from hiercoll.topology import Topology
 
 
@@ -74,9 +74,9 @@ def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object])
     if not knobs.get("forward") or knobs.get("launch_per_op"):
         return schedule
     threshold = knobs.get("ce_threshold_bytes")
-    return as_lowered(schedule, topology,
-                      threshold if isinstance(threshold, int) and not isinstance(threshold, bool)
-                      else None, inter_peer=knobs.get("inter_transport") == "peer")
+    if not isinstance(threshold, int) or isinstance(threshold, bool):
+        threshold = topology.costs.ce_threshold_bytes
+    return forward_on_sms(schedule, threshold, inter_peer=knobs.get("inter_transport") == "peer")
 
 
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:

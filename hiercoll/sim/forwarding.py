@@ -25,7 +25,6 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from hiercoll.schedule import INPUT, OUTPUT, ExpandedOps, Op, OpKind, OpRef, Region, Schedule
-from hiercoll.topology import Topology
 
 
 def forward_copies(schedule: Schedule, allowed: Callable[[Op], bool]) -> Schedule:
@@ -122,20 +121,19 @@ def _renumbered(schedule: Schedule, ops: dict[OpRef, Op],
     return Schedule(schedule.meta, ExpandedOps(tuple(out), buffers))
 
 
-def as_lowered(schedule: Schedule, topology: Topology, ce_threshold_bytes: int | None = None,
-               inter_peer: bool = False) -> Schedule:
-    """The schedule the cuda backend runs with forwarding on (its default): every copy between
-    peer-mapped GPUs of a node that runs on SMs forwarded, by the lowering's own rule
-    (`on_copy_engine` decides the engine in both); `inter_peer`: copies between nodes too (the
-    lowering's `--inter-transport peer`). What the simulator times when it predicts the cuda
-    backend rather than the plan as written (calibration, autopick --validate)."""
+def forward_on_sms(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = False
+                   ) -> Schedule:
+    """The schedule the cuda backend runs with forwarding on (its default), by the lowering's
+    rule: every copy that runs on SMs (not a copy engine: `on_copy_engine` with this threshold)
+    between peer-mapped GPUs of a node forwarded; `inter_peer`: copies between nodes too (the
+    lowering's `--inter-transport peer`). The lowering runs it, and the simulator times it when
+    it predicts the cuda backend rather than the plan as written (calibration, --validate)."""
     from hiercoll.schedule import Transport
     from hiercoll.sim.engine import on_copy_engine
     itemsize = schedule.spec.dtype.itemsize
-    threshold = topology.costs.ce_threshold_bytes if ce_threshold_bytes is None else ce_threshold_bytes
 
     def allowed(op: Op) -> bool:
         return ((inter_peer or op.transport != Transport.INTER)
-                and not on_copy_engine(op, itemsize, threshold))
+                and not on_copy_engine(op, itemsize, ce_threshold_bytes))
 
     return forward_copies(schedule, allowed)

@@ -408,15 +408,11 @@ def lowered_schedule(schedule: Schedule, opts: CudaOptions) -> Schedule:
     hit = _FORWARDED.get(key)
     if hit is not None and hit[0] is schedule:
         return hit[1]
-    from hiercoll.sim.forwarding import forward_copies
-    itemsize = schedule.spec.dtype.itemsize
-
-    def allowed(op: Op) -> bool:
-        if op.transport == Transport.INTER and opts.inter_transport != InterTransport.PEER:
-            return False
-        return _engine(op, itemsize, opts) == Engine.SM
-
-    out = forward_copies(schedule, allowed)
+    from hiercoll.sim.forwarding import forward_on_sms
+    # the copies `_engine` puts on SMs: not a copy engine, and between nodes only over peer
+    # mappings (the NCCL transport's copies go to the net stream)
+    out = forward_on_sms(schedule, opts.ce_threshold_bytes,
+                         inter_peer=opts.inter_transport == InterTransport.PEER)
     if len(_FORWARDED) > 16:
         _FORWARDED.clear()
     _FORWARDED[key] = (schedule, out)
