@@ -91,7 +91,7 @@ def _from_json(text: str, source: str) -> list[Measurement]:
     if isinstance(data, dict) and isinstance(data.get("rows"), list):
         # a peer's row (torch's symmetric-memory kernels) has no hiercoll model; NCCL's peer
         # row is the library call
-        return [_bench_row(r, f"{source}#{i}") for i, r in enumerate(data["rows"])
+        return [bench_measurement(r, f"{source}#{i}") for i, r in enumerate(data["rows"])
                 if not (isinstance(r, dict) and r.get("peer") and r.get("algorithm") != LIBRARY_ALGORITHM)]
     if isinstance(data, dict) and isinstance(data.get("nccl"), dict) and "world" in data:
         return _baseline(data, source)
@@ -99,7 +99,9 @@ def _from_json(text: str, source: str) -> list[Measurement]:
                         "(baseline); which file is this?")
 
 
-def _bench_row(r: Any, source: str) -> Measurement:
+def bench_measurement(r: Any, source: str) -> Measurement:
+    """One `hiercoll bench` row as a measurement (one line naming the row's field if it is not
+    one): its plan's recipe, its time and its mode, and the cuda lowering's knobs it ran with."""
     if not isinstance(r, dict):
         raise HiercollError(f"{source}: a row must be an object")
     library = r.get("algorithm") == LIBRARY_ALGORITHM or r.get("backend") == LIBRARY_ALGORITHM

@@ -12,7 +12,6 @@ from hiercoll.calibration.regret import RegretPoint, measured_points, regret_poi
 from hiercoll.cli.common import console, print_json, print_table
 from hiercoll.errors import HiercollError
 from hiercoll.files import write_atomic
-from hiercoll.planner.search.autopick import SimCache, default_cache_path
 from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
 from hiercoll.units import format_size
@@ -35,10 +34,7 @@ def validate(args: argparse.Namespace, topology: Topology) -> int:
     if not points:
         raise HiercollError(f"--validate: no {mode}-mode rows of hiercoll plans or the nccl "
                             "fallback in " + ", ".join(args.validate))
-    cache_path = None if args.no_cache else default_cache_path()
-    cache = SimCache(cache_path)
-    result = regret_points(topology, points, mode, cache)
-    cache.save()
+    result = regret_points(topology, points, mode)
     summ = summary(result)
     payload = {"topology": topology.name, "costs": topology.calibration_label(),
                "mode": mode, "files": list(args.validate), "summary": summ,
