@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hiercoll.collectives import CollectiveSpec, GroupSplits, Kind, ReduceOp
+from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp
 from hiercoll.errors import HiercollError
 from hiercoll.executor.backends import get_backend
 from hiercoll.executor.interface import Backend, BackendName, Prepared
@@ -372,20 +372,23 @@ class Communicator:
                                   nbytes=nbytes_elems * dtype.itemsize)
         entry = self._entry(key, spec, library_direct=direct is not None)
         if direct is not None and entry.schedule.meta.algorithm == LIBRARY_ALGORITHM:
-            exact = CollectiveSpec(kind=kind, world_size=self._world, dtype=dtype, reduce_op=op,
-                                   nbytes=direct[2] * dtype.itemsize)
-            return self._library_direct(exact, direct[0], direct[1], async_op)
+            inp, out, count = direct
+            return self._library_direct((kind, dtype, op, count), inp, out, async_op)
         return self._launch(entry, pack, unpack, async_op, user)
 
-    def _library_direct(self, spec: CollectiveSpec, inp: torch.Tensor, out: torch.Tensor,
-                        async_op: bool) -> Work | None:
+    def _library_direct(self, key: tuple[Kind, DType, ReduceOp, int], inp: torch.Tensor,
+                        out: torch.Tensor, async_op: bool) -> Work | None:
         """The library's collective on the caller's tensors, on the current stream (as the
-        caller would call torch.distributed): what a library pick costs is the library's call."""
-        key = (spec.kind, spec.dtype, spec.reduce_op, spec.total_bytes)
+        caller would call torch.distributed): what a library pick costs is the library's call.
+        `key`: (kind, dtype, op, S in elements); its call is lowered once (a spec is validated
+        only on a miss: this is every call's path)."""
         call = self._direct_calls.get(key)
         if call is None:
             if len(self._direct_calls) >= 256:
                 self._direct_calls.clear()
+            kind, dtype, op, count = key
+            spec = CollectiveSpec(kind=kind, world_size=self._world, dtype=dtype, reduce_op=op,
+                                  nbytes=count * dtype.itemsize)
             call = self._direct_calls[key] = library_call(spec, self._group)
         with _patch.inside():
             call(inp, out)
