@@ -1,4 +1,4 @@
-"""Shared by the bench scripts: machine/version stamp and atomic result writing."""
+"""Shared by the bench scripts: machine/version stamp, atomic result writing, percentiles."""
 
 from __future__ import annotations
 
@@ -37,3 +37,20 @@ def provenance(meta: dict[str, Any]) -> list[str]:
 
 def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+
+
+def percentiles(xs: list[float], ps: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:
+    """{"p50": ..., ...} of the samples (nearest rank, rounded to 0.01)."""
+    s = sorted(xs)
+    return {f"p{p}": round(s[min(len(s) - 1, int(len(s) * p / 100))], 2) for p in ps}
+
+
+def rank_average(samples: list[float], device: Any) -> dict[str, float]:
+    """Percentiles of this rank's samples averaged over the process group sample by sample (a
+    collective: every rank calls it with as many samples; torch's own all-reduce, so call it
+    with nothing patched)."""
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor(samples, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return percentiles((t / dist.get_world_size()).tolist())

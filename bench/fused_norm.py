@@ -31,16 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bench.common import stamp  # noqa: E402
+from bench.common import percentiles, rank_average, stamp  # noqa: E402
 from hiercoll.files import write_atomic  # noqa: E402
 from hiercoll.harness.fused_norm_stress import EPS, HIDDEN, SHAPES  # noqa: E402
 
 CALLS = 10
-
-
-def _pcts(xs: list[float]) -> dict[str, float]:
-    s = sorted(xs)
-    return {f"p{p}": round(s[min(len(s) - 1, int(len(s) * p / 100))], 2) for p in (50, 90, 99)}
 
 
 def _time(replay, world: int, reps: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -54,7 +49,7 @@ def _time(replay, world: int, reps: int) -> dict[str, float]:  # type: ignore[no
         torch.cuda.synchronize()
         if i >= 3:
             samples.append(sum(a.elapsed_time(b) for a, b in ev) * 1000 / world / CALLS)
-    return _pcts(samples)
+    return percentiles(samples)
 
 
 def fused_times(world: int, rows: int, hidden: int, stage: int, reps: int) -> dict[str, float]:
@@ -133,9 +128,7 @@ def _group_time(run: Any, reps: int) -> dict[str, float]:
         torch.cuda.synchronize()
         if i >= 3:
             mine.append(a.elapsed_time(b) * 1000 / CALLS)
-    t = torch.tensor(mine, dtype=torch.float64, device="cuda")
-    dist.all_reduce(t)
-    return _pcts((t / dist.get_world_size()).tolist())
+    return rank_average(mine, torch.device("cuda"))
 
 
 def _timed(fn: Any, reps: int, mode: str) -> dict[str, float]:

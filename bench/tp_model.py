@@ -37,7 +37,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench.common import stamp  # noqa: E402
+from bench.common import rank_average, stamp  # noqa: E402
 from hiercoll.files import write_atomic  # noqa: E402
 
 # max |output - nccl path| allowed per dtype: each all-reduce may round its sum differently
@@ -124,11 +124,6 @@ def _comm_calls(comm: Any) -> int:
     return int(st["plan_hits"] + st["plan_misses"])
 
 
-def _pcts(xs: list[float]) -> dict[str, float]:
-    s = sorted(xs)
-    return {f"p{p}": round(s[min(len(s) - 1, int(len(s) * p / 100))], 2) for p in (50, 90)}
-
-
 def time_forward(model: TPModel, x: torch.Tensor, reps: int, graph: bool) -> list[float]:
     """This rank's per-forward microseconds over `reps` (cuda: CUDA events around a graph replay
     or an eager forward; CPU: wall clock); `rank_average` makes them one figure."""
@@ -161,14 +156,6 @@ def time_forward(model: TPModel, x: torch.Tensor, reps: int, graph: bool) -> lis
         if i >= 2:
             mine.append(us)
     return mine
-
-
-def rank_average(samples: list[float], dev: torch.device) -> dict[str, float]:
-    """p50/p90 of the samples averaged over the ranks sample by sample (torch's own all-reduce:
-    call it with nothing patched)."""
-    t = torch.tensor(samples, dtype=torch.float64, device=dev)
-    dist.all_reduce(t)
-    return _pcts((t / dist.get_world_size()).tolist())
 
 
 def main() -> int:
