@@ -382,3 +382,20 @@ def test_the_stress_compares_ranks_in_a_dtype_nccl_moves():
     assert bits.dtype in NCCL_DTYPES and bits.numel() == 2 * 5
     assert torch.equal(comparison_bits(a, b), bits)
     assert not torch.equal(comparison_bits(a.abs(), b), bits)        # -0.0 is not +0.0
+
+
+def test_large_shapes_take_large_iters_and_drops_name_one_rule():
+    """The seed's regression: --iters up to 4.7 MB of bf16, --large-iters above (never more
+    than --iters); each --drop-ordering removes exactly its rule."""
+    import argparse
+
+    from hiercoll.cli.fused_norm_cmd import DROPS, _ordering, iterations
+    args = argparse.Namespace(iters=2000, large_iters=200, drop_ordering=None)
+    assert iterations(args, 512, 4096) == 2000            # 4.2 MB
+    assert iterations(args, 1024, 4096) == 200            # 8.4 MB
+    assert iterations(argparse.Namespace(iters=50, large_iters=200), 16384, 4096) == 50
+    assert _ordering(args) == Ordering()
+    for name, off in DROPS.items():
+        got = _ordering(argparse.Namespace(drop_ordering=name))
+        assert [k for k in ("release", "acquire", "acquire_all_threads")
+                if getattr(got, k) is False] == list(off), name

@@ -122,3 +122,18 @@ def test_the_autopick_cli_takes_the_graph_mode(capsys):
                  "--algorithms", "ring,direct", "--mode", "graph", "--no-cache", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["rows"][0]["algorithm"] in ("ring", "direct")
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "cannot read"),
+    ("{\"nccl\": {}}", "is not a `hiercoll bench --out` JSON"),
+    (json.dumps({"rows": [_row("ring", 1.0, mode="eager")]}), "no graph-mode rows"),
+    (json.dumps({"rows": [_row("ring", -1.0)]}), "rows[0]"),
+])
+def test_validate_refuses_bad_files_in_one_line(tmp_path, capsys, content, says):
+    f = tmp_path / "b.json"
+    if content is not None:
+        f.write_text(content)
+    assert main(["autopick", "-t", "h200x4", "--validate", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
