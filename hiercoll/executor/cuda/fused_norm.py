@@ -68,8 +68,9 @@ class GroupContext:
 
 def grid_for(device: torch.device) -> int:
     """CTAs per call of a rank on `device`: MAX_GRID, or fewer where the GPU has fewer SMs (a
-    16-CTA grid left large calls a quarter of NVLink: 448 us for 16 MiB on 4 H200s). Every rank
-    of a group must get the same number: the GPUs of one group are assumed alike."""
+    16-CTA grid took 448 us for 16 MiB on 4 H200s where 128 CTAs take 202: issue 26 and
+    bench/results/gpu/fused_norm_multi/first). Every rank of a group must get the same number:
+    the GPUs of one group are assumed alike."""
     if device.type != "cuda":
         return ONE_GPU_GRID
     return min(MAX_GRID, torch.cuda.get_device_properties(device).multi_processor_count)
