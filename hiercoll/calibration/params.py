@@ -94,6 +94,6 @@ def with_values(topology: Topology, values: dict[str, float]) -> Topology:
         node = data
         parts = path.split(".")
         for part in parts[:-1]:
-            node = node[part] if node.get(part) is not None else node.setdefault(part, {})
+            node = node[part]
         node[parts[-1]] = value
     return Topology.model_validate(data)
