@@ -110,7 +110,7 @@ def _wait(sig_ptr, slot_base, rank, e, spin_limit, err_ptr, cta, phase, lanes,
         ptrs = tl.broadcast_to((sig_ptr + slot_base + k)[:, None], (WP, LANES))
         live2 = tl.broadcast_to(live[:, None], (WP, LANES))
         need2 = tl.broadcast_to((e + k * 0)[:, None], (WP, LANES))
-        seen, first, low = _poll_all(ptrs, live2, need2, k, spin_limit, WP, PTX)
+        first, low = _poll_all(ptrs, live2, need2, k, spin_limit, WP, PTX)
         if first < WP:               # the spin limit passed
             _timed_out(err_ptr, cta, phase, first, low, e)
         if ACQUIRE:

@@ -111,9 +111,9 @@ def _signal(ptrs, active, relaxed, PTX: tl.constexpr):
 @triton.jit
 def _poll_all(ptrs, live2, need2, k, spin_limit, N: tl.constexpr, PTX: tl.constexpr):
     """Every thread polls every live slot of [N, LANES] until each reaches its need (one round
-    trip per poll however many slots), or until `spin_limit` polls (> 0) have passed. Returns
-    the last values read and, having given up, the first short slot's index and value (N and
-    -1 when every slot was satisfied)."""
+    trip per poll however many slots), or until `spin_limit` polls (> 0) have passed. Returns,
+    having given up, the first short slot's index and value (N and -1 when every slot was
+    satisfied)."""
     seen = _poll(ptrs, live2, need2, PTX)
     pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
     spins = 0
@@ -128,7 +128,7 @@ def _poll_all(ptrs, live2, need2, k, spin_limit, N: tl.constexpr, PTX: tl.conste
                 first = tl.min(tl.where(tl.sum(seen < need2, axis=1) > 0, k, N), axis=0)
                 low = tl.min(tl.where(k == first, tl.min(seen, axis=1), 2**31 - 1), axis=0)
                 pending = 0
-    return seen, first, low
+    return first, low
 
 
 @triton.jit
@@ -148,7 +148,7 @@ def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row, acquir
         ptrs = sig + tl.broadcast_to(slot[:, None], (WAIT_BLOCK, LANES))
         live2 = tl.broadcast_to(live[:, None], (WAIT_BLOCK, LANES))
         need2 = tl.broadcast_to(need[:, None], (WAIT_BLOCK, LANES))
-        seen, first, low = _poll_all(ptrs, live2, need2, k, spin_limit, WAIT_BLOCK, PTX)
+        first, low = _poll_all(ptrs, live2, need2, k, spin_limit, WAIT_BLOCK, PTX)
         if first < WAIT_BLOCK:       # the spin limit passed: record the first short slot
             want = tl.max(tl.where(k == first, need, 0), axis=0)
             tl.atomic_xchg(err_ptr + 1, tl.cast(row, tl.int64))
