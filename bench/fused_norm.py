@@ -132,25 +132,23 @@ def _group_time(run: Any, reps: int) -> dict[str, float]:
 
 
 def _timed(fn: Any, reps: int, mode: str) -> dict[str, float]:
-    """fn's per-call time: graph (CALLS calls captured, after a warm-up call on a side stream:
-    NCCL and the JIT compile outside the capture) or eager (CALLS calls back to back)."""
+    """fn's per-call time: graph (CALLS calls captured after a warm-up call: NCCL and the JIT
+    compile outside the capture) or eager (CALLS calls back to back, after one)."""
     import torch.distributed as dist
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.synchronize()
-    dist.barrier()
+
+    from hiercoll.executor.graphs import capture_calls
     if mode == "eager":
+        fn()
+        torch.cuda.synchronize()
+        dist.barrier()
+
         def run() -> None:
             for _ in range(CALLS):
                 fn()
         return _group_time(run, reps)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            fn()
-    return _group_time(g.replay, reps)
+    graph = capture_calls(fn, CALLS, warmup=1)
+    dist.barrier()
+    return _group_time(graph.replay, reps)
 
 
 def group_row(rows: int, hidden: int, reps: int, modes: tuple[str, ...] = ("graph",),

@@ -130,15 +130,9 @@ def time_forward(model: TPModel, x: torch.Tensor, reps: int, graph: bool) -> lis
     cuda = x.is_cuda
     run: Any = lambda: model(x)  # noqa: E731
     if graph:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            model(x)                   # warm-up: plans, pools, NCCL and the JIT outside capture
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            model(x)
-        run = g.replay
+        from hiercoll.executor.graphs import capture_calls
+        # a warm-up forward first: plans, pools, NCCL and the JIT outside the capture
+        run = capture_calls(lambda: model(x), 1, warmup=1).replay
     mine = []
     for i in range(reps + 2):
         dist.barrier()
