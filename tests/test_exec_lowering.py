@@ -164,7 +164,8 @@ def _check_emulation(s, opts, seed, calls=3):  # type: ignore[no-untyped-def]
 def test_emulated_lowering_matches_numpy_over_several_calls(nodes, gpus, kind, algo):
     s = plan(_topo(nodes, gpus), _spec(kind, nodes * gpus), algo).expand()
     for seed, opts in enumerate((CudaOptions(ctas=3), CudaOptions(ctas=2, ce_threshold_bytes=64),
-                                 CudaOptions(ctas=1), CudaOptions(ctas=1, single_stream=True))):
+                                 CudaOptions(ctas=1), CudaOptions(ctas=1, single_stream=True),
+                                 CudaOptions(ctas=2, protocol="simple"))):
         _check_emulation(s, opts, seed)
 
 
@@ -176,7 +177,8 @@ def test_one_cta_launches_order_rows_without_signals_and_share_release_fences():
     s = plan(_topo(1, 4), _spec("all_reduce", 4), "direct").expand()
     for r in range(4):
         rows = [row for row in fused_launch(lower(s, r, CudaOptions(ctas=1, single_stream=True,
-                                                                   forward=False))).rows
+                                                                   forward=False,
+                                                                   protocol="simple"))).rows
                 if row.count]
         pushes, reduce = rows[:3], rows[3]
         assert [len(x.signals) for x in pushes] == [0, 0, 3], r
@@ -185,7 +187,8 @@ def test_one_cta_launches_order_rows_without_signals_and_share_release_fences():
         own = {f"{r}.{i}" for i in range(4)}
         assert {w.producer for w in reduce.waits} & own == set()     # no wait on its own rows
         assert len(reduce.waits) == 3
-    several = lower(s, 0, CudaOptions(ctas=2, single_stream=True, forward=False))
+    several = lower(s, 0, CudaOptions(ctas=2, single_stream=True, forward=False,
+                                      protocol="simple"))
     assert any(w.producer == "0.0" for row in fused_launch(several).rows for w in row.waits)
 
 
@@ -296,7 +299,7 @@ def test_levels_put_every_op_after_its_dependencies_and_channel_predecessor():
 def test_fused_lowering_is_one_launch_with_both_barriers_and_still_right(nodes, gpus, kind, algo):
     """single_stream with no copy-engine op: one kernel per call, barriers as its rows."""
     s = plan(_topo(nodes, gpus), _spec(kind, nodes * gpus), algo).expand()
-    opts = CudaOptions(ctas=3, single_stream=True)
+    opts = CudaOptions(ctas=3, single_stream=True, protocol="simple")
     for r in range(s.world_size):
         prog = lower(s, r, opts)
         (launch,) = prog.streams[0]
@@ -376,12 +379,13 @@ def test_fused_arrivals_are_relaxed_only_where_no_store_is_announced(kind, algo,
     the rank stored into a peer; every op row that signals a consumer keeps its release."""
     s = plan(_topo(1, 4), _spec(kind, 4), algo).expand()
     for r in range(4):
-        (launch,) = lower(s, r, CudaOptions(single_stream=True)).streams[0]
+        (launch,) = lower(s, r, CudaOptions(single_stream=True, protocol="simple")).streams[0]
         assert launch.rows[0].op == "barrier:start:arrive" and launch.rows[0].relaxed
         assert launch.rows[-2].relaxed is end_relaxed
         remote = any(row.dst is not None and row.dst.rank != r for row in launch.rows)
         assert remote is not end_relaxed
         assert not any(row.relaxed for row in launch.rows[1:-2])
-        words = encode(lower(s, r, CudaOptions(single_stream=True)), [0] * 4, [0] * 4).words
+        words = encode(lower(s, r, CudaOptions(single_stream=True, protocol="simple")), [0] * 4,
+                           [0] * 4).words
         assert [words[i * ROW_WORDS + F_RELAXED] for i in range(len(launch.rows))] == \
             [int(row.relaxed) for row in launch.rows]

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ROW_WORDS = 13
+ROW_WORDS = 14
 (F_COUNT, F_DST, F_REDUCE, F_ACC, F_SCALE, F_NSRC, F_SRC, F_NWAIT, F_WAIT, F_NSIG, F_SIG,
- F_RELAXED, F_ID) = range(ROW_WORDS)
+ F_RELAXED, F_ID, F_LL) = range(ROW_WORDS)
+# F_LL (LL programs, executor/cuda/ll.py): bit 0, the destination is in the LL area; bit 1 + s,
+# source s is. An LL address is an int32 offset from this rank's signal allocation (parity 0;
+# parity 1 adds the program's `ll_half`), a plain one an element offset from its data.
 WAIT_WORDS = 2          # (slot, per_epoch)
 STEP_ELEMENTS = 4096    # elements one CTA moves per step of a row (the kernel's BLOCK)
+LL_STEP_WORDS = 512     # LL kernel: 4-byte data words one CTA moves per step (x 8 sources polled)
 ERR_WORDS = 8           # [flag, row, wait index, observed, needed, ...]
 # Trace mode (HIERCOLL_KERNEL_TRACE=1): after the error record, CTA 0 of each launch writes
 # %globaltimer stamps, one record of TRACE_STRIDE words per call (epoch % TRACE_CALLS): [0] the

@@ -334,6 +334,7 @@ class KernelState:
     epoch: torch.Tensor
     err: torch.Tensor
     trace: bool = False      # err also holds TRACE_WORDS of timer stamps (abi.TRACE_*)
+    ll_half: int = 0         # an LL program (kernels/ll.py): int32 slots of one parity of its area
 
 
 def _kernel_args(state: KernelState, span: RowSpan, reduce_op: str, spin_limit: int,
@@ -356,6 +357,21 @@ def _kernel_args(state: KernelState, span: RowSpan, reduce_op: str, spin_limit: 
             state.trace and uses_ptx(interpret))
 
 
+def _ll_args(state: KernelState, span: RowSpan, reduce_op: str,
+             spin_limit: int) -> tuple[Any, ...]:
+    """`ll_kernel`'s arguments in its signature order (kernels/ll.py)."""
+    from hiercoll.kernels.ll import BLOCK_WORDS, SOURCES
+    data = state.data
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    assert (data.is_cuda or interpret) and data.is_contiguous() and data.dim() == 1
+    assert state.epoch.numel() > span.grid, "an LL launch keeps one counter per CTA"
+    fmt = {torch.bfloat16: 1, torch.float16: 2}.get(data.dtype, 0)
+    assert data.element_size() in (2, 4) and state.sig.data_ptr() % 16 == 0
+    return (state.table, data, state.sig, state.epoch, state.err, span.first_row, span.num_rows,
+            spin_limit, state.ll_half, REDUCE_CODES[reduce_op], fmt, 4 // data.element_size(),
+            BLOCK_WORDS, SOURCES, uses_ptx(interpret))
+
+
 def uses_ptx(interpret: bool) -> bool:
     """NVIDIA's PTX for acquire loads and fire-and-forget releases; HIP and Triton's CPU
     interpreter take the portable atomics (same semantics, slower)."""
@@ -372,11 +388,16 @@ def launch_rows(state: KernelState, span: RowSpan, *, reduce_op: str, spin_limit
     fused: the call's only launch (its rows start and end with the barriers): every CTA uses the
     counter + 1, CTA 0 stores it at the end.
     """
+    if state.ll_half:
+        from hiercoll.kernels.ll import ll_kernel
+        return ll_kernel[(span.grid,)](*_ll_args(state, span, reduce_op, spin_limit),
+                                       num_warps=NUM_WARPS)
     args = _kernel_args(state, span, reduce_op, spin_limit, bump_epoch, fused)
     return _program_kernel[(span.grid,)](*args, num_warps=NUM_WARPS)
 
 
 Variant = tuple[bool, bool, bool]      # (aligned, bump_epoch, fused): one compiled binary each
+LL_VARIANT: Variant = (True, True, True)   # never a simple variant (bump and fused exclude)
 
 
 @dataclass(frozen=True)
@@ -408,13 +429,14 @@ def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any],
     """`span` bound for direct launches, or None where the JIT must dispatch: no compiled
     variant (the interpreter), or a launch hook is set (a profiler such as proton needs the
     JIT's launch metadata)."""
-    kernel = compiled.get((span.aligned, bump_epoch, fused))
+    kernel = compiled.get(LL_VARIANT if state.ll_half else (span.aligned, bump_epoch, fused))
     if kernel is None or not hasattr(kernel, "packed_metadata"):
         return None
     hooks = triton.knobs.runtime.launch_enter_hook   # a HookChain (empty) in triton 3.6
     if hooks is not None and getattr(hooks, "calls", True):
         return None
-    args = _kernel_args(state, span, reduce_op, spin_limit, bump_epoch, fused)
+    args = (_ll_args(state, span, reduce_op, spin_limit) if state.ll_half
+            else _kernel_args(state, span, reduce_op, spin_limit, bump_epoch, fused))
     return BoundLaunch(kernel.run, kernel.function, kernel.packed_metadata, span.grid, args)
 
 
@@ -424,6 +446,10 @@ def warm_up(state: KernelState, reduce_op: str, spin_limit: int = 0) -> dict[Var
     timeouts). Returns the compiled kernel of each variant, for `bind_launch` (empty in the
     interpreter). `spin_limit` as the calls pass it (its integer type is part of the binary)."""
     compiled: dict[Variant, Any] = {}
+    if state.ll_half:      # an LL program launches one binary
+        kernel = launch_rows(state, RowSpan(0, 0, 1, True), reduce_op=reduce_op,
+                             spin_limit=spin_limit)
+        return {LL_VARIANT: kernel} if kernel is not None else {}
     for aligned in (False, True):
         for bump, fused in ((False, False), (True, False), (False, True)):
             kernel = launch_rows(state, RowSpan(0, 0, 1, aligned), reduce_op=reduce_op,

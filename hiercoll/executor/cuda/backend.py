@@ -199,9 +199,11 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
     trace = trace_enabled()
     kernel = KernelState(table=torch.tensor(table.words, dtype=torch.int64, device=device),
                          data=data.tensor, sig=signals.tensor,
-                         epoch=torch.zeros(1, dtype=torch.int32, device=device),
+                         # LL programs keep one counter per CTA after the first (kernels/ll.py)
+                         epoch=torch.zeros(1 + (_grid(program) if program.ll_half else 0),
+                                           dtype=torch.int32, device=device),
                          err=torch.zeros(err_words(trace), dtype=torch.int64, device=device),
-                         trace=trace)
+                         trace=trace, ll_half=program.ll_half)
     copies = {id(item): _Copy(data.peer_view(item.dst.rank, item.dst.offset, item.count),
                               data.peer_view(item.src.rank, item.src.offset, item.count))
               for items in program.streams.values() for item in items
@@ -363,11 +365,16 @@ def check_timeouts(prepared: CudaPrepared) -> None:
     if err[0]:
         t = prepared.table
         row, widx = int(err[1]), int(err[2])
+        epochs = prepared.kernel.epoch
+        if widx < 0:       # an LL row: a word still short of the call's epoch
+            raise VerificationError(
+                f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for a peer's "
+                f"LL push (a word carried epoch {err[3]}, needed {err[4]})")
         producer = _producer_of(t, prepared, row, widx)
         raise VerificationError(
             f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for "
             f"{producer} (slot value {err[3]}, needed {err[4]}; epoch "
-            f"{int(prepared.kernel.epoch.item())})")
+            f"{int(epochs[0].item())})")
 
 
 def _producer_of(table: Table, prepared: CudaPrepared, row: int, widx: int) -> str:

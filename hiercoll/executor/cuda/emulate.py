@@ -33,6 +33,7 @@ from hiercoll.executor.cuda.lowering import (
 )
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
 
+LL_PARITIES = 2  # the LL area's copies (the kernel's; a test sets 1 to see the hazard it removes)
 EMU_BLOCK = 3   # elements per CTA step: small and odd, so CTAs interleave inside every region
 NET = -1        # stream key of the net stream (channels are >= 0)
 
@@ -52,6 +53,9 @@ class _Rank:
     cta_epoch: dict[int, int] = field(default_factory=dict)
     main_ctas: list[int] | None = None
     main_epoch: int = 0
+    # the LL area (ll.py), per parity: each element's value and the epoch its word carries
+    ll_val: np.ndarray = field(default_factory=lambda: np.zeros((LL_PARITIES, 0)))
+    ll_flag: np.ndarray = field(default_factory=lambda: np.zeros((LL_PARITIES, 0), np.int64))
 
 
 class _Emulator:
@@ -67,7 +71,9 @@ class _Emulator:
             self.ranks.append(_Rank(p, np.full(p.layout.total, np.nan), np.zeros(p.num_slots, np.int64),
                                     stream_pos={ch: 0 for ch in keys},
                                     stream_call={ch: 0 for ch in keys},
-                                    ctas={}))
+                                    ctas={},
+                                    ll_val=np.full((LL_PARITIES, p.ll_elements), np.nan),
+                                    ll_flag=np.zeros((LL_PARITIES, p.ll_elements), np.int64)))
         self.results: list[list[np.ndarray | None]] = [[None] * schedule.world_size for _ in calls]
 
     @staticmethod
@@ -170,19 +176,41 @@ class _Emulator:
     def _cta_steps(self, r: int, rk: _Rank, launch: KernelLaunch, pcs: list[int], epoch: int) -> bool:
         """One random CTA of `launch` that can run its next row does so; False if none can."""
         ready = [c for c, pc in enumerate(pcs) if pc < len(launch.rows)
-                 and all(rk.sig[w.slot] >= w.per_epoch * epoch for w in launch.rows[pc].waits)]
+                 and all(rk.sig[w.slot] >= w.per_epoch * epoch for w in launch.rows[pc].waits)
+                 and self._ll_ready(rk, launch.rows[pc], c, launch.grid, epoch)]
         if not ready:
             return False
         c = ready[int(self.rng.integers(len(ready)))]
-        self._do_row(launch.rows[pcs[c]], c, launch.grid)
+        self._do_row(launch.rows[pcs[c]], c, launch.grid, epoch)
         pcs[c] += 1
         return True
 
-    def _do_row(self, row: Row, cta: int, grid: int) -> None:
+    @staticmethod
+    def _share(row: Row, cta: int, grid: int) -> np.ndarray:
+        idx = np.arange(row.count)
+        return idx[(idx // EMU_BLOCK) % grid == cta]
+
+    def _ll_ready(self, rk: _Rank, row: Row, cta: int, grid: int, epoch: int) -> bool:
+        """An LL row's CTA runs once every word of its share of each LL source carries this
+        call's epoch (the kernel's poll)."""
+        if not row.ll >> 1:
+            return True
+        idx = self._share(row, cta, grid)
+        flags = rk.ll_flag[epoch % LL_PARITIES]
+        return all(bool(np.all(flags[s.offset + idx] == epoch))
+                   for i, s in enumerate(row.srcs) if row.ll >> (1 + i) & 1)
+
+    def _do_row(self, row: Row, cta: int, grid: int, epoch: int = 0) -> None:
         if row.count and row.dst is not None:
-            idx = np.arange(row.count)
-            idx = idx[(idx // EMU_BLOCK) % grid == cta]
-            srcs = [self.ranks[s.rank].data[s.offset + idx] for s in row.srcs]
+            idx = self._share(row, cta, grid)
+            par = epoch % LL_PARITIES
+            srcs = [self.ranks[s.rank].ll_val[par, s.offset + idx] if row.ll >> (1 + i) & 1
+                    else self.ranks[s.rank].data[s.offset + idx] for i, s in enumerate(row.srcs)]
+            if row.ll & 1:      # a push: flagged words into the receiver's LL area
+                peer = self.ranks[row.dst.rank]
+                peer.ll_val[par, row.dst.offset + idx] = srcs[0]
+                peer.ll_flag[par, row.dst.offset + idx] = epoch
+                return
             dst = self.ranks[row.dst.rank].data
             if not row.reduce:
                 dst[row.dst.offset + idx] = srcs[0]

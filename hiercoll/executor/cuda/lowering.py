@@ -26,7 +26,8 @@ from enum import StrEnum
 from typing import Any
 
 from hiercoll.errors import HiercollError
-from hiercoll.kernels.abi import STEP_ELEMENTS
+from hiercoll.executor.cuda.ll import LLPlan, elements_per_word, ll_plan
+from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
 
@@ -51,6 +52,14 @@ class Engine(StrEnum):
     SM = "sm"       # Triton kernel: loads/stores through peer mappings
     CE = "ce"       # copy engine: peer_view.copy_()
     NET = "net"     # inter-node transport: NCCL send/recv between the two owners
+
+
+class Protocol(StrEnum):
+    """How a plan's edges carry data and order (ll.py says why there are two)."""
+
+    AUTO = "auto"       # LL where the plan is one-hop and small (ll_threshold_bytes), else simple
+    SIMPLE = "simple"   # data, then a release signal; consumers acquire; barriers around a call
+    LL = "ll"           # flags in the data words, no signal, no barrier (one-hop plans only)
 
 
 class InterTransport(StrEnum):
@@ -89,6 +98,13 @@ class CudaOptions:
     launch_per_op: bool = _knob(
         False, "--launch-per-op", "cuda: one kernel launch per op (what --profile times per op; "
         "slower: consecutive ops of a channel otherwise share one launch)")
+    protocol: Protocol = _knob(
+        Protocol.AUTO, "--protocol", "cuda: auto: LL (flags in the data, no barriers) for "
+        "one-hop plans up to --ll-threshold, else simple; simple or ll force one (ll where the "
+        "plan is one-hop: executor/cuda/ll.py)")
+    ll_threshold_bytes: int = _knob(
+        256 << 10, "--ll-threshold", "cuda: --protocol auto takes LL when no op of the plan "
+        "moves more than this", size=True)
     forward: bool = _knob(
         True, "--no-forward", "cuda: keep every copy as planned (by default a reader of a "
         "copy's scratch reads its source over the peer mapping instead: executor/cuda/"
@@ -122,6 +138,14 @@ class CudaOptions:
         except ValueError:
             raise HiercollError(f"inter_transport: {self.inter_transport!r} should be one of "
                                 f"{', '.join(t.value for t in InterTransport)}") from None
+        try:
+            object.__setattr__(self, "protocol", Protocol(self.protocol))
+        except ValueError:
+            raise HiercollError(f"protocol: {self.protocol!r} should be one of "
+                                f"{', '.join(t.value for t in Protocol)}") from None
+        if not isinstance(self.ll_threshold_bytes, int) or self.ll_threshold_bytes < 0:
+            raise HiercollError(f"ll_threshold_bytes: {self.ll_threshold_bytes!r} must be an "
+                                "integer number of bytes >= 0")
 
 
 TUNED_KNOBS = ("ce_threshold_bytes",)   # what the auto-picker chooses (tuning.json "executor")
@@ -180,6 +204,10 @@ class Row:
     # the signals order nothing this kernel stored (see `_fused`): plain relaxed adds, without
     # the system-scope release fence (about 0.65 us a row on an H200, kernel_trace.py)
     relaxed: bool = False
+    # LL rows (ll.py): bit 0, `dst` is in the LL area (a push of flagged words); bit 1 + s,
+    # source s is (its words are read until they carry the call's epoch). LL addresses are
+    # element offsets into the rank's LL area (one parity), not its data allocation.
+    ll: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,6 +263,14 @@ class RankProgram:
     net: tuple[Launch, ...] = ()              # the net stream (NET engine), in global order
     fused: bool = False   # one launch per call: both barriers are rows of streams[0]'s only
     #                       launch, which also starts the epoch (no start/end barrier launches)
+    ll_elements: int = 0  # LL program (ll.py): its one launch walks LL rows; the LL area holds
+    #                       this many elements per parity, at the start of the signal allocation
+    ll_epw: int = 0       # elements per LL word (2 for 16-bit types, 1 for 32-bit)
+
+    @property
+    def ll_half(self) -> int:
+        """int32 slots of one parity of the LL area (a word is two slots: data, epoch)."""
+        return 2 * self.ll_elements // self.ll_epw if self.ll_epw else 0
 
 
 class CallStep(StrEnum):
@@ -437,6 +473,9 @@ def effective_options(schedule: Schedule, opts: CudaOptions) -> CudaOptions:
 def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> RankProgram:
     """Rank `rank`'s program. Deterministic: every rank can lower every other rank."""
     opts = opts or CudaOptions()
+    ll = _ll_lowering(schedule, rank, opts)
+    if ll is not None:
+        return ll
     schedule = lowered_schedule(schedule, opts)
     opts = effective_options(schedule, opts)
     g = _global(schedule, opts)
@@ -501,6 +540,72 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                        {ch: tuple(v) for ch, v in sorted(streams.items())},
                        _barrier(g, w, rank, 1, "end"), schedule.spec.accumulates_output,
                        tuple(notes), net)
+
+
+def ll_applies(schedule: Schedule, opts: CudaOptions) -> LLPlan | None:
+    """The LL plan `lower` runs `schedule` with under `opts`, or None (simple). Memoised like
+    `lowered_schedule`: every rank asks."""
+    if opts.protocol == Protocol.SIMPLE or opts.launch_per_op or (
+            opts.protocol == Protocol.AUTO and not opts.fuse):
+        return None      # --no-fuse asks for the multi-launch form; a per-op profile too
+    # auto: never where the simple lowering would put a copy on the copy engine
+    limit = (min(opts.ll_threshold_bytes, opts.ce_threshold_bytes - 1)
+             if opts.protocol == Protocol.AUTO else 1 << 62)
+    key = (id(schedule), limit, opts.inter_transport)
+    hit = _LL_PLANS.get(key)
+    if hit is not None and hit[0] is schedule:
+        return hit[1]
+    plan = ll_plan(schedule, limit, peer_inter=opts.inter_transport == InterTransport.PEER)
+    if len(_LL_PLANS) > 16:
+        _LL_PLANS.clear()
+    _LL_PLANS[key] = (schedule, plan)
+    return plan
+
+
+_LL_PLANS: dict[tuple[int, int, InterTransport], tuple[Schedule, LLPlan | None]] = {}
+
+
+def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgram | None:
+    """Rank `rank`'s LL program (ll.py): one launch, no barriers, no signals. Its rows, in
+    order: this rank's pushes (first, so the bytes leave at once), its local ops, then the
+    unpacking of pushes it received into its output."""
+    plan = ll_applies(schedule, opts)
+    if plan is None:
+        return None
+    layout = symmetric_layout(schedule)
+    itemsize = schedule.spec.dtype.itemsize
+
+    def area(region: Region) -> Addr:
+        return Addr(region.rank, plan.area[region.buffer] + region.offset)
+
+    rows: list[Row] = []
+    mine = schedule.rank_ops(rank)
+    for op in mine:
+        if op.ref in plan.pushes:
+            rows.append(Row(op.id, op.dst.count, area(op.dst), (layout.addr(op.srcs[0]),), False,
+                            False, 1.0, (), (), ll=1))
+    for op in mine:
+        if op.ref in plan.pushes:
+            continue
+        holders = plan.reads[op.ref]
+        srcs = tuple(layout.addr(s) if h is None else area(s) for s, h in zip(op.srcs, holders))
+        mask = sum(2 << i for i, h in enumerate(holders) if h is not None)
+        rows.append(Row(op.id, op.dst.count, layout.addr(op.dst), srcs, op.kind == OpKind.REDUCE,
+                        op.accumulate, op.scale, (), (), ll=mask))
+    for r, i in plan.unpacked:
+        op = schedule.rank_ops(r)[i]
+        if op.dst.rank == rank:
+            rows.append(Row(f"{op.id}:unpack", op.dst.count, layout.addr(op.dst),
+                            (area(op.dst),), False, False, 1.0, (), (), ll=2))
+    epw = elements_per_word(itemsize)
+    words = max(op.dst.count for op in schedule.ops()) // epw
+    grid = opts.ctas or max(1, min(MAX_CTAS, -(-words // LL_STEP_WORDS)))
+    launch = KernelLaunch(tuple(rows), grid, _aligned(rows, itemsize))
+    program = RankProgram(rank, layout, 0, None, {0: (launch,)}, KernelLaunch((), 1, True),
+                          schedule.spec.accumulates_output,
+                          ("LL: one kernel per call, flags in the data words, no barriers",),
+                          (), True, plan.elements, epw)
+    return replace(program, num_slots=2 * program.ll_half)
 
 
 COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to the next row

@@ -16,6 +16,7 @@ from hiercoll.kernels.abi import (
     F_COUNT,
     F_DST,
     F_ID,
+    F_LL,
     F_NSIG,
     F_NSRC,
     F_NWAIT,
@@ -55,18 +56,21 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
     base = len(words)
     producers: list[str] = []
 
-    def rel(a: Addr) -> int:
+    def rel(a: Addr, ll: bool = False) -> int:
+        if ll:   # a word of the LL area: two int32 slots of the signal allocation
+            return sig_delta[a.rank] + 2 * (a.offset // program.ll_epw)
         return data_delta[a.rank] + a.offset
 
     for i, row in enumerate(rows):
         w = i * ROW_WORDS
         words[w + F_COUNT] = row.count
-        words[w + F_DST] = rel(row.dst) if row.dst else 0
+        words[w + F_DST] = rel(row.dst, bool(row.ll & 1)) if row.dst else 0
         words[w + F_REDUCE] = int(row.reduce)
         words[w + F_ACC] = int(row.accumulate)
         words[w + F_SCALE] = float_bits(row.scale)
         words[w + F_NSRC], words[w + F_SRC] = len(row.srcs), base + len(extra)
-        extra.extend(rel(s) for s in row.srcs)
+        extra.extend(rel(s, bool(row.ll >> (1 + k) & 1)) for k, s in enumerate(row.srcs))
+        words[w + F_LL] = row.ll
         words[w + F_NWAIT], words[w + F_WAIT] = len(row.waits), base + len(extra)
         for wt in row.waits:
             extra.extend((sig_delta[program.rank] + wt.slot, wt.per_epoch))
