@@ -9,6 +9,7 @@ from hiercoll.errors import HiercollError
 from hiercoll.gcpause import without_cyclic_gc
 from hiercoll.schedule import Op, Schedule, predecessor_map
 from hiercoll.sim.bounds import lower_bound
+from hiercoll.sim.compiled import Engine, run_timing_compiled, use_compiled
 from hiercoll.sim.engine import Progress, on_copy_engine, pinned, run_timing
 from hiercoll.sim.links import Network, Tier
 from hiercoll.sim.result import LinkStat, SimResult, critical_path
@@ -23,7 +24,8 @@ CallMode = Literal["eager", "graph"]
 
 def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
              record: bool = False, *, costs_from: Topology | None = None,
-             call_mode: CallMode = "eager", progress: Progress | None = None) -> SimResult:
+             call_mode: CallMode = "eager", progress: Progress | None = None,
+             engine: Engine | None = None) -> SimResult:
     """Time `schedule` on `topology`. `mode="auto"` folds ranks that a verified translation
     symmetry makes identical (the result says so); `"exact"` simulates every rank; `"trusted"`
     folds on the planner's declaration without re-checking it (the auto-picker's inner loop:
@@ -34,14 +36,21 @@ def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
     with the bandwidths, latencies and costs of another topology of the same shape (what a
     calibration varies), without re-planning. `progress(ended, total)`: called with the ops
     ended so far every 1024 simulated instants and once at the end (an unfolded 4096-GPU run
-    takes minutes)."""
+    takes minutes).
+
+    `engine`: which core replays the ops; None reads $HIERCOLL_SIM_ENGINE, else `auto`: the
+    compiled core (`sim/compiled`, needs numba: the `sim` extra) for runs of
+    `compiled.AUTO_MIN_OPS` ops or more, the Python engine below that or without numba.
+    `python` is the reference the compiled core is tested against; `compiled` insists on numba.
+    `record` traces are the Python engine's alone, whatever is asked."""
     with without_cyclic_gc():
         return _simulate(schedule, topology, mode, record, costs_from=costs_from, call_mode=call_mode,
-                         progress=progress)
+                         progress=progress, engine=engine)
 
 
 def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, *,
-              costs_from: Topology | None, call_mode: CallMode, progress: Progress | None) -> SimResult:
+              costs_from: Topology | None, call_mode: CallMode, progress: Progress | None,
+              engine: Engine | None) -> SimResult:
     schedule.refuse_library_call("simulate")
     if schedule.meta.topology_fingerprint != topology.fingerprint():
         raise HiercollError("simulate: the schedule was planned for another topology "
@@ -59,12 +68,19 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     schedule = pinned(schedule, ranks)      # every walk below reads the same built ops
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize,
                   levels=bool(sym and sym.levels))
-    timing, fluid = run_timing(schedule, net, ranks, record, progress)
+    num_ops = sum(len(schedule.rank_ops(r)) for r in ranks)
+    compiled = (run_timing_compiled(schedule, net, ranks, progress)
+                if use_compiled(engine, num_ops, record) else None)
+    if compiled is None:
+        timing, fluid = run_timing(schedule, net, ranks, record, progress)
+        usage = fluid.usage
+    else:
+        timing, usage = compiled
     end = call_time_us(schedule, topology, ranks, max(timing.end.values(), default=0.0), call_mode)
     copies = schedule.world_size // fold if fold else 1
-    links = [LinkStat(name=info.name, tier=info.tier.value, bytes=fluid.usage.bytes[i],
-                      busy_us=fluid.usage.busy_us[i],
-                      utilization=(fluid.usage.bytes[i]
+    links = [LinkStat(name=info.name, tier=info.tier.value, bytes=usage.bytes[i],
+                      busy_us=usage.busy_us[i],
+                      utilization=(usage.bytes[i]
                                    / ((info.crowded_bytes_per_us or info.bytes_per_us) * end)
                                    if end > 0 else 0.0),
                       copies=copies // info.shared_by)
@@ -72,7 +88,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     per_tier = {Tier.INTRA: 0.0, Tier.INTER: 0.0}
     for i, info in enumerate(net.links):
         if info.counts_traffic:
-            per_tier[info.tier] += fluid.usage.bytes[i] * copies
+            per_tier[info.tier] += usage.bytes[i] * copies
     bound = lower_bound(schedule.spec, topology)
     algbw, busbw = schedule.spec.bandwidths_gbps(end)
     preds = predecessor_map(schedule, ranks, fold)
@@ -91,9 +107,9 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
                        critical_path=critical_path(preds, timing.start, timing.end),
                        ranks_simulated=ranks, shortcut=shortcut,
                        notes=[fold_note] if fold_note else [],
-                       num_ops=sum(len(schedule.rank_ops(r)) for r in ranks) * copies)
+                       num_ops=num_ops * copies)
     if record:
-        result.link_record = fluid.usage.record
+        result.link_record = usage.record
         result.link_names = [l.name for l in net.links]
     return result
 

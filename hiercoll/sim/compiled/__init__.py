@@ -1,0 +1,140 @@
+"""The compiled simulator core: the Python engine's replay (`sim/engine.py`, `sim/fluid.py`)
+over flat tables, compiled with numba (the `sim` extra). The Python engine stays the reference:
+tests run both and require the same times and link loads.
+
+`run_timing_compiled` returns what `engine.run_timing` does, or None where the case is one the
+tables do not hold (then the caller runs the Python engine): never a different answer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from typing import Literal, cast
+
+import numpy as np
+
+from hiercoll.errors import HiercollError
+from hiercoll.schedule import Schedule
+from hiercoll.sim.engine import OpTiming, Progress
+from hiercoll.sim.fluid import SLACK_MARGIN, LinkUsage
+from hiercoll.sim.links import Network
+
+Engine = Literal["auto", "python", "compiled"]
+ENGINES: tuple[Engine, ...] = ("auto", "python", "compiled")
+ENGINE_ENV = "HIERCOLL_SIM_ENGINE"
+# `auto` replays fewer ops than this in Python: below it, importing numba and loading the
+# compiled loop from its cache (~0.5 s per process) costs more than the Python engine's ~20 us
+# an op saves
+AUTO_MIN_OPS = 20_000
+PROGRESS_EVERY = 1024      # instants between progress reports, as the Python engine's clock
+
+
+def heap_start(channels: int) -> int:
+    """The event heap's first size: a channel's next begin and its flow's wake-ups (stale ones
+    wait in the heap until popped); the loop asks for twice as much when it might overflow."""
+    return 4 * channels + 64
+
+
+def numba_available() -> bool:
+    """Whether numba is installed (the `sim` extra); not imported here."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def requested_engine(engine: Engine | None) -> Engine:
+    """The engine asked for: the argument, else $HIERCOLL_SIM_ENGINE, else auto."""
+    if engine is None:
+        env = os.environ.get(ENGINE_ENV, "").strip().lower() or "auto"
+        if env not in ENGINES:
+            raise HiercollError(f"{ENGINE_ENV}={env!r}: expected one of {', '.join(ENGINES)}")
+        return cast(Engine, env)
+    if engine not in ENGINES:
+        raise HiercollError(f"simulate: engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    return engine
+
+
+def use_compiled(engine: Engine | None, num_ops: int, record: bool) -> bool:
+    """Whether to replay with the compiled core. `record` (per-link utilisation traces) is the
+    Python engine's alone; `compiled` without numba installed is an error, `auto` falls back."""
+    engine = requested_engine(engine)
+    if engine == "python" or record:
+        return False
+    if engine == "compiled":
+        if not numba_available():
+            raise HiercollError("simulate: engine 'compiled' needs numba "
+                                "(pip install 'hiercoll[sim]'); engine 'auto' falls back to Python")
+        return True
+    return num_ops >= AUTO_MIN_OPS and numba_available()
+
+
+def run_timing_compiled(schedule: Schedule, net: Network, ranks: Sequence[int],
+                        progress: Progress | None = None) -> tuple[OpTiming, LinkUsage] | None:
+    """Replay `ranks`' ops on the compiled core: (op start and end times, per-link usage), as
+    `engine.run_timing`; None where the tables cannot hold the schedule."""
+    from hiercoll.sim.compiled.core import DONE, GROW, N_STATE, NENDED, PAUSED, replay
+    from hiercoll.sim.compiled.tables import build_tables
+
+    t = build_tables(schedule, net, ranks)
+    if t is None:
+        return None
+    n, n_ch, n_links = t.num_ops, len(t.ch_ptr) - 1, len(net.links)
+    i64, f64 = np.int64, np.float64
+    alone = np.array([l.bytes_per_us for l in net.links], f64)
+    crowded = np.array([-1.0 if l.crowded_bytes_per_us is None else l.crowded_bytes_per_us
+                        for l in net.links], f64)
+    slack = np.array([c * (1.0 - SLACK_MARGIN) for c in alone.tolist()], f64)   # as fluid.py
+    op_start, op_end = np.zeros(n, f64), np.zeros(n, f64)
+    op_ended = np.zeros(n, np.uint8)
+    wait_head, wait_tail = np.full(n, -1, i64), np.full(n, -1, i64)
+    ch_i, ch_d, ch_wait_next = np.zeros(n_ch, i64), np.zeros(n_ch, i64), np.full(n_ch, -1, i64)
+    fl_rate, fl_rem, fl_tref, fl_ceil = (np.zeros(n_ch, f64) for _ in range(4))
+    fl_ver, fl_stamp, fl_rated = np.zeros(n_ch, i64), np.zeros(n_ch, i64), np.zeros(n_ch, i64)
+    fl_new = np.zeros(n_ch, f64)
+    link_f = [np.zeros(n_links, f64) for _ in range(9)]    # weight .. at
+    weight, demand, ubytes, busy_us, busy_since, ws, rem, left, at = link_f
+    link_i = [np.zeros(n_links, i64) for _ in range(6)]
+    active, dirty, dirty_list, seen, incomp, done = link_i
+    head = np.full(n_links, -1, i64)
+    nodes = n_ch * t.max_links
+    node_next, node_prev = np.full(nodes, -1, i64), np.full(nodes, -1, i64)
+    size = heap_start(n_ch)
+    hk, (hs, hp, hv) = np.zeros(size, f64), (np.zeros(size, i64) for _ in range(3))
+    fk, (fs, fp, fv) = np.zeros(n_links + 1, f64), (np.zeros(n_links + 1, i64) for _ in range(3))
+    ready = np.zeros(n_ch + 1, i64)
+    lstack, act, comp_links, full = (np.zeros(n_links + 1, i64) for _ in range(4))
+    comp_flows = np.zeros(n_ch + 1, i64)
+    st, tnow = np.zeros(N_STATE, i64), np.zeros(1, f64)
+    cap = alone.copy()                 # crowded links change theirs while shared
+    stop = PROGRESS_EVERY if progress is not None else np.iinfo(i64).max
+    while True:
+        status = replay(t.op_shape, t.op_nbytes, t.op_delay, t.dep_ptr, t.dep_idx,
+                        op_start, op_end, op_ended, wait_head, wait_tail,
+                        t.ch_ptr, t.ch_ops, ch_i, ch_d, ch_wait_next,
+                        fl_rate, fl_rem, fl_tref, fl_ceil, fl_ver, fl_stamp, fl_rated, fl_new,
+                        t.sh_ptr, t.sh_lid, t.sh_w, t.max_links,
+                        alone, crowded, cap, slack, weight, demand, ubytes, busy_us, busy_since, active, head,
+                        node_next, node_prev, dirty, dirty_list, seen, incomp, done,
+                        ws, rem, left, at, hk, hs, hp, hv, fk, fs, fp, fv,
+                        ready, lstack, act, comp_flows, comp_links, full, st, tnow, stop)
+        if status == DONE:
+            break
+        if status == GROW:
+            hk, hs, hp, hv = (np.concatenate([h, np.zeros_like(h)]) for h in (hk, hs, hp, hv))
+        elif status == PAUSED:
+            assert progress is not None
+            progress(int(st[NENDED]), n)
+            stop += PROGRESS_EVERY
+    if progress is not None:
+        progress(int(st[NENDED]), n)
+    if int(st[NENDED]) < n:
+        from hiercoll.errors import VerificationError
+        row = int(np.flatnonzero(op_ended == 0)[0])
+        at_rank = int(np.searchsorted(np.cumsum(t.lens), row, side="right"))
+        r, i = t.ranks[at_rank], row - int(sum(t.lens[:at_rank]))
+        raise VerificationError(f"deadlock: op {r}.{i} and {n - int(st[NENDED]) - 1} others never ran "
+                                "(a dependency waits on an op that waits on it)")
+    refs = [(r, i) for r, k in zip(t.ranks, t.lens) for i in range(k)]
+    timing = OpTiming(dict(zip(refs, op_start.tolist())), dict(zip(refs, op_end.tolist())))
+    usage = LinkUsage(ubytes.tolist(), busy_us.tolist(), active.tolist(), busy_since.tolist(), None)
+    return timing, usage

@@ -1,0 +1,446 @@
+"""The replay loop over flat tables, compiled with numba (on first call, then cached on disk).
+
+The same algorithm as `sim/engine.py` + `sim/fluid.py`, step for step, so the Python engine
+stays its oracle: channels are cursors over their ops, an event heap orders (time, sequence),
+every instant ends with one max-min re-solve of the component its changes can reach, a link that
+cannot fill is left out, and a re-solved rate within RATE_RTOL keeps its pending wake-up.
+
+What differs is only representation. A channel runs one op at a time, so it owns at most one
+flow: flow state is per channel, and a flow's place on a link's member list is the node
+`channel * max_links + k` (its k-th link), linked both ways so a flow leaves a link in O(1).
+Scratch marks are stamped with a per-settle counter instead of cleared. Sets the Python code
+iterates in hash order are walked here in discovery order, which moves sums by rounding only.
+
+Every piece of state lives in the arrays passed in, so the loop can return and be resumed: after
+`stop_instants` instants (the caller reports progress) or when the event heap might overflow
+(the caller doubles it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numba
+import numpy as np
+
+from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
+from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, SLACK_MARGIN
+
+# st[] slots: the loop's scalars (closures may mutate arrays, not the variables they capture)
+HSIZE, SEQ, NDIRTY, NENDED, INSTANTS, STAMP, NREADY, INIT = range(8)
+N_STATE = 8
+BEGIN, FINISH = 0, 1
+DONE, PAUSED, GROW = 0, 1, 2
+TINY_WEIGHT = 1e-12       # fluid.py's "no weight left on this link"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _jit(fn: F) -> F:
+    """numba.njit, cached on disk where the package's __pycache__ (or numba's user-wide cache)
+    is writable, else compiled in memory once per process."""
+    try:
+        return cast(F, numba.njit(cache=True, nogil=True)(fn))
+    except RuntimeError:        # numba found no writable cache location
+        return cast(F, numba.njit(nogil=True)(fn))
+
+
+@_jit
+def _hpush(hk: Any, hs: Any, hp: Any, hv: Any, n: int, key: float, tie: int, p: int, v: int) -> int:
+    """Push onto a binary min-heap ordered by (key, tie); returns the new size."""
+    i = n
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[parent] < key or (hk[parent] == key and hs[parent] < tie):
+            break
+        hk[i], hs[i], hp[i], hv[i] = hk[parent], hs[parent], hp[parent], hv[parent]
+        i = parent
+    hk[i], hs[i], hp[i], hv[i] = key, tie, p, v
+    return n + 1
+
+
+@_jit
+def _hsift(hk: Any, hs: Any, hp: Any, hv: Any, n: int, key: float, tie: int, p: int, v: int) -> None:
+    """Place (key, tie, p, v) at the root and sift it down (heap of size n, root free)."""
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hs[c + 1] < hs[c])):
+            c += 1
+        if key < hk[c] or (key == hk[c] and tie < hs[c]):
+            break
+        hk[i], hs[i], hp[i], hv[i] = hk[c], hs[c], hp[c], hv[c]
+        i = c
+    hk[i], hs[i], hp[i], hv[i] = key, tie, p, v
+
+
+@_jit
+def _hpop(hk: Any, hs: Any, hp: Any, hv: Any, n: int) -> int:
+    """Drop the root (read it first); returns the new size."""
+    n -= 1
+    if n > 0:
+        _hsift(hk, hs, hp, hv, n, hk[n], hs[n], hp[n], hv[n])
+    return n
+
+
+@_jit
+def replay(op_shape: Any, op_nbytes: Any, op_delay: Any, dep_ptr: Any, dep_idx: Any,
+            op_start: Any, op_end: Any, op_ended: Any, wait_head: Any, wait_tail: Any,
+            ch_ptr: Any, ch_ops: Any, ch_i: Any, ch_d: Any, ch_wait_next: Any,
+            fl_rate: Any, fl_rem: Any, fl_tref: Any, fl_ceil: Any, fl_ver: Any,
+            fl_stamp: Any, fl_rated: Any, fl_new: Any,
+            sh_ptr: Any, sh_lid: Any, sh_w: Any, max_links: int,
+            alone: Any, crowded: Any, cap: Any, slack_below: Any, weight: Any, demand: Any,
+            ubytes: Any, busy_us: Any, busy_since: Any, active: Any, head: Any,
+            node_next: Any, node_prev: Any,
+            dirty: Any, dirty_list: Any, seen: Any, incomp: Any, done: Any,
+            ws: Any, rem: Any, left: Any, at: Any,
+            hk: Any, hs: Any, hp: Any, hv: Any, fk: Any, fs: Any, fp: Any, fv: Any,
+            ready: Any, lstack: Any, act: Any, comp_flows: Any, comp_links: Any, full: Any,
+            st: Any, tnow: Any, stop_instants: int) -> int:
+    """Run the event loop until the heap is empty (DONE), `stop_instants` instants have run
+    (PAUSED) or the heap might overflow this instant (GROW). numba compiles it on first call
+    (the closures are inlined)."""
+    n_ch = len(ch_i)
+
+    def cur_op(c: int) -> int:
+        return int(ch_ops[ch_ptr[c] + ch_i[c]])
+
+    def push_event(t: float, kind: int, c: int, ver: int) -> None:
+        st[SEQ] += 1
+        st[HSIZE] = _hpush(hk, hs, hp, hv, st[HSIZE], t, st[SEQ], c * 2 + kind, ver)
+
+    def mark_dirty(lid: int) -> None:
+        if dirty[lid] == 0:
+            dirty[lid] = 1
+            dirty_list[st[NDIRTY]] = lid
+            st[NDIRTY] += 1
+
+    def set_capacity(lid: int, c: float) -> None:
+        cap[lid] = c
+        slack_below[lid] = c * (1.0 - SLACK_MARGIN)
+
+    def drain() -> None:
+        """engine.run_timing's drain: pop channels (a stack), start the ones whose next op has
+        every dependency ended, park the others on the first dependency still running."""
+        while st[NREADY] > 0:
+            st[NREADY] -= 1
+            c = ready[st[NREADY]]
+            if ch_i[c] == ch_ptr[c + 1] - ch_ptr[c]:
+                continue
+            op = cur_op(c)
+            blocked = False
+            first = dep_ptr[op]
+            while ch_d[c] < dep_ptr[op + 1] - first:
+                d = dep_idx[first + ch_d[c]]
+                if d < 0:            # an op that does not exist: waits forever (a deadlock)
+                    blocked = True
+                    break
+                if op_ended[d] == 0:
+                    ch_wait_next[c] = -1
+                    if wait_head[d] < 0:
+                        wait_head[d] = c
+                    else:
+                        ch_wait_next[wait_tail[d]] = c
+                    wait_tail[d] = c
+                    blocked = True
+                    break
+                ch_d[c] += 1
+            if not blocked:
+                now = tnow[0]
+                op_start[op] = now
+                push_event(now + op_delay[op], BEGIN, c, 0)
+
+    def finished(c: int) -> None:
+        op = cur_op(c)
+        op_end[op] = tnow[0]
+        op_ended[op] = 1
+        st[NENDED] += 1
+        ch_i[c] += 1
+        ch_d[c] = 0
+        ready[st[NREADY]] = c
+        st[NREADY] += 1
+        w = wait_head[op]
+        wait_head[op] = -1
+        while w >= 0:
+            ready[st[NREADY]] = w
+            st[NREADY] += 1
+            w = ch_wait_next[w]
+        drain()
+
+    def transfer(c: int) -> bool:
+        """FluidNetwork.transfer for channel c's current op; False: nothing to move."""
+        op = cur_op(c)
+        nbytes = op_nbytes[op]
+        s = op_shape[op]
+        a, b = sh_ptr[s], sh_ptr[s + 1]
+        if nbytes <= EPS_BYTES or a == b:
+            return False
+        now = tnow[0]
+        ceiling = np.inf
+        for k in range(a, b):
+            x = alone[sh_lid[k]] / sh_w[k]
+            if x < ceiling:
+                ceiling = x
+        fl_rem[c] = nbytes
+        fl_rate[c] = 0.0
+        fl_tref[c] = now
+        fl_ceil[c] = ceiling
+        for k in range(a, b):
+            lid, w = sh_lid[k], sh_w[k]
+            node = c * max_links + (k - a)
+            h = head[lid]
+            node_prev[node] = -1
+            node_next[node] = h
+            if h >= 0:
+                node_prev[h] = node
+            head[lid] = node
+            weight[lid] += w
+            if crowded[lid] > 0.0 and active[lid] == 1:
+                set_capacity(lid, crowded[lid])
+            ubytes[lid] += w * nbytes
+            if active[lid] == 0:
+                busy_since[lid] = now
+            active[lid] += 1
+            demand[lid] += w * ceiling
+            mark_dirty(lid)
+        return True
+
+    def finish(c: int) -> None:
+        """FluidNetwork._finish: channel c's flow leaves its links."""
+        now = tnow[0]
+        op = cur_op(c)
+        s = op_shape[op]
+        a, b = sh_ptr[s], sh_ptr[s + 1]
+        ceiling = fl_ceil[c]
+        for k in range(a, b):
+            lid, w = sh_lid[k], sh_w[k]
+            node = c * max_links + (k - a)
+            p, q = node_prev[node], node_next[node]
+            if p >= 0:
+                node_next[p] = q
+            else:
+                head[lid] = q
+            if q >= 0:
+                node_prev[q] = p
+            on = active[lid] > 1                    # flows left on the link
+            weight[lid] = weight[lid] - w if on else 0.0
+            if crowded[lid] > 0.0 and active[lid] == 2:
+                set_capacity(lid, alone[lid])
+            active[lid] -= 1
+            if active[lid] == 0:
+                busy_us[lid] += now - busy_since[lid]
+            demand[lid] = demand[lid] - w * ceiling if on else 0.0
+            mark_dirty(lid)
+        fl_rate[c] = 0.0
+        fl_rem[c] = 0.0
+        finished(c)
+
+    def freeze(f: int, level: float, stamp: int, by_heap: bool) -> None:
+        """Fix flow f's rate at `level`; its weight leaves every link of the problem."""
+        fl_rated[f] = stamp
+        fl_new[f] = level
+        s = op_shape[cur_op(f)]
+        for k in range(sh_ptr[s], sh_ptr[s + 1]):
+            l2 = sh_lid[k]
+            if incomp[l2] == stamp:
+                if by_heap:
+                    left[l2] -= (level - at[l2]) * ws[l2]
+                    at[l2] = level
+                ws[l2] = ws[l2] - sh_w[k]
+
+    def freeze_link(lid: int, level: float, stamp: int, by_heap: bool) -> None:
+        node = head[lid]
+        while node >= 0:
+            f = node // max_links
+            if fl_rated[f] != stamp:
+                freeze(f, level, stamp, by_heap)
+            node = node_next[node]
+
+    def fill_scan(nl: int, stamp: int) -> None:
+        """fluid._fill_by_scan: each level, the smallest fill level over every open link."""
+        na = 0
+        for j in range(nl):
+            lid = comp_links[j]
+            rem[lid] = cap[lid]
+            if ws[lid] > TINY_WEIGHT:
+                act[na] = lid
+                na += 1
+        level = 0.0
+        while na > 0:
+            best = np.inf
+            for j in range(na):
+                lid = act[j]
+                x = rem[lid] / ws[lid]
+                if x < best:
+                    best = x
+            level += best
+            nb = 0
+            for j in range(na):
+                lid = act[j]
+                rem[lid] -= best * ws[lid]
+                if rem[lid] <= SATURATED_RTOL * cap[lid]:
+                    full[nb] = lid
+                    nb += 1
+            if nb == 0:             # rounding: the minimum link is the bottleneck
+                bi = act[0]
+                bx = rem[bi] / ws[bi]
+                for j in range(1, na):
+                    lid = act[j]
+                    x = rem[lid] / ws[lid]
+                    if x < bx:
+                        bx, bi = x, lid
+                full[0] = bi
+                nb = 1
+            for j in range(nb):
+                done[full[j]] = stamp
+                freeze_link(full[j], level, stamp, False)
+            m = 0
+            for j in range(na):
+                lid = act[j]
+                if ws[lid] > TINY_WEIGHT and done[lid] != stamp:
+                    act[m] = lid
+                    m += 1
+            na = m
+
+    def top_is_current(n: int) -> tuple[bool, int]:
+        """fluid._fill_by_heap's check of the top entry: (current, heap size)."""
+        lid = fs[0]
+        w = ws[lid]
+        if w <= TINY_WEIGHT:
+            return False, _hpop(fk, fs, fp, fv, n)
+        cur = at[lid] + max(left[lid], 0.0) / w
+        if cur > fk[0]:
+            _hsift(fk, fs, fp, fv, n, cur, lid, 0, 0)
+            return False, n
+        return True, n
+
+    def fill_heap(nl: int, stamp: int) -> None:
+        """fluid._fill_by_heap: links wait in a heap by the level at which they fill."""
+        n = 0
+        for j in range(nl):
+            lid = comp_links[j]
+            left[lid] = cap[lid]
+            at[lid] = 0.0
+            if ws[lid] > TINY_WEIGHT:
+                n = _hpush(fk, fs, fp, fv, n, cap[lid] / ws[lid], lid, 0, 0)
+        while n > 0:
+            ok, n = top_is_current(n)
+            if not ok:
+                continue
+            level = fk[0]
+            full[0] = fs[0]
+            nfull = 1
+            n = _hpop(fk, fs, fp, fv, n)
+            while n > 0:
+                ok, n = top_is_current(n)
+                if not ok:
+                    continue
+                l2 = fs[0]
+                if (fk[0] - level) * ws[l2] > SATURATED_RTOL * cap[l2]:
+                    break
+                full[nfull] = l2
+                nfull += 1
+                n = _hpop(fk, fs, fp, fv, n)
+            for j in range(nfull):
+                b = full[j]
+                freeze_link(b, level, stamp, True)
+                ws[b] = 0.0
+
+    def settle() -> None:
+        """FluidNetwork.settle: re-solve the component this instant's changes reach."""
+        nd = st[NDIRTY]
+        if nd == 0:
+            return
+        st[STAMP] += 1
+        stamp = st[STAMP]
+        top = 0
+        for j in range(nd):
+            lid = dirty_list[j]
+            dirty[lid] = 0
+            seen[lid] = stamp
+            lstack[top] = lid
+            top += 1
+        st[NDIRTY] = 0
+        nf = 0
+        nl = 0
+        while top > 0:
+            top -= 1
+            lid = lstack[top]
+            if demand[lid] > slack_below[lid]:
+                incomp[lid] = stamp
+                comp_links[nl] = lid
+                nl += 1
+            node = head[lid]
+            while node >= 0:
+                f = node // max_links
+                if fl_stamp[f] != stamp:
+                    fl_stamp[f] = stamp
+                    comp_flows[nf] = f
+                    nf += 1
+                    s = op_shape[cur_op(f)]
+                    for k in range(sh_ptr[s], sh_ptr[s + 1]):
+                        l2 = sh_lid[k]
+                        if seen[l2] != stamp and demand[l2] > slack_below[l2]:
+                            seen[l2] = stamp
+                            lstack[top] = l2
+                            top += 1
+                node = node_next[node]
+        if nf == 0:
+            return
+        now = tnow[0]
+        for j in range(nf):
+            f = comp_flows[j]
+            fl_rem[f] -= fl_rate[f] * (now - fl_tref[f])
+            fl_tref[f] = now
+        for j in range(nl):
+            lid = comp_links[j]
+            ws[lid] = weight[lid]
+        if nl > HEAP_ABOVE_LINKS:
+            fill_heap(nl, stamp)
+        else:
+            fill_scan(nl, stamp)
+        level = 0.0
+        for j in range(nf):
+            f = comp_flows[j]
+            if fl_rated[f] == stamp and fl_new[f] > level:
+                level = fl_new[f]
+        for j in range(nf):
+            f = comp_flows[j]
+            rate = fl_new[f] if fl_rated[f] == stamp else level
+            old = fl_rate[f]
+            if old > 0 and abs(rate - old) <= RATE_RTOL * old:
+                continue                 # same rate: its pending wake-up is still right
+            fl_rate[f] = rate
+            fl_ver[f] += 1
+            if rate > 0:
+                push_event(now + max(fl_rem[f], 0.0) / rate, FINISH, f, fl_ver[f])
+
+    if st[INIT] == 0:
+        st[INIT] = 1
+        for c in range(n_ch - 1, -1, -1):      # popped from the end: rank, channel order
+            ready[st[NREADY]] = c
+            st[NREADY] += 1
+        drain()
+    while st[HSIZE] > 0:
+        if st[INSTANTS] >= stop_instants:
+            return PAUSED
+        if st[HSIZE] + 2 * n_ch + 2 > len(hk):
+            return GROW
+        t = hk[0]
+        tnow[0] = t
+        while st[HSIZE] > 0 and hk[0] == t:
+            p, v = hp[0], hv[0]
+            st[HSIZE] = _hpop(hk, hs, hp, hv, st[HSIZE])
+            c = p >> 1
+            if p & 1 == BEGIN:
+                if not transfer(c):
+                    finished(c)            # nothing to move: ends at once
+            elif fl_ver[c] == v:
+                finish(c)
+        settle()
+        st[INSTANTS] += 1
+    return DONE
