@@ -8,7 +8,7 @@ tables do not hold (then the caller runs the Python engine): never a different a
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import os
 from collections.abc import Sequence
 from typing import Literal, cast
@@ -37,9 +37,15 @@ def heap_start(channels: int) -> int:
     return 4 * channels + 64
 
 
+@functools.cache
 def numba_available() -> bool:
-    """Whether numba is installed (the `sim` extra); not imported here."""
-    return importlib.util.find_spec("numba") is not None
+    """Whether numba (the `sim` extra) imports: a broken install (say, built for another
+    numpy) leaves `auto` on the Python engine instead of failing the simulation."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def requested_engine(engine: Engine | None) -> Engine:

@@ -1,0 +1,152 @@
+"""The compiled simulator core against the Python engine (issue 29): CPU seconds and per-op
+microseconds of the unfolded one-switch ring all-reduces of bench/sim_scale.py's first rows
+(1 GiB bf16, dgx-h100, 256 / 512 / 1024 GPUs, mode exact), each engine in its own process, with
+the time split into what builds the schedule and what replays it.
+
+    python bench/sim_compiled.py                  # every case, both engines
+    python bench/sim_compiled.py --gpus 256       # one size
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from common import command_line, provenance, stamp, write_results
+
+GPUS = (256, 512, 1024)
+ENGINES = ("python", "compiled")
+
+
+def timed(acc: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn, adding its CPU seconds to acc[name] on every call."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[name] = acc.get(name, 0.0) + time.process_time() - t
+    return wrapper
+
+
+def one(gpus: int, engine: str, nbytes: int) -> dict[str, Any]:
+    """One case in this process: phases in CPU seconds."""
+    t0 = time.process_time()
+    import importlib
+
+    import hiercoll as hc
+    import hiercoll.sim.compiled.tables as tables
+    from hiercoll.sim.engine import pinned
+    simulate_mod = importlib.import_module("hiercoll.sim.simulate")   # hiercoll.sim.simulate is the function
+    acc: dict[str, float] = {}
+    if engine == "compiled":       # numba's import and the loop loaded from its on-disk cache
+        t = time.process_time()
+        import hiercoll.sim.compiled.core as core
+        small = hc.load_topology("dgx-h100", 1)
+        spec = hc.CollectiveSpec(kind="all_reduce", world_size=8, dtype="bf16", nbytes=1 << 20)
+        hc.simulate(hc.plan(small, spec, "ring", {}), small, mode="exact", engine="compiled")
+        acc["numba_load"] = time.process_time() - t
+        core.replay = timed(acc, "replay", core.replay)
+        tables.build_tables = timed(acc, "tables", tables.build_tables)
+    else:
+        simulate_mod.run_timing = timed(acc, "replay", simulate_mod.run_timing)
+    t1 = time.process_time()
+    topo = hc.load_topology("dgx-h100", gpus // 8)
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=gpus, dtype="bf16", nbytes=nbytes)
+    sched = hc.plan(topo, spec, "ring", {"channels": 1})
+    t2 = time.process_time()
+    sched = pinned(sched, range(gpus))     # every rank's ops built (what simulate does first)
+    t3 = time.process_time()
+    res = hc.simulate(sched, topo, mode="exact", engine=engine)  # type: ignore[arg-type]
+    t4 = time.process_time()
+    sim = t4 - t3
+    rest = sim - acc.get("replay", 0.0) - acc.get("tables", 0.0)
+    return {"gpus": gpus, "engine": engine, "ops": res.num_ops, "sim_time_us": res.time_us,
+            "import_s": t1 - t0 - acc.get("numba_load", 0.0), "numba_load_s": acc.get("numba_load", 0.0),
+            "plan_s": t2 - t1, "build_ops_s": t3 - t2, "tables_s": acc.get("tables", 0.0),
+            "replay_s": acc.get("replay", 0.0), "result_s": rest, "simulate_s": sim,
+            "all_in_s": t4 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def render(payload: dict[str, Any]) -> str:
+    rows = payload["rows"]
+    md = ["# Compiled simulator core vs the Python engine (issue 29)", "", *provenance(payload["meta"]), "",
+          "Unfolded (`mode=\"exact\"`) ring all-reduce, 1 GiB bf16, one channel, preset `dgx-h100` "
+          "(one switch joins every node): bench/sim_scale.py's first three rows. One process per "
+          "row; CPU seconds (process time). Phases: `plan` (topology, spec, the lazy ring "
+          "recipe), `build ops` (every rank's Op objects, which `simulate` builds first), "
+          "`tables` (the compiled core's flat arrays, from those ops), `replay` (the event loop: "
+          "the Python engine's `run_timing`, or the compiled loop), `result` (the rest of "
+          "`simulate`: per-op start/end dicts, predecessors and critical path, host launches, "
+          "link stats); `numba load` is numba's import and the loop loaded from its on-disk "
+          "cache, once per process (a cold cache compiles it: ~6 s, once per install). "
+          "`all-in` is the process's CPU time from importing hiercoll to the result.", "",
+          "| GPUs | ops | engine | simulated us | plan | build ops | numba load | tables | replay | "
+          "result | simulate | all-in s | all-in us/op | replay us/op | simulate us/op | peak RSS MiB |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        n = r["ops"]
+        md.append(f"| {r['gpus']} | {n} | {r['engine']} | {r['sim_time_us']:.1f} | {r['plan_s']:.2f} | "
+                  f"{r['build_ops_s']:.2f} | {r['numba_load_s']:.2f} | {r['tables_s']:.2f} | "
+                  f"{r['replay_s']:.2f} | {r['result_s']:.2f} | {r['simulate_s']:.2f} | {r['all_in_s']:.2f} | "
+                  f"{r['all_in_s'] / n * 1e6:.2f} | {r['replay_s'] / n * 1e6:.2f} | "
+                  f"{r['simulate_s'] / n * 1e6:.2f} | {r['peak_rss_mib']:.0f} |")
+    md += ["", payload.get("note", "")]
+    return "\n".join(md) + "\n"
+
+
+NOTE = ("Where the time goes. The compiled loop replays an op in about a microsecond, but "
+        "building the ops it replays costs more than ten: the ring recipe makes a Python `Op` "
+        "(regions, deps) per op, and `simulate` then walks those objects three more times "
+        "(tables, predecessors for the critical path, host launches) and returns per-op "
+        "dicts. The issue's <= 1 us per op all-in needs the plan itself as arrays (a recipe "
+        "that fills the tables directly) and a result that keeps times as arrays; the replay "
+        "is no longer what bounds it. Per op, the compiled replay grows from 0.8 to 1.25 us "
+        "between 256 and 1024 GPUs (tables that outgrow the caches); the Python engine's from "
+        "13.6 to 19.6 us. Both engines' simulated times agree to the bit on all three rows.\n\n"
+        "The run's `-dirty`: this script, docs and the engine switch's numba import check were "
+        "uncommitted; the compiled core is 7db782c's (the other uncommitted files are not the "
+        "simulator's).")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--gpus", type=int, nargs="+", default=list(GPUS))
+    ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    ap.add_argument("--bytes", type=int, default=1 << 30)
+    ap.add_argument("--out", default="sim_compiled")
+    ap.add_argument("--render", default=None, help="rewrite the markdown from this JSON (its note from NOTE)")
+    ap.add_argument("--case", nargs=2, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            payload = json.load(f) | {"note": NOTE}
+        write_results(args.out, payload, render(payload))
+        return
+    if args.case:
+        print(json.dumps(one(int(args.case[0]), args.case[1], args.bytes)))
+        return
+    rows = []
+    for gpus in args.gpus:
+        for engine in args.engines:
+            out = subprocess.run([sys.executable, __file__, "--case", str(gpus), engine, "--bytes", str(args.bytes)],
+                                 capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                sys.exit(f"{gpus} GPUs, {engine}: {out.stderr.strip().splitlines()[-1:]}")
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            r = rows[-1]
+            print(f"{gpus:5d} {engine:9s} ops {r['ops']:8d} simulate {r['simulate_s']:6.2f} s "
+                  f"(replay {r['replay_s']:.2f}) all-in {r['all_in_s']:6.2f} s  {r['sim_time_us']:.1f} us",
+                  flush=True)
+            payload = {"rows": rows, "meta": stamp(command_line()), "bytes": args.bytes, "note": NOTE}
+            write_results(args.out, payload, render(payload))
+
+
+if __name__ == "__main__":
+    main()
