@@ -33,10 +33,14 @@ def _plan(kind: str, algo: str, count: int = 40, dtype: str = "bf16", world: int
 @pytest.mark.parametrize(("kind", "algo", "takes_ll"), [
     ("all_reduce", "direct", True), ("reduce_scatter", "direct", True),
     ("all_gather", "direct", True), ("all_to_all", "direct", True),
-    ("all_reduce", "ring", False), ("all_reduce", "two_shot", False),   # two hops
+    ("all_reduce", "two_shot", True), ("all_reduce", "rd", True), ("all_reduce", "hier", True),
+    ("all_gather", "ring", True),       # a received chunk is forwarded from the LL area
+    ("all_reduce", "ring", False),      # a scratch slot written twice in a call
+    ("all_reduce", "tree", False),      # pulls from a peer
+    ("all_reduce", "rhd", False),       # reads half of an earlier result (another CTA's words)
     ("broadcast", "direct", False),     # the root never hears back: barriers stay
 ])
-def test_one_hop_plans_take_the_ll_lowering_and_others_keep_the_simple_one(kind, algo, takes_ll):
+def test_plans_that_push_each_region_once_take_the_ll_lowering(kind, algo, takes_ll):
     s = _plan(kind, algo)
     for r in range(4):
         prog = lower(s, r, CudaOptions())
@@ -46,8 +50,8 @@ def test_one_hop_plans_take_the_ll_lowering_and_others_keep_the_simple_one(kind,
             assert prog.fused and prog.start_barrier is None and not prog.end_barrier.rows
             assert not any(row.waits or row.signals for row in launch.rows)
             pushes = [row for row in launch.rows if row.ll & 1]
-            assert pushes == list(launch.rows[:len(pushes)])       # the bytes leave first
             assert all(row.dst is not None and row.dst.rank != r for row in pushes)
+            assert launch.rows[0].ll & 1          # a push first: the bytes leave at once
 
 
 def test_the_protocol_knobs_decide_and_are_validated():
@@ -60,6 +64,8 @@ def test_the_protocol_knobs_decide_and_are_validated():
     assert ll_applies(s, CudaOptions(launch_per_op=True, protocol="ll")) is None
     assert ll_applies(_plan("all_reduce", "direct", dtype="fp64"), CudaOptions()) is None
     assert ll_applies(_plan("reduce_scatter", "direct", count=41), CudaOptions()) is None  # odd
+    notes = lower(_plan("all_reduce", "tree"), 0, CudaOptions(protocol="ll")).notes
+    assert any(n.startswith("--protocol ll not taken (op 0.0 reads a peer") for n in notes)
     with pytest.raises(HiercollError, match="protocol: 'fast' should be one of auto, simple, ll"):
         CudaOptions(protocol="fast")
     with pytest.raises(HiercollError, match="ll_threshold_bytes"):
@@ -125,7 +131,7 @@ def test_emulator_catches_ll_without_answering_edges(monkeypatch):
     overwrites the parity a receiver still reads: why such plans keep the simple lowering."""
     s = _plan("broadcast", "direct")
     assert ll_applies(s, CudaOptions(protocol="ll")) is None
-    monkeypatch.setattr(ll_mod, "answered", lambda edges: True)
+    monkeypatch.setattr(ll_mod, "answered", lambda *args: True)
     s = _plan("broadcast", "direct")        # a new plan: the lowering memoises per plan
     assert ll_applies(s, CudaOptions(protocol="ll")) is not None
     # the root must get two whole calls ahead of a receiver: a random walk needs many calls
@@ -155,12 +161,27 @@ from hiercoll.planner import plan
 from hiercoll.topology import preset
 from hiercoll.schedule import INPUT, OUTPUT
 
-def run(kind, dtype, reduce_op, world=4, count=1100, calls=3, grid=2):
+def groups(s, prog):
+    """A rank's rows cut where the dependency level changes (unpacking last)."""
+    from hiercoll.executor.cuda.ll import _dep_levels
+    level = _dep_levels(s)
+    top = max(level.values()) + 1
+    keys = [top if row.op.endswith(":unpack") else level[tuple(map(int, row.op.split(".")))]
+            for row in fused_launch(prog).rows]
+    out, start = {}, 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            out[keys[start]] = (start, i - start)
+            start = i
+    return out
+
+def run(kind, dtype, reduce_op, algo="direct", world=4, count=1100, calls=3, grid=2):
     isz = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
     spec = CollectiveSpec(kind=kind, world_size=world, nbytes=count * world * isz, dtype=dtype,
                           reduce_op=reduce_op)
-    s = plan(preset("h200x4"), spec, "direct").expand()
+    s = plan(preset("h200x4"), spec, algo).expand()
     progs = [lower(s, r, CudaOptions(ctas=grid)) for r in range(world)]
+    assert all(p.ll_half for p in progs)
     tdt = torch_dtype(spec.dtype)
     data = slabs(world, progs[0].layout.total, tdt, torch.device("cpu"))
     sig = slabs(world, progs[0].num_slots, torch.int32, torch.device("cpu"))
@@ -174,23 +195,27 @@ def run(kind, dtype, reduce_op, world=4, count=1100, calls=3, grid=2):
     rng = np.random.default_rng(7)
     lay = progs[0].layout
     worst, identical = 0.0, True
+    cuts = [groups(s, p) for p in progs]
+    levels = sorted({k for c in cuts for k in c})
     for c in range(calls):
         ins, before = random_inputs(spec, rng), initial_outputs(spec, rng)
         for r in range(world):
             n = spec.input_count(r)
             data[r].tensor[lay.offsets[INPUT]:lay.offsets[INPUT] + n] = torch.from_numpy(
                 np.asarray(ins[r], dtype=np.float32)).to(tdt)
-        # the interpreter runs one launch at a time: every rank's pushes (its first rows) go
-        # first, in a launch whose epoch is then taken back, and the rest of its rows after
-        for phase in (0, 1):
-            for r, p in enumerate(progs):
-                npush = sum(1 for x in fused_launch(p).rows if x.ll & 1)
+        # the interpreter runs one launch at a time: every rank's rows of one dependency level
+        # run before any rank's next level, each in a launch whose epoch is taken back but the
+        # rank's last
+        for lv in levels:
+            for r in range(world):
+                if lv not in cuts[r]:
+                    continue
+                first, n = cuts[r][lv]
                 sp = spans[r]
-                part = (RowSpan(sp.first_row, npush, sp.grid, sp.aligned) if phase == 0 else
-                        RowSpan(sp.first_row + npush, sp.num_rows - npush, sp.grid, sp.aligned))
                 saved = states[r].epoch.clone()
-                launch_rows(states[r], part, reduce_op=reduce_op)
-                if phase == 0:
+                launch_rows(states[r], RowSpan(sp.first_row + first, n, sp.grid, sp.aligned),
+                            reduce_op=reduce_op)
+                if lv != max(cuts[r]):
                     states[r].epoch.copy_(saved)
         exp = reference(spec, ins, before)
         outs = [data[r].tensor[lay.offsets[OUTPUT]:lay.offsets[OUTPUT] + spec.output_count(r)]
@@ -204,15 +229,20 @@ def run(kind, dtype, reduce_op, world=4, count=1100, calls=3, grid=2):
     return {"worst": worst, "epochs": [int(x) for x in states[0].epoch], "identical": identical}
 
 out = {}
-for kind, dtype, op in (("all_reduce", "bf16", "sum"), ("all_reduce", "fp32", "max"),
-                        ("all_reduce", "fp16", "avg"), ("reduce_scatter", "bf16", "sum"),
-                        ("all_gather", "fp16", "sum"), ("all_to_all", "fp32", "sum")):
-    out[f"{kind}-{dtype}-{op}"] = run(kind, dtype, op)
+for kind, dtype, op, algo in (
+        ("all_reduce", "bf16", "sum", "direct"), ("all_reduce", "fp32", "max", "direct"),
+        ("all_reduce", "fp16", "avg", "direct"), ("reduce_scatter", "bf16", "sum", "direct"),
+        ("all_gather", "fp16", "sum", "direct"), ("all_to_all", "fp32", "sum", "direct"),
+        ("all_reduce", "bf16", "sum", "two_shot"), ("all_reduce", "fp32", "sum", "rd"),
+        ("all_gather", "bf16", "sum", "ring")):
+    out[f"{kind}-{dtype}-{op}-{algo}"] = run(kind, dtype, op, algo)
 print(json.dumps(out))
 '''
 
 
 def test_ll_kernel_data_path_across_ranks_in_the_triton_interpreter():
+    """One- and multi-hop plans (two_shot and rd push what they reduced; ring forwards what it
+    received), fp32/bf16/fp16, sum/max/avg, two CTAs, three calls."""
     pytest.importorskip("triton")
     pytest.importorskip("torch")
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -220,12 +250,14 @@ def test_ll_kernel_data_path_across_ranks_in_the_triton_interpreter():
                           env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(out) == 6
+    assert len(out) == 9
     for case in out.values():
         assert case["epochs"] == [0, 3, 3]        # each CTA counts its own calls
         assert case["identical"]
-    assert out["all_gather-fp16-sum"]["worst"] == 0.0 and out["all_to_all-fp32-sum"]["worst"] == 0.0
-    assert out["all_reduce-fp32-max"]["worst"] == 0.0
+    assert out["all_gather-fp16-sum-direct"]["worst"] == 0.0
+    assert out["all_to_all-fp32-sum-direct"]["worst"] == 0.0
+    assert out["all_gather-bf16-sum-ring"]["worst"] == 0.0
+    assert out["all_reduce-fp32-max-direct"]["worst"] == 0.0
 
 
 def test_ll_kernel_uses_relaxed_system_scope_words_and_no_fence():

@@ -3,7 +3,9 @@
 # collective x family at small sizes, the TP-shape stress of the direct all-reduce (2000
 # iterations up to 4.7 MB, 200 above), issue 25's comparison table at 8 KiB..1 MiB with the peers,
 # and LL against simple on the direct all-reduce / reduce-scatter per size (where auto's
-# threshold comes from). Usage: W=2 T=bench/gpu/topologies/h200x2.yaml bash bench/gpu/ll_run.sh
+# threshold comes from); with COMM=1 the Communicator's overhead (bench/comm_overhead.py), with
+# TPMODEL=1 the TP transformer (tp_model.sh); SKIP_STRESS, SKIP_TP, SKIP_SWEEP drop parts.
+# Usage: W=2 T=bench/gpu/topologies/h200x2.yaml bash bench/gpu/ll_run.sh
 # Results: $OUT/ll-wW.tgz
 source bench/gpu/env.sh
 set -o pipefail
@@ -19,6 +21,7 @@ for c in all_reduce reduce_scatter all_gather all_to_all; do
   echo "$c rc=$? ok $(grep -c '^ok' $D/stress-$c.log) FAIL $(grep -c '^FAIL' $D/stress-$c.log)"
 done
 for part in "1,2,4,8,16,32,64,128,512 ${TP_ITERS:-2000}" "1024,4096,8192,16384 200"; do
+  [ -n "$SKIP_TP" ] && break
   set -- $part
   HC_TIMEOUT=${TP_S:-150} hc $W stress --backend cuda -c all_reduce -t $T --algorithms direct --shapes $1 \
     --iters $2 --modes eager,graph --out $D/tp-$2.json > $D/tp-$2.log 2>&1
@@ -26,7 +29,8 @@ for part in "1,2,4,8,16,32,64,128,512 ${TP_ITERS:-2000}" "1024,4096,8192,16384 2
 done
 pack
 fi
-for proto in ll simple; do
+for proto in ${SKIP_SWEEP:-ll simple}; do
+  [ -n "$SKIP_SWEEP" ] && break
   HC_TIMEOUT=${SWEEP_S:-120} hc $W bench --backend cuda -c ${SWEEP_COLL:-all_reduce} -t $T --algorithms direct \
     --sizes ${SWEEP_SIZES:-8KiB,32KiB,64KiB,128KiB,256KiB,512KiB,1MiB,2MiB} --modes graph --zero-copy \
     --peers none --protocol $proto --out $D/sweep-$proto > $D/sweep-$proto.log 2>&1
@@ -38,3 +42,13 @@ HC_TIMEOUT=${HCT:-110} bash bench/gpu/compare.sh $W $T ${SIZES:-8KiB,64KiB,256Ki
 cp $OUT/compare-w$W.tgz $D/ 2>/dev/null; rm -f $OUT/compare-w$W.tgz
 grep graph $D/compare.log | head -80
 pack
+if [ -n "$COMM" ]; then   # the Communicator's cost on top of its plan (issue 26 item 3)
+  timeout -k 5 ${COMM_S:-120} torchrun --nproc-per-node $W --master-port $((29500 + RANDOM % 1000)) \
+    bench/comm_overhead.py --topology $T --out $D/comm > $D/comm.log 2>&1
+  echo "comm rc=$?"; cat $D/comm/comm_overhead.md 2>/dev/null || tail -5 $D/comm.log
+  pack
+fi
+if [ -n "$TPMODEL" ]; then   # the TP transformer (issue 26 item 4)
+  OUT=$D T=$T bash bench/gpu/tp_model.sh
+  pack
+fi

@@ -9,7 +9,9 @@ and no acquire fence is needed because the data it reads is the word it checked.
 (the input) are read as words too, unpacked to fp32, reduced in row order (the simple kernel's
 arithmetic, so ranks agree bit for bit), packed and stored.
 
-Each CTA keeps its own call counter (`epoch_ptr[1 + pid]`): CTAs of one launch never wait for
+Rows run in the order the lowering gives (by dependency level); a row that reads an earlier
+row's local result reads the same words of it, so the same CTA computed them (a CTA barrier
+between rows). Each CTA keeps its own call counter (`epoch_ptr[1 + pid]`): CTAs of one launch never wait for
 each other, so there is no point at which one could publish a shared counter safely; every CTA
 runs every call, so the counters agree. The LL area is double-buffered by the epoch's parity.
 """
@@ -167,6 +169,9 @@ def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_li
     area = (sig + (epoch & 1) * ll_half).to(tl.pointer_type(tl.int64), bitcast=True)
     first = (tl.arange(0, NS) == 0)[:, None]
     for r in range(first_row, first_row + num_rows):
+        # a row may read what an earlier row of this CTA stored (a local result pushed on, or
+        # reduced again: the same words, so the same CTA): the CTA barrier orders the threads
+        tl.debug_barrier()
         row = table + r * ROW_WORDS
         count = tl.load(row + F_COUNT) // EPW
         dst = tl.load(row + F_DST)
@@ -179,11 +184,9 @@ def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_li
         for start in range(pid * BLOCKW, count, nprog * BLOCKW):
             offs = start + tl.arange(0, BLOCKW)
             mask = offs < count
-            if llmask & 1:         # a push: each word with the epoch, into the receiver's area
+            if (llmask == 1) & (is_reduce == 0):     # a push of plain words: no poll
                 src = tl.load(table + sstart)
                 w = tl.load(words + src // EPW + offs, mask=mask, other=0)
-                v = (epoch.to(tl.int64) << 32) | (w.to(tl.int64) & 4294967295)
-                _store_word(area + dst // 2 + offs, v, mask, PTX)
             else:
                 want = tl.zeros([NS, BLOCKW], tl.int32) + epoch
                 w2, live = _sources(table, sstart, 0, nsrc, llmask, words, area, offs, mask, want,
@@ -208,6 +211,10 @@ def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_li
                     w = _pack(lo, hi, FMT)
                 else:              # a copy: source 0's bits
                     w = tl.sum(tl.where(first & live, w2, 0), axis=0)
+            if llmask & 1:         # into a peer: each word with the epoch, into its LL area
+                v = (epoch.to(tl.int64) << 32) | (w.to(tl.int64) & 4294967295)
+                _store_word(area + dst // 2 + offs, v, mask, PTX)
+            else:
                 tl.store(words + dst // EPW + offs, w, mask=mask)
     if num_rows > 0:
         tl.store(epoch_ptr + 1 + pid, epoch)

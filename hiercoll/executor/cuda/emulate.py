@@ -206,18 +206,18 @@ class _Emulator:
             par = epoch % LL_PARITIES
             srcs = [self.ranks[s.rank].ll_val[par, s.offset + idx] if row.ll >> (1 + i) & 1
                     else self.ranks[s.rank].data[s.offset + idx] for i, s in enumerate(row.srcs)]
-            if row.ll & 1:      # a push: flagged words into the receiver's LL area
-                peer = self.ranks[row.dst.rank]
-                peer.ll_val[par, row.dst.offset + idx] = srcs[0]
-                peer.ll_flag[par, row.dst.offset + idx] = epoch
-                return
             dst = self.ranks[row.dst.rank].data
             if not row.reduce:
-                dst[row.dst.offset + idx] = srcs[0]
+                value = srcs[0]
             else:   # the kernel's arithmetic (fp32, sources in row order), bit for bit
                 old = dst[row.dst.offset + idx] if row.accumulate else None
-                dst[row.dst.offset + idx] = reduce_values(self.spec.reduce_op, self.spec.dtype,
-                                                          srcs, row.scale, old)
+                value = reduce_values(self.spec.reduce_op, self.spec.dtype, srcs, row.scale, old)
+            if row.ll & 1:      # a push: flagged words into the receiver's LL area
+                peer = self.ranks[row.dst.rank]
+                peer.ll_val[par, row.dst.offset + idx] = value
+                peer.ll_flag[par, row.dst.offset + idx] = epoch
+            else:
+                dst[row.dst.offset + idx] = value
         for s in row.signals:
             self.ranks[s.rank].sig[s.slot] += 1
 

@@ -1,4 +1,4 @@
-"""The LL (low-latency) lowering: one-hop plans without barriers, flags in the data.
+"""The LL (low-latency) lowering: plans that push each region once, with no barriers, flags in the data.
 
 Why: a small all-reduce on NVLink costs its chain of dependent round trips, not its bytes. The
 simple lowering pays a start barrier (a signal and a wait), a pull (a read round trip) and an end
@@ -14,21 +14,26 @@ Why no barriers are needed (the start barrier protected a peer's buffers from a 
 call, the end barrier the copy-out from late pushes):
 - the LL area is double-buffered by the epoch's parity, so call k+1's pushes never touch what
   call k still reads;
-- a rank pushes into a peer only where that peer also pushes into it (checked below: every LL
-  edge r -> p has an edge p -> r). When r runs call k + 2 (which writes parity k again), r's
-  call k + 1 has read p's call-k+1 words, which p pushed after its call k, and so its reads of
-  parity k, had finished (kernel order on p's stream);
+- a rank pushes into a peer only where it hears back from that peer within the call (checked
+  below: r waits, through the plan's dependencies or an unpack, on something p did). When r
+  runs call k + 2 (which writes parity k again), r's call k + 1 had waited on p's call k + 1,
+  which started after p's call k, and so its reads of parity k, had finished (kernel order on
+  p's stream);
 - a peer writes only into this rank's LL area, never its input, output or scratch, so the
   copy-in and copy-out need no fence: the kernel ends only after reading every word it waits
   for.
 
-Which plans (derived from the schedule, not per collective): *one-hop* ones. Every op is either a
-push (a copy of this rank's input to another rank, depending on nothing) or a local op of the
-destination's owner (copy or reduce) whose sources are its input or lie inside one push's
-destination and which depends only on those pushes, writing a region nobody else reads or
-writes. A push into the output (a terminal push) gets an unpack row on the receiver. direct
-all_reduce / reduce_scatter / all_gather / all_to_all are one-hop; ring, two_shot, tree and hier
-are not and keep the simple lowering.
+Which plans (derived from the schedule, not per collective): those that push each region once.
+Every op reads only its own rank's memory and writes either its own memory (a local op) or a
+peer's (a push, a copy or a reduce: its result goes out as LL words). A source is the input, a
+region a push filled in this rank (read as LL words: the read is the wait), or exactly the
+result of an earlier op of this rank (the same words, so the same CTA made them: rows of one CTA
+run in order with a barrier between them). Every region has one writer (the epoch tells a call
+from the next, not one write from another), and every push is answered (above). A push into the
+output, or one nobody reads, gets an unpack row on the receiver. direct (every collective),
+two_shot, rd, hier and ring all_gather qualify; ring all_reduce (a scratch slot written twice),
+tree (pulls), rhd (reads half of an earlier result) and broadcast (unanswered) keep the simple
+lowering.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
+from hiercoll.schedule import INPUT, OUTPUT, Op, OpRef, Region, Schedule, Transport
 
 MAX_LL_SOURCES = 30         # the table's LL bitmask has one bit per source (and one for dst)
 
@@ -47,14 +52,16 @@ class LLPlan:
 
     `area`: element offset of each pushed-into buffer inside a rank's LL area (one parity);
     `elements`: the area's size per parity, in elements (a multiple of the elements per word);
-    `reads`: for each local op, for each source, the push whose destination holds it (None: the
-    source is the op's own input)."""
+    `ll_reads`: for each op, which of its sources are read from the LL area;
+    `order`: each rank's ops in the order its CTAs walk them (by dependency level, pushes first
+    within a level: a CTA never waits on something a later row of a peer would produce)."""
 
     area: dict[str, int]
     elements: int
     pushes: frozenset[OpRef]
-    reads: dict[OpRef, tuple[Op | None, ...]]
+    ll_reads: dict[OpRef, tuple[bool, ...]]
     unpacked: tuple[OpRef, ...]          # terminal pushes: the receiver copies them out
+    order: tuple[tuple[OpRef, ...], ...]
 
 
 def elements_per_word(itemsize: int) -> int:
@@ -63,64 +70,80 @@ def elements_per_word(itemsize: int) -> int:
 
 
 def ll_plan(schedule: Schedule, max_bytes: int, peer_inter: bool = True) -> LLPlan | None:
-    """The LL lowering's plan for `schedule`, or None where it does not apply (the reason is not
-    needed: the simple lowering runs any plan)."""
+    """The LL lowering's plan for `schedule`, or None where it does not apply (the simple
+    lowering runs any plan)."""
+    out = ll_plan_or_reason(schedule, max_bytes, peer_inter)
+    return out if isinstance(out, LLPlan) else None
+
+
+def ll_plan_or_reason(schedule: Schedule, max_bytes: int,
+                      peer_inter: bool = True) -> LLPlan | str:
+    """`ll_plan`, or why not (for notes and tests)."""
     spec = schedule.spec
     itemsize = spec.dtype.itemsize
     if itemsize not in (2, 4) or schedule.world_size < 2:
-        return None
+        return "LL moves 16- and 32-bit types between at least two ranks"
     epw = elements_per_word(itemsize)
-    ops = [op for op in schedule.ops()]
+    ops = list(schedule.ops())
     if not ops:
-        return None
-    pushes: dict[OpRef, Op] = {}
-    local: list[Op] = []
-    for op in ops:
-        if op.dst.count * itemsize > max_bytes or not _words(op, epw):
-            return None
-        if op.transport == Transport.INTER and not peer_inter:
-            return None
-        if _is_push(op):
-            pushes[op.ref] = op
-        elif all(s.rank == op.rank for s in op.srcs) and op.dst.rank == op.rank:
-            local.append(op)
-        else:
-            return None
-    if not pushes:
-        return None
-    if not answered({(op.rank, op.dst.rank) for op in pushes.values()}):
-        return None          # a rank could run two calls ahead of a peer it never hears from
+        return "no ops"
     writers: dict[tuple[int, str], list[Op]] = defaultdict(list)
-    readers: dict[tuple[int, str], list[Region]] = defaultdict(list)
     for op in ops:
+        if op.dst.count * itemsize > max_bytes:
+            return f"op {op.id} moves more than {max_bytes} bytes"
+        if not _words(op, epw):
+            return f"op {op.id} is not whole 4-byte words"
+        if op.transport == Transport.INTER and not peer_inter:
+            return "inter-node ops take the NCCL transport"
+        if op.dst.buffer == INPUT:
+            return f"op {op.id} writes an input"
+        if any(s.rank != op.rank for s in op.srcs):
+            return f"op {op.id} reads a peer (LL moves data by pushes only)"
         writers[(op.dst.rank, op.dst.buffer)].append(op)
-        for reg in op.reads():
-            readers[(reg.rank, reg.buffer)].append(reg)
     if any(_overwritten(op, writers) for op in ops):
-        return None          # each region has one writer: no order among writers to keep
-    reads: dict[OpRef, tuple[Op | None, ...]] = {}
+        return "a region has several writers"
+    pushes = {op.ref: op for op in ops if op.dst.rank != op.rank}
+    if not pushes:
+        return "no op crosses ranks"
+    results = {_key(op.dst): op for op in ops if op.ref not in pushes}     # local ops' results
+    ll_reads: dict[OpRef, tuple[bool, ...]] = {}
+    exact_readers: set[tuple[int, str, int, int]] = set()
     read_pushes: set[OpRef] = set()
-    for op in local:
-        if len(op.srcs) > MAX_LL_SOURCES:
-            return None
-        if any(reg.overlaps(op.dst) for reg in readers[(op.dst.rank, op.dst.buffer)]
-               if reg is not op.dst):
-            return None      # a local op's result is read again: not one hop
-        holders: list[Op | None] = []
+    for op in ops:
+        allowed: set[OpRef] = set()
+        kinds: list[bool] = []
         for src in op.srcs:
-            holder = None if src.buffer == INPUT else _holder(src, writers)
-            if holder is None and src.buffer != INPUT:
-                return None
-            holders.append(holder)
-            if holder is not None:
+            local = results.get(_key(src))
+            holder = None if src.buffer == INPUT or local is not None else _holder(src, writers)
+            if local is not None:            # a result of this CTA's earlier row (same words)
+                allowed.add(local.ref)
+                exact_readers.add(_key(src))
+            elif holder is not None:             # pushed into this rank: read LL words
+                allowed.add(holder.ref)
                 read_pushes.add(holder.ref)
-        if not set(op.deps) <= {h.ref for h in holders if h is not None}:
-            return None
-        if op.accumulate and op.dst.buffer != OUTPUT:
-            return None
-        reads[op.ref] = tuple(holders)
+            elif src.buffer != INPUT:
+                return f"op {op.id} reads {src}, neither its input, a push into it nor a whole earlier result"
+            kinds.append(holder is not None)
+        if not set(op.deps) <= allowed:
+            return f"op {op.id} depends on an op it does not read"
+        if op.accumulate and (op.dst.buffer != OUTPUT or op.ref in pushes):
+            return f"op {op.id} accumulates outside the output"
+        if len(op.srcs) > MAX_LL_SOURCES:
+            return f"op {op.id} has more than {MAX_LL_SOURCES} sources"
+        ll_reads[op.ref] = tuple(kinds)
+    for op in ops:                 # a local result is read only whole, by its own CTA's rows
+        for reg in op.reads():
+            if reg is op.dst and op.accumulate:
+                continue
+            key = _key(reg)
+            if key not in exact_readers and any(
+                    w.ref not in pushes and w.dst.overlaps(reg)
+                    for w in writers[(reg.rank, reg.buffer)]):
+                return f"op {op.id} reads part of a local result ({reg})"
     unpacked = tuple(sorted(ref for ref, op in pushes.items()
                             if op.dst.buffer == OUTPUT or ref not in read_pushes))
+    if not answered(schedule, pushes, unpacked):
+        return "a rank pushes to a peer it never hears from within a call"
     area: dict[str, int] = {}
     pos = 0
     align = 64 // itemsize           # keep every buffer's words 16-byte aligned in the area
@@ -128,18 +151,70 @@ def ll_plan(schedule: Schedule, max_bytes: int, peer_inter: bool = True) -> LLPl
         size = max(schedule.buffers(r).get(name, 0) for r in range(schedule.world_size))
         area[name] = pos
         pos += -(-size // align) * align
-    return LLPlan(area, pos, frozenset(pushes), reads, unpacked)
+    return LLPlan(area, pos, frozenset(pushes), ll_reads, unpacked, _row_order(schedule, pushes))
 
 
-def answered(edges: set[tuple[int, int]]) -> bool:
-    """Every push edge r -> p has a push p -> r: what lets the LL area go without barriers (the
-    module docstring's second point; tests remove it to see the emulator catch the hazard)."""
-    return all((p, r) in edges for r, p in edges)
+def _row_order(schedule: Schedule, pushes: dict[OpRef, Op]) -> tuple[tuple[OpRef, ...], ...]:
+    """Each rank's ops by dependency level, pushes first within a level. Why it cannot
+    deadlock: a row of level L waits only on rows of lower levels (its sources) and on the rows
+    before it in its own CTA (level <= L, none of which waits on a level-L row)."""
+    level = _dep_levels(schedule)
+    return tuple(tuple(sorted((op.ref for op in schedule.rank_ops(r)),
+                              key=lambda ref: (level[ref], ref not in pushes, ref[1])))
+                 for r in range(schedule.world_size))
 
 
-def _is_push(op: Op) -> bool:
-    return (op.kind == OpKind.COPY and not op.deps and op.srcs[0].rank == op.rank
-            and op.srcs[0].buffer == INPUT and op.dst.rank != op.rank and op.dst.buffer != INPUT)
+def answered(schedule: Schedule, pushes: dict[OpRef, Op], unpacked: tuple[OpRef, ...]) -> bool:
+    """Every push r -> p is answered: r's kernel waits, within the call, on something p did
+    (an op r depends on, transitively, or a push r unpacks). Then r finishing call k + 1 means
+    p had started call k + 1, so p's reads of call k are over before r's call k + 2 writes the
+    same parity (the module docstring's second point; tests remove it to see the emulator catch
+    the hazard)."""
+    heard = _heard_from(schedule, [pushes[ref] for ref in unpacked])
+    return all(heard[op.rank] >> op.dst.rank & 1 for op in pushes.values())
+
+
+def _heard_from(schedule: Schedule, unpacked: list[Op]) -> list[int]:
+    """For each rank, a bitset of the ranks that run an op it waits on (transitively): through
+    its ops' dependencies and the pushes it unpacks (waits the schedule does not list)."""
+    level = _dep_levels(schedule)
+    anc: dict[OpRef, int] = {}               # bitset of ranks among an op's ancestors
+    for ref in sorted(level, key=level.__getitem__):
+        bits = 0
+        for d in schedule.op(ref).deps:
+            bits |= anc[d] | (1 << d[0])
+        anc[ref] = bits
+    heard = [0] * schedule.world_size
+    for ref, bits in anc.items():
+        heard[ref[0]] |= bits
+    for op in unpacked:
+        heard[op.dst.rank] |= anc[op.ref] | (1 << op.rank)
+    return heard
+
+
+def _dep_levels(schedule: Schedule) -> dict[OpRef, int]:
+    """Each op's longest chain of data dependencies (channel order does not exist here: an LL
+    row waits only on the words it reads)."""
+    ops = {op.ref: op for op in schedule.ops()}
+    level: dict[OpRef, int] = {}
+    for ref in ops:
+        stack = [ref]
+        while stack:
+            cur = stack[-1]
+            if cur in level:
+                stack.pop()
+                continue
+            pending = [d for d in ops[cur].deps if d not in level]
+            if pending:
+                stack.extend(pending)
+            else:
+                level[cur] = 1 + max((level[d] for d in ops[cur].deps), default=-1)
+                stack.pop()
+    return level
+
+
+def _key(reg: Region) -> tuple[int, str, int, int]:
+    return (reg.rank, reg.buffer, reg.offset, reg.count)
 
 
 def _overwritten(op: Op, writers: dict[tuple[int, str], list[Op]]) -> bool:
@@ -150,7 +225,7 @@ def _holder(src: Region, writers: dict[tuple[int, str], list[Op]]) -> Op | None:
     """The push whose destination contains `src` entirely (None: none does)."""
     for op in writers[(src.rank, src.buffer)]:
         d = op.dst
-        if _is_push(op) and d.offset <= src.offset and src.offset + src.count <= d.offset + d.count:
+        if op.rank != d.rank and d.offset <= src.offset and src.offset + src.count <= d.offset + d.count:
             return op
     return None
 

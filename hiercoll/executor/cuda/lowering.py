@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from hiercoll.errors import HiercollError
-from hiercoll.executor.cuda.ll import LLPlan, elements_per_word, ll_plan
+from hiercoll.executor.cuda.ll import LLPlan, elements_per_word, ll_plan, ll_plan_or_reason
 from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
@@ -522,6 +522,10 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
     for ch in list(pending):
         flush(ch)
     notes = []
+    if opts.protocol == Protocol.LL:     # asked for and not taken: say why
+        why = ll_plan_or_reason(schedule, 1 << 62,
+                                peer_inter=opts.inter_transport == InterTransport.PEER)
+        notes.append(f"--protocol ll not taken ({why}): the simple lowering runs it")
     if opts.inter_transport == InterTransport.PEER and any(
             op.transport == Transport.INTER for op in schedule.rank_ops(rank)):
         notes.append("inter-node ops run through peer mappings (all ranks share one NVLink "
@@ -566,9 +570,9 @@ _LL_PLANS: dict[tuple[int, int, InterTransport], tuple[Schedule, LLPlan | None]]
 
 
 def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgram | None:
-    """Rank `rank`'s LL program (ll.py): one launch, no barriers, no signals. Its rows, in
-    order: this rank's pushes (first, so the bytes leave at once), its local ops, then the
-    unpacking of pushes it received into its output."""
+    """Rank `rank`'s LL program (ll.py): one launch, no barriers, no signals. Its rows: its
+    ops in the plan's order (by dependency level, pushes first: the bytes leave at once), then
+    the unpacking of pushes it received into its output."""
     plan = ll_applies(schedule, opts)
     if plan is None:
         return None
@@ -579,19 +583,14 @@ def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgra
         return Addr(region.rank, plan.area[region.buffer] + region.offset)
 
     rows: list[Row] = []
-    mine = schedule.rank_ops(rank)
-    for op in mine:
-        if op.ref in plan.pushes:
-            rows.append(Row(op.id, op.dst.count, area(op.dst), (layout.addr(op.srcs[0]),), False,
-                            False, 1.0, (), (), ll=1))
-    for op in mine:
-        if op.ref in plan.pushes:
-            continue
-        holders = plan.reads[op.ref]
-        srcs = tuple(layout.addr(s) if h is None else area(s) for s, h in zip(op.srcs, holders))
-        mask = sum(2 << i for i, h in enumerate(holders) if h is not None)
-        rows.append(Row(op.id, op.dst.count, layout.addr(op.dst), srcs, op.kind == OpKind.REDUCE,
-                        op.accumulate, op.scale, (), (), ll=mask))
+    for ref in plan.order[rank]:
+        op = schedule.op(ref)
+        push = ref in plan.pushes
+        kinds = plan.ll_reads[ref]
+        srcs = tuple(area(s) if ll else layout.addr(s) for s, ll in zip(op.srcs, kinds))
+        mask = int(push) + sum(2 << i for i, ll in enumerate(kinds) if ll)
+        rows.append(Row(op.id, op.dst.count, area(op.dst) if push else layout.addr(op.dst), srcs,
+                        op.kind == OpKind.REDUCE, op.accumulate, op.scale, (), (), ll=mask))
     for r, i in plan.unpacked:
         op = schedule.rank_ops(r)[i]
         if op.dst.rank == rank:

@@ -1,0 +1,114 @@
+"""What `hiercoll.torch.Communicator.all_reduce` costs on top of the plan it runs (issue 26
+item 3), against NCCL's own call, in one run.
+
+Per size, a CUDA graph of `--calls` back-to-back calls (nccl-tests' graph mode), p50 per call
+over `--reps` replays, slowest rank:
+- `nccl`: `dist.all_reduce(x)`, in place, what a user runs without hiercoll;
+- `comm`: `comm.all_reduce(x)`, in place, with the communicator's own choice of plan (copy into
+  its pool, the plan, copy out; or the library call on the caller's tensor);
+- `plan`: the same prepared plan run on its own symmetric buffers (no copies): the floor;
+- `comm - plan`: the communicator's overhead per call (the issue asks <= 1 us below 1 MiB).
+
+    torchrun --nproc-per-node 2 bench/comm_overhead.py --topology bench/gpu/topologies/h200x2.yaml \\
+        --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from bench.common import stamp  # noqa: E402
+from hiercoll.files import write_atomic  # noqa: E402
+from hiercoll.units import format_size, parse_size  # noqa: E402
+
+
+def _time_graph(call: Any, calls: int, reps: int) -> float:
+    """p50 us per call of a graph of `calls` calls, the slowest rank's (a collective)."""
+    from hiercoll.executor.graphs import capture_calls
+    graph = capture_calls(call, calls)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / calls)
+    samples.sort()
+    p50 = torch.tensor([samples[len(samples) // 2]], dtype=torch.float64, device="cuda")
+    dist.all_reduce(p50, op=dist.ReduceOp.MAX)
+    return round(float(p50.item()), 2)
+
+
+def _plan_alone(comm: Any) -> tuple[Any, str]:
+    """The communicator's most recently used plan (the LRU's last entry), as a call on its own
+    symmetric buffers; None where it is the library's call (it runs on the caller's tensor)."""
+    entries = list(comm.plans.values())
+    entry = entries[-1]
+    if not entry.pooled:
+        return None, entry.algorithm
+    prepared = entry.prepared
+    inp, out = prepared.input_view, prepared.output_view
+    return (lambda: entry.backend.run(prepared, inp, out)), entry.algorithm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--topology", default="auto")
+    ap.add_argument("--sizes", default="8KiB,64KiB,256KiB,1MiB,16MiB")
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    import os
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    from hiercoll.torch import Communicator
+    comm = Communicator(topology=args.topology)
+    rows: list[dict[str, Any]] = []
+    for size in [parse_size(s, "--sizes") for s in args.sizes.split(",")]:
+        x = torch.randn(size // 2, dtype=torch.bfloat16, device="cuda")
+        comm.all_reduce(x)                       # plan, prepare and grow the pool before capture
+        torch.cuda.synchronize()
+        run_plan, algorithm = _plan_alone(comm)
+        row: dict[str, Any] = {"bytes": size, "algorithm": algorithm,
+                               "nccl_us": _time_graph(lambda t=x: dist.all_reduce(t), args.calls,
+                                                      args.reps),
+                               "comm_us": _time_graph(lambda t=x: comm.all_reduce(t), args.calls,
+                                                      args.reps)}
+        if run_plan is not None:
+            row["plan_us"] = _time_graph(run_plan, args.calls, args.reps)
+            row["overhead_us"] = round(row["comm_us"] - row["plan_us"], 2)
+        rows.append(row)
+        if dist.get_rank() == 0:
+            print(json.dumps(row), flush=True)
+    if dist.get_rank() == 0:
+        meta = stamp("torchrun bench/comm_overhead.py " + " ".join(sys.argv[1:]))
+        meta["gpus"] = f"{dist.get_world_size()} x {torch.cuda.get_device_name()}"
+        lines = [f"# Communicator overhead, {meta['gpus']}", "",
+                 f"`{meta['command']}`, {meta['date']}, git {meta['git_sha']}. Graph of "
+                 f"{args.calls} calls, p50 per call over {args.reps} replays, slowest rank.", "",
+                 "| size | plan | NCCL us | comm.all_reduce us | plan alone us | overhead us |",
+                 "|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {format_size(r['bytes'])} | {r['algorithm']} | {r['nccl_us']} | "
+                         f"{r['comm_us']} | {r.get('plan_us', '-')} | {r.get('overhead_us', '-')} |")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "comm_overhead.json", json.dumps({"meta": meta, "rows": rows}, indent=1))
+        write_atomic(out / "comm_overhead.md", "\n".join(lines) + "\n")
+    comm.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
