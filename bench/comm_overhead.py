@@ -61,6 +61,21 @@ def _plan_alone(comm: Any) -> tuple[Any, str]:
     return (lambda: entry.backend.run(prepared, inp, out)), entry.algorithm
 
 
+def _check(comm: Any, size: int, calls: int = 20) -> dict[str, Any]:
+    """The communicator's in-place result against an fp32 all-reduce of the same inputs, fresh
+    random inputs each call (timing runs reuse one tensor, so they prove nothing)."""
+    worst, bound = 0.0, 0.0
+    for _ in range(calls):
+        x = torch.randn(size // 2, dtype=torch.bfloat16, device="cuda")
+        want = x.float()
+        dist.all_reduce(want)
+        comm.all_reduce(x)
+        worst = max(worst, float((x.float() - want).abs().max()))
+        bound = max(bound, float(want.abs().max()) * 2 ** -7 + 1e-6)   # one bf16 rounding
+    torch.cuda.synchronize()
+    return {"max_err": worst, "bound": bound, "ok": worst <= bound}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topology", default="auto")
@@ -88,6 +103,7 @@ def main() -> None:
         if run_plan is not None:
             row["plan_us"] = _time_graph(run_plan, args.calls, args.reps)
             row["overhead_us"] = round(row["comm_us"] - row["plan_us"], 2)
+        row.update(_check(comm, size))
         rows.append(row)
         if dist.get_rank() == 0:
             print(json.dumps(row), flush=True)
@@ -97,11 +113,12 @@ def main() -> None:
         lines = [f"# Communicator overhead, {meta['gpus']}", "",
                  f"`{meta['command']}`, {meta['date']}, git {meta['git_sha']}. Graph of "
                  f"{args.calls} calls, p50 per call over {args.reps} replays, slowest rank.", "",
-                 "| size | plan | NCCL us | comm.all_reduce us | plan alone us | overhead us |",
-                 "|---|---|---|---|---|---|"]
+                 "| size | plan | NCCL us | comm.all_reduce us | plan alone us | overhead us | "
+                 "right (20 fresh calls) |", "|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {format_size(r['bytes'])} | {r['algorithm']} | {r['nccl_us']} | "
-                         f"{r['comm_us']} | {r.get('plan_us', '-')} | {r.get('overhead_us', '-')} |")
+                         f"{r['comm_us']} | {r.get('plan_us', '-')} | {r.get('overhead_us', '-')} | "
+                         f"{r['ok']} (max err {r['max_err']:.3g}) |")
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "comm_overhead.json", json.dumps({"meta": meta, "rows": rows}, indent=1))

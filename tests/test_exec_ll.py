@@ -175,7 +175,7 @@ def groups(s, prog):
             start = i
     return out
 
-def run(kind, dtype, reduce_op, algo="direct", world=4, count=1100, calls=3, grid=2):
+def run(kind, dtype, reduce_op, algo="direct", world=4, count=1100, calls=3, grid=2, io="sym"):
     isz = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
     spec = CollectiveSpec(kind=kind, world_size=world, nbytes=count * world * isz, dtype=dtype,
                           reduce_op=reduce_op)
@@ -190,19 +190,37 @@ def run(kind, dtype, reduce_op, algo="direct", world=4, count=1100, calls=3, gri
         t = encode(p, deltas(data[r], r, isz), deltas(sig[r], r, 4))
         states.append(KernelState(torch.tensor(t.words, dtype=torch.int64), data[r].tensor,
                                   sig[r].tensor, torch.zeros(1 + grid, dtype=torch.int32),
-                                  torch.zeros(8, dtype=torch.int64), ll_half=p.ll_half))
+                                  torch.zeros(8, dtype=torch.int64), ll_half=p.ll_half,
+                                  in_delta=p.layout.offsets[INPUT],
+                                  out_delta=p.layout.offsets[OUTPUT]))
         spans.append(t.launches[id(fused_launch(p))])
     rng = np.random.default_rng(7)
     lay = progs[0].layout
     worst, identical = 0.0, True
     cuts = [groups(s, p) for p in progs]
     levels = sorted({k for c in cuts for k in c})
+    # io "user": the caller's own input and output tensors (the kernel bases its tagged
+    # addresses there); "inplace": one tensor for both (an all-reduce called in place)
+    user_in = [torch.zeros(spec.input_count(r) + 7, dtype=tdt)[2:2 + spec.input_count(r)]
+               for r in range(world)]
+    user_out = ([t[:spec.output_count(r)] for r, t in enumerate(user_in)] if io == "inplace" else
+                [torch.zeros(spec.output_count(r), dtype=tdt) for r in range(world)])
+    if io != "sym":
+        from dataclasses import replace
+        isz_b = torch.empty((), dtype=tdt).element_size()
+        base = [data[r].tensor.data_ptr() for r in range(world)]
+        states = [replace(st, in_delta=(user_in[r].data_ptr() - base[r]) // isz_b,
+                          out_delta=(user_out[r].data_ptr() - base[r]) // isz_b)
+                  for r, st in enumerate(states)]
     for c in range(calls):
         ins, before = random_inputs(spec, rng), initial_outputs(spec, rng)
         for r in range(world):
             n = spec.input_count(r)
-            data[r].tensor[lay.offsets[INPUT]:lay.offsets[INPUT] + n] = torch.from_numpy(
-                np.asarray(ins[r], dtype=np.float32)).to(tdt)
+            x = torch.from_numpy(np.asarray(ins[r], dtype=np.float32)).to(tdt)
+            if io == "sym":
+                data[r].tensor[lay.offsets[INPUT]:lay.offsets[INPUT] + n] = x
+            else:
+                user_in[r].copy_(x)
         # the interpreter runs one launch at a time: every rank's rows of one dependency level
         # run before any rank's next level, each in a launch whose epoch is taken back but the
         # rank's last
@@ -218,8 +236,8 @@ def run(kind, dtype, reduce_op, algo="direct", world=4, count=1100, calls=3, gri
                 if lv != max(cuts[r]):
                     states[r].epoch.copy_(saved)
         exp = reference(spec, ins, before)
-        outs = [data[r].tensor[lay.offsets[OUTPUT]:lay.offsets[OUTPUT] + spec.output_count(r)]
-                for r in range(world)]
+        outs = ([data[r].tensor[lay.offsets[OUTPUT]:lay.offsets[OUTPUT] + spec.output_count(r)]
+                 for r in range(world)] if io == "sym" else [t.clone() for t in user_out])
         for r in range(world):
             err = np.abs(outs[r].double().numpy() - exp.outputs[r])
             assert np.all(err <= tolerance(spec, exp, r)), (kind, dtype, c, r, float(err.max()))
@@ -236,13 +254,17 @@ for kind, dtype, op, algo in (
         ("all_reduce", "bf16", "sum", "two_shot"), ("all_reduce", "fp32", "sum", "rd"),
         ("all_gather", "bf16", "sum", "ring")):
     out[f"{kind}-{dtype}-{op}-{algo}"] = run(kind, dtype, op, algo)
+for kind, algo, io in (("all_reduce", "two_shot", "user"), ("all_reduce", "direct", "inplace"),
+                       ("all_reduce", "two_shot", "inplace"), ("all_gather", "direct", "user")):
+    out[f"{kind}-{algo}-{io}"] = run(kind, "bf16", "sum", algo, io=io)
 print(json.dumps(out))
 '''
 
 
 def test_ll_kernel_data_path_across_ranks_in_the_triton_interpreter():
     """One- and multi-hop plans (two_shot and rd push what they reduced; ring forwards what it
-    received), fp32/bf16/fp16, sum/max/avg, two CTAs, three calls."""
+    received), fp32/bf16/fp16, sum/max/avg, two CTAs, three calls; and on a caller's own
+    tensors (the tagged input/output addresses based elsewhere), in place for the all-reduce."""
     pytest.importorskip("triton")
     pytest.importorskip("torch")
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -250,7 +272,7 @@ def test_ll_kernel_data_path_across_ranks_in_the_triton_interpreter():
                           env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(out) == 9
+    assert len(out) == 13
     for case in out.values():
         assert case["epochs"] == [0, 3, 3]        # each CTA counts its own calls
         assert case["identical"]
@@ -270,7 +292,8 @@ def test_ll_kernel_uses_relaxed_system_scope_words_and_no_fence():
     from hiercoll.kernels.ll import ll_kernel
     sig = {"table": "*i64", "data": "*bf16", "sig": "*i32", "epoch_ptr": "*i32",
            "err_ptr": "*i64", "first_row": "i32", "num_rows": "i32", "spin_limit": "i32",
-           "ll_half": "i32", "REDUCE": "constexpr", "FMT": "constexpr", "EPW": "constexpr",
+           "ll_half": "i32", "in_delta": "i64", "out_delta": "i64", "REDUCE": "constexpr",
+           "FMT": "constexpr", "EPW": "constexpr",
            "BLOCKW": "constexpr", "NS": "constexpr", "PTX": "constexpr"}
     consts = {"REDUCE": 0, "FMT": 1, "EPW": 2, "BLOCKW": 512, "NS": 8, "PTX": True}
     attrs = {(k,): [["tt.divisibility", 16]] for k in range(5)}

@@ -16,7 +16,13 @@ ROW_WORDS = 14
  F_RELAXED, F_ID, F_LL) = range(ROW_WORDS)
 # F_LL (LL programs, executor/cuda/ll.py): bit 0, the destination is in the LL area; bit 1 + s,
 # source s is. An LL address is an int32 offset from this rank's signal allocation (parity 0;
-# parity 1 adds the program's `ll_half`), a plain one an element offset from its data.
+# parity 1 adds the program's `ll_half`), a plain one an element offset from its data. In an LL
+# program a plain address of the rank's own input or output carries a tag (bits TAG_SHIFT up) and
+# counts from that buffer's start: the kernel adds the call's base of it, so a call can read the
+# caller's input and write the caller's output in place of the symmetric buffers (no peer ever
+# touches either in an LL program).
+TAG_SHIFT = 60
+TAG_INPUT, TAG_OUTPUT = 1, 2
 WAIT_WORDS = 2          # (slot, per_epoch)
 STEP_ELEMENTS = 4096    # elements one CTA moves per step of a row (the kernel's BLOCK)
 LL_STEP_WORDS = 512     # LL kernel: 4-byte data words one CTA moves per step (x 8 sources polled)

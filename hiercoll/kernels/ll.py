@@ -32,6 +32,10 @@ F_NSRC = tl.constexpr(_t.F_NSRC)
 F_SRC = tl.constexpr(_t.F_SRC)
 F_LL = tl.constexpr(_t.F_LL)
 ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
+TAG_SHIFT = tl.constexpr(_t.TAG_SHIFT)
+TAG_MASK = tl.constexpr((1 << _t.TAG_SHIFT) - 1)
+TAG_INPUT = tl.constexpr(_t.TAG_INPUT)
+TAG_OUTPUT = tl.constexpr(_t.TAG_OUTPUT)
 
 BLOCK_WORDS = _t.LL_STEP_WORDS    # data words one CTA moves per step of a row
 SOURCES = 8              # a reduce's sources polled and loaded together ([SOURCES, BLOCK_WORDS])
@@ -129,8 +133,17 @@ def _combine(acc, y, REDUCE: tl.constexpr):
 
 
 @triton.jit
+def _plain(off, in_delta, out_delta):
+    """A plain address's element offset from the data allocation: own input/output addresses
+    are tagged offsets into that buffer (abi.TAG_*), based where this call's buffer is."""
+    tag = off >> TAG_SHIFT
+    base = off & TAG_MASK
+    return base + tl.where(tag == TAG_INPUT, in_delta, tl.where(tag == TAG_OUTPUT, out_delta, 0))
+
+
+@triton.jit
 def _sources(table, sstart, k0, nsrc, llmask, words, area, offs, mask, want, spin_limit, err_ptr,
-             row, NS: tl.constexpr, EPW: tl.constexpr, PTX: tl.constexpr):
+             row, in_delta, out_delta, NS: tl.constexpr, EPW: tl.constexpr, PTX: tl.constexpr):
     """Sources k0 .. k0 + NS - 1 of a row, this step's data words as [NS, BLOCKW] (dead sources
     read 0): LL sources polled until they carry the epoch, plain ones (the rank's input) loaded;
     every source's loads go out together."""
@@ -140,7 +153,8 @@ def _sources(table, sstart, k0, nsrc, llmask, words, area, offs, mask, want, spi
     ll = take & (((llmask >> (1 + k)) & 1) != 0)
     live = take[:, None] & mask[None, :]
     ll2 = ll[:, None] & mask[None, :]
-    plain = tl.load(words + (off // EPW)[:, None] + offs[None, :], mask=live & (ll2 == 0), other=0)
+    at = _plain(off, in_delta, out_delta) // EPW
+    plain = tl.load(words + at[:, None] + offs[None, :], mask=live & (ll2 == 0), other=0)
     v = _poll_ll(area + (off // 2)[:, None] + offs[None, :], ll2, want, spin_limit, err_ptr, row,
                  PTX)
     return tl.where(ll2, v.to(tl.int32), plain), live
@@ -157,9 +171,10 @@ def _reduce(x, live, REDUCE: tl.constexpr):
         return tl.sum(tl.where(live, x, 0.0), axis=0)
 
 
-@triton.jit(do_not_specialize=["first_row", "num_rows", "spin_limit", "ll_half"])
+@triton.jit(do_not_specialize=["first_row", "num_rows", "spin_limit", "ll_half", "in_delta",
+                              "out_delta"])
 def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_limit, ll_half,
-              REDUCE: tl.constexpr, FMT: tl.constexpr, EPW: tl.constexpr,
+              in_delta, out_delta, REDUCE: tl.constexpr, FMT: tl.constexpr, EPW: tl.constexpr,
               BLOCKW: tl.constexpr, NS: tl.constexpr, PTX: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -174,7 +189,8 @@ def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_li
         tl.debug_barrier()
         row = table + r * ROW_WORDS
         count = tl.load(row + F_COUNT) // EPW
-        dst = tl.load(row + F_DST)
+        dst = tl.load(row + F_DST)       # LL slots (a push) or a plain address (below)
+        plain_dst = _plain(dst, in_delta, out_delta) // EPW
         nsrc = tl.load(row + F_NSRC)
         sstart = tl.load(row + F_SRC)
         is_reduce = tl.load(row + F_REDUCE)
@@ -185,26 +201,27 @@ def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_li
             offs = start + tl.arange(0, BLOCKW)
             mask = offs < count
             if (llmask == 1) & (is_reduce == 0):     # a push of plain words: no poll
-                src = tl.load(table + sstart)
+                src = _plain(tl.load(table + sstart), in_delta, out_delta)
                 w = tl.load(words + src // EPW + offs, mask=mask, other=0)
             else:
                 want = tl.zeros([NS, BLOCKW], tl.int32) + epoch
                 w2, live = _sources(table, sstart, 0, nsrc, llmask, words, area, offs, mask, want,
-                                    spin_limit, err_ptr, r, NS, EPW, PTX)
+                                    spin_limit, err_ptr, r, in_delta, out_delta, NS, EPW, PTX)
                 if is_reduce != 0:
                     lo2, hi2 = _unpack(w2, FMT)
                     lo = _reduce(lo2, live, REDUCE)
                     hi = _reduce(hi2, live, REDUCE)
                     for k0 in range(NS, nsrc, NS):      # more sources than one block holds
                         w2, live = _sources(table, sstart, k0, nsrc, llmask, words, area, offs,
-                                            mask, want, spin_limit, err_ptr, r, NS, EPW, PTX)
+                                            mask, want, spin_limit, err_ptr, r, in_delta,
+                                            out_delta, NS, EPW, PTX)
                         lo2, hi2 = _unpack(w2, FMT)
                         lo = _combine(lo, _reduce(lo2, live, REDUCE), REDUCE)
                         hi = _combine(hi, _reduce(hi2, live, REDUCE), REDUCE)
                     lo = lo * scale
                     hi = hi * scale
                     if acc_flag != 0:
-                        olo, ohi = _unpack(tl.load(words + dst // EPW + offs, mask=mask, other=0),
+                        olo, ohi = _unpack(tl.load(words + plain_dst + offs, mask=mask, other=0),
                                            FMT)
                         lo = lo + olo
                         hi = hi + ohi
@@ -215,6 +232,6 @@ def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_li
                 v = (epoch.to(tl.int64) << 32) | (w.to(tl.int64) & 4294967295)
                 _store_word(area + dst // 2 + offs, v, mask, PTX)
             else:
-                tl.store(words + dst // EPW + offs, w, mask=mask)
+                tl.store(words + plain_dst + offs, w, mask=mask)
     if num_rows > 0:
         tl.store(epoch_ptr + 1 + pid, epoch)

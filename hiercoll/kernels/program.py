@@ -335,6 +335,10 @@ class KernelState:
     err: torch.Tensor
     trace: bool = False      # err also holds TRACE_WORDS of timer stamps (abi.TRACE_*)
     ll_half: int = 0         # an LL program (kernels/ll.py): int32 slots of one parity of its area
+    # LL programs: where this call's input and output start, in elements from `data` (the
+    # symmetric buffers' offsets by default; a caller's tensors for a zero-copy call)
+    in_delta: int = 0
+    out_delta: int = 0
 
 
 def _kernel_args(state: KernelState, span: RowSpan, reduce_op: str, spin_limit: int,
@@ -368,7 +372,8 @@ def _ll_args(state: KernelState, span: RowSpan, reduce_op: str,
     fmt = {torch.bfloat16: 1, torch.float16: 2}.get(data.dtype, 0)
     assert data.element_size() in (2, 4) and state.sig.data_ptr() % 16 == 0
     return (state.table, data, state.sig, state.epoch, state.err, span.first_row, span.num_rows,
-            spin_limit, state.ll_half, REDUCE_CODES[reduce_op], fmt, 4 // data.element_size(),
+            spin_limit, state.ll_half, state.in_delta, state.out_delta, REDUCE_CODES[reduce_op],
+            fmt, 4 // data.element_size(),
             BLOCK_WORDS, SOURCES, uses_ptx(interpret))
 
 
@@ -418,9 +423,15 @@ class BoundLaunch:
     grid: int
     args: tuple[Any, ...]
 
-    def __call__(self, stream: int) -> None:
+    def __call__(self, stream: int, io: tuple[int, int] | None = None) -> None:
+        """io: an LL launch's (in_delta, out_delta) for this call (a caller's own tensors)."""
+        args = self.args if io is None else (*self.args[:LL_IO_ARG], *io,
+                                             *self.args[LL_IO_ARG + 2:])
         self.launcher(self.grid, 1, 1, stream, self.function, self.packed_metadata, None, None,
-                      None, *self.args)
+                      None, *args)
+
+
+LL_IO_ARG = 9     # where `ll_kernel`'s in_delta and out_delta sit in its arguments
 
 
 def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any], *,

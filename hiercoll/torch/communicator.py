@@ -374,7 +374,19 @@ class Communicator:
         if direct is not None and entry.schedule.meta.algorithm == LIBRARY_ALGORITHM:
             inp, out, count = direct
             return self._library_direct((kind, dtype, op, count), inp, out, async_op)
+        if direct is not None and entry.pooled and not async_op and self._fits(entry, direct):
+            # the plan runs on the caller's tensors, on the current stream: an LL plan reads
+            # and writes them in place (no copy at all), others copy in and out themselves
+            with _patch.inside():
+                entry.backend.run(entry.prepared, direct[0], direct[1])
+            return None
         return self._launch(entry, pack, unpack, async_op, user)
+
+    def _fits(self, entry: _Entry, direct: tuple[torch.Tensor, torch.Tensor, int]) -> bool:
+        """The call's tensors are exactly the plan's (no padding to the size bucket)."""
+        spec = entry.schedule.spec
+        return (direct[0].numel() == spec.input_count(self._rank)
+                and direct[1].numel() == spec.output_count(self._rank))
 
     def _library_direct(self, key: tuple[Kind, DType, ReduceOp, int], inp: torch.Tensor,
                         out: torch.Tensor, async_op: bool) -> Work | None:

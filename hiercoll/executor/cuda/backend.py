@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -203,7 +203,9 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
                          epoch=torch.zeros(1 + (_grid(program) if program.ll_half else 0),
                                            dtype=torch.int32, device=device),
                          err=torch.zeros(err_words(trace), dtype=torch.int64, device=device),
-                         trace=trace, ll_half=program.ll_half)
+                         trace=trace, ll_half=program.ll_half,
+                         in_delta=program.layout.offsets[INPUT],
+                         out_delta=program.layout.offsets[OUTPUT])
     copies = {id(item): _Copy(data.peer_view(item.dst.rank, item.dst.offset, item.count),
                               data.peer_view(item.src.rank, item.src.offset, item.count))
               for items in program.streams.values() for item in items
@@ -272,6 +274,10 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
     sym_in, sym_out = prepared.input_view, prepared.output_view
     if timer is not None:
         timer.start.record()
+    io = zero_copy_io(prepared, input, output)
+    if io is not None:      # an LL program on the caller's own tensors: no copy in or out
+        _kernel(prepared, fused_launch(p), main, fused=True, timer=timer, io=io)
+        return
     for step in call_steps(p):
         if step == CallStep.COPY_IN:
             if input.data_ptr() != sym_in.data_ptr() and input.numel():
@@ -299,6 +305,27 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
         elif step == CallStep.COPY_OUT:
             if output.data_ptr() != sym_out.data_ptr() and output.numel():
                 output.copy_(sym_out)
+
+
+def zero_copy_io(prepared: CudaPrepared, input: torch.Tensor,
+                 output: torch.Tensor) -> tuple[int, int] | None:
+    """(in_delta, out_delta) that let an LL program read `input` and write `output` where they
+    are (elements from the data allocation), or None: the call copies through the symmetric
+    buffers. Why it may: in an LL program no peer reads this rank's input or writes its output
+    (ll.py). Not where the caller's tensors are the symmetric buffers already, where a word would
+    straddle (4-byte alignment), or where they overlap and the plan is not safe in place."""
+    p = prepared.program
+    if not p.ll_half or (input.data_ptr() == prepared.input_view.data_ptr()
+                         and output.data_ptr() == prepared.output_view.data_ptr()):
+        return None
+    base, isz = prepared.kernel.data.data_ptr(), input.element_size()
+    if (input.numel() and input.data_ptr() % 4) or (output.numel() and output.data_ptr() % 4):
+        return None
+    a0, a1 = input.data_ptr(), input.data_ptr() + input.numel() * isz
+    b0, b1 = output.data_ptr(), output.data_ptr() + output.numel() * isz
+    if a0 < b1 and b0 < a1 and not (a0 == b0 and p.ll_in_place):
+        return None
+    return (a0 - base) // isz, (b0 - base) // isz
 
 
 def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
@@ -336,7 +363,7 @@ def _copy(c: _Copy) -> None:
 
 def _kernel(prepared: CudaPrepared, launch: KernelLaunch, stream: torch.cuda.Stream,
             bump_epoch: bool = False, fused: bool = False, timer: LaunchTimer | None = None,
-            channel: int = -1) -> None:
+            channel: int = -1, io: tuple[int, int] | None = None) -> None:
     """Launch on `stream`: bound (one call of Triton's launcher, `kernels.program.BoundLaunch`)
     where `build_prepared` bound it, else through the JIT, which launches on the current stream
     (callers without a bound launch run under `torch.cuda.stream(stream)`)."""
@@ -346,10 +373,12 @@ def _kernel(prepared: CudaPrepared, launch: KernelLaunch, stream: torch.cuda.Str
 
     def go() -> None:
         if bound is not None:
-            bound(stream.cuda_stream)
+            bound(stream.cuda_stream, io)
         else:
+            state = prepared.kernel if io is None else replace(
+                prepared.kernel, in_delta=io[0], out_delta=io[1])
             with torch.cuda.stream(stream):
-                launch_rows(prepared.kernel, prepared.table.launches[id(launch)],
+                launch_rows(state, prepared.table.launches[id(launch)],
                             reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
                             bump_epoch=bump_epoch, fused=fused)
     if timer is None:

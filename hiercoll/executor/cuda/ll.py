@@ -62,6 +62,7 @@ class LLPlan:
     ll_reads: dict[OpRef, tuple[bool, ...]]
     unpacked: tuple[OpRef, ...]          # terminal pushes: the receiver copies them out
     order: tuple[tuple[OpRef, ...], ...]
+    in_place: bool = False               # safe with input and output the same memory
 
 
 def elements_per_word(itemsize: int) -> int:
@@ -151,7 +152,35 @@ def ll_plan_or_reason(schedule: Schedule, max_bytes: int,
         size = max(schedule.buffers(r).get(name, 0) for r in range(schedule.world_size))
         area[name] = pos
         pos += -(-size // align) * align
-    return LLPlan(area, pos, frozenset(pushes), ll_reads, unpacked, _row_order(schedule, pushes))
+    order = _row_order(schedule, pushes)
+    return LLPlan(area, pos, frozenset(pushes), ll_reads, unpacked, order,
+                  _in_place(schedule, order, pushes, unpacked))
+
+
+def _in_place(schedule: Schedule, order: tuple[tuple[OpRef, ...], ...], pushes: dict[OpRef, Op],
+              unpacked: tuple[OpRef, ...]) -> bool:
+    """Whether every rank may run with its output where its input is (an all-reduce called in
+    place): each output word is written by the row that reads the same input word, or by a later
+    row that reads... nothing of it, only after every row reading that input word with the same
+    geometry (so the same CTA read it first). Rows run in `order`, unpacking last."""
+    for r in range(schedule.world_size):
+        rows: list[tuple[list[Region], list[Region]]] = []      # (input reads, output writes)
+        for ref in order[r]:
+            op = schedule.op(ref)
+            reads = [s for s in op.srcs if s.buffer == INPUT]
+            local_out = ref not in pushes and op.dst.buffer == OUTPUT
+            rows.append((reads, [op.dst] if local_out else []))
+        for ref in unpacked:
+            if pushes[ref].dst.rank == r:
+                rows.append(([], [pushes[ref].dst]))
+        for j, (_, writes) in enumerate(rows):
+            for w in writes:
+                for i, (reads, _) in enumerate(rows):
+                    for rd in reads:
+                        hit = rd.offset < w.offset + w.count and w.offset < rd.offset + rd.count
+                        if hit and (i > j or (rd.offset, rd.count) != (w.offset, w.count)):
+                            return False
+    return True
 
 
 def _row_order(schedule: Schedule, pushes: dict[OpRef, Op]) -> tuple[tuple[OpRef, ...], ...]:

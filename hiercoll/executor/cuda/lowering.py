@@ -266,6 +266,7 @@ class RankProgram:
     ll_elements: int = 0  # LL program (ll.py): its one launch walks LL rows; the LL area holds
     #                       this many elements per parity, at the start of the signal allocation
     ll_epw: int = 0       # elements per LL word (2 for 16-bit types, 1 for 32-bit)
+    ll_in_place: bool = False   # LL: may run with the output where the input is (ll.py)
 
     @property
     def ll_half(self) -> int:
@@ -604,7 +605,7 @@ def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgra
                           schedule.spec.accumulates_output,
                           ("LL: one kernel per call, flags in the data words, no barriers",),
                           (), True, plan.elements, epw)
-    return replace(program, num_slots=2 * program.ll_half)
+    return replace(program, num_slots=2 * program.ll_half, ll_in_place=plan.in_place)
 
 
 COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to the next row

@@ -27,8 +27,12 @@ from hiercoll.kernels.abi import (
     F_SRC,
     F_WAIT,
     ROW_WORDS,
+    TAG_INPUT,
+    TAG_OUTPUT,
+    TAG_SHIFT,
     RowSpan,
 )
+from hiercoll.schedule import INPUT, OUTPUT
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,17 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
     base = len(words)
     producers: list[str] = []
 
+    lay = program.layout
+    own = ((lay.offsets[INPUT], lay.sizes.get(INPUT, 0), TAG_INPUT),
+           (lay.offsets[OUTPUT], lay.sizes.get(OUTPUT, 0), TAG_OUTPUT))
+
     def rel(a: Addr, ll: bool = False) -> int:
         if ll:   # a word of the LL area: two int32 slots of the signal allocation
             return sig_delta[a.rank] + 2 * (a.offset // program.ll_epw)
+        if program.ll_half and a.rank == program.rank:   # own input/output: tagged (abi.py)
+            for start, size, tag in own:
+                if start <= a.offset < start + size:
+                    return (tag << TAG_SHIFT) | (a.offset - start)
         return data_delta[a.rank] + a.offset
 
     for i, row in enumerate(rows):
