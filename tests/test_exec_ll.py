@@ -306,3 +306,14 @@ def test_ll_kernel_uses_relaxed_system_scope_words_and_no_fence():
     assert "st.relaxed.sys.global.b64" in ptx and "ld.relaxed.sys.global.b64" in ptx
     for word in ("fence", "membar", ".release", ".acquire"):
         assert word not in ptx, word
+
+
+def test_the_per_call_bases_are_64_bit_whatever_the_first_call_passed():
+    """A caller's tensor lies anywhere: its base from the data allocation does not fit 32 bits.
+    Triton types an unannotated int by its first value, and the binary compiled at warm-up (the
+    symmetric buffers' small offsets) then refused the first zero-copy call (the 2-GPU stress:
+    "signed integer is greater than maximum")."""
+    pytest.importorskip("triton")
+    from hiercoll.kernels.ll import ll_kernel
+    kinds = {p.name: p.annotation_type for p in ll_kernel.params}
+    assert kinds["in_delta"] == kinds["out_delta"] == "i64"

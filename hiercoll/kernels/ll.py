@@ -16,8 +16,8 @@ each other, so there is no point at which one could publish a shared counter saf
 runs every call, so the counters agree. The LL area is double-buffered by the epoch's parity.
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: Triton reads `in_delta: tl.int64` as a type only
+# when the annotation is the dtype object itself
 import triton
 import triton.language as tl
 
@@ -174,7 +174,8 @@ def _reduce(x, live, REDUCE: tl.constexpr):
 @triton.jit(do_not_specialize=["first_row", "num_rows", "spin_limit", "ll_half", "in_delta",
                               "out_delta"])
 def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_limit, ll_half,
-              in_delta, out_delta, REDUCE: tl.constexpr, FMT: tl.constexpr, EPW: tl.constexpr,
+              in_delta: tl.int64, out_delta: tl.int64, REDUCE: tl.constexpr, FMT: tl.constexpr,
+              EPW: tl.constexpr,
               BLOCKW: tl.constexpr, NS: tl.constexpr, PTX: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
