@@ -10,10 +10,10 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
+from helpers import check_emulation
 
-from hiercoll.collectives import CollectiveSpec, initial_outputs, random_inputs, reference, tolerance
+from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda import emulate as emu
 from hiercoll.executor.cuda import ll as ll_mod
@@ -86,32 +86,20 @@ def test_ll_addresses_are_encoded_as_signal_slots_of_the_receiver():
     assert prog.num_slots == 2 * prog.ll_half and prog.ll_half == prog.ll_elements  # bf16
 
 
-def _emulate(s, opts, seed, calls=4):  # type: ignore[no-untyped-def]
-    spec = s.spec
-    rng = np.random.default_rng(seed)
-    ins = [random_inputs(spec, rng) for _ in range(calls)]
-    before = [initial_outputs(spec, rng) for _ in range(calls)]
-    outs = emu.emulate(s, ins, before, opts, seed=seed)
-    for c in range(calls):
-        exp = reference(spec, ins[c], before[c])
-        for r in range(spec.world_size):
-            assert np.all(np.abs(outs[c][r] - exp.outputs[r]) <= tolerance(spec, exp, r))
-
-
 @pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_emulated_ll_programs_are_right_over_several_calls(kind, dtype):
     s = _plan(kind, "direct", dtype=dtype)
     assert ll_applies(s, CudaOptions()) is not None
     for seed, ctas in enumerate((1, 2, 5)):
-        _emulate(s, CudaOptions(ctas=ctas), seed)
+        check_emulation(s, CudaOptions(ctas=ctas), seed)
 
 
 def _failures(s, opts, seeds=16, calls=5) -> int:  # type: ignore[no-untyped-def]
     n = 0
     for seed in range(seeds):
         try:
-            _emulate(s, opts, seed, calls=calls)
+            check_emulation(s, opts, seed, calls=calls)
         except (VerificationError, AssertionError):
             n += 1
     return n

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
+from helpers import check_emulation
 
-from hiercoll.collectives import CollectiveSpec, initial_outputs, random_inputs, reference, tolerance
+from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda import emulate as emu
 from hiercoll.executor.cuda.lowering import (
@@ -147,26 +147,13 @@ CASES = [(nodes, gpus, kind, algo)
          for algo in applicable(_topo(nodes, gpus), _spec(kind, nodes * gpus))]
 
 
-def _check_emulation(s, opts, seed, calls=3):  # type: ignore[no-untyped-def]
-    spec = s.spec
-    rng = np.random.default_rng(seed)
-    ins = [random_inputs(spec, rng) for _ in range(calls)]
-    before = [initial_outputs(spec, rng) for _ in range(calls)]
-    outs = emu.emulate(s, ins, before, opts, seed=seed)
-    for c in range(calls):
-        exp = reference(spec, ins[c], before[c])
-        for r in range(spec.world_size):
-            err = np.abs(outs[c][r] - exp.outputs[r])
-            assert np.all(err <= tolerance(spec, exp, r)), f"call {c} rank {r}"
-
-
 @pytest.mark.parametrize(("nodes", "gpus", "kind", "algo"), CASES)
 def test_emulated_lowering_matches_numpy_over_several_calls(nodes, gpus, kind, algo):
     s = plan(_topo(nodes, gpus), _spec(kind, nodes * gpus), algo).expand()
     for seed, opts in enumerate((CudaOptions(ctas=3), CudaOptions(ctas=2, ce_threshold_bytes=64),
                                  CudaOptions(ctas=1), CudaOptions(ctas=1, single_stream=True),
                                  CudaOptions(ctas=2, protocol="simple"))):
-        _check_emulation(s, opts, seed)
+        check_emulation(s, opts, seed)
 
 
 def test_one_cta_launches_order_rows_without_signals_and_share_release_fences():
@@ -201,7 +188,7 @@ def test_emulator_catches_a_missing_start_barrier(monkeypatch):
     failures = 0
     for seed in range(12):
         try:
-            _check_emulation(s, CudaOptions(ctas=2, fuse=False), seed)   # the multi-stream form
+            check_emulation(s, CudaOptions(ctas=2, fuse=False), seed)   # the multi-stream form
         except AssertionError:
             failures += 1
     assert failures > 0
@@ -221,7 +208,7 @@ def test_emulator_reports_a_deadlock_when_a_signal_is_lost(monkeypatch):
 
     monkeypatch.setattr(emu, "lower", drop_signals)
     with pytest.raises(VerificationError, match="deadlocks: rank 0 call 0 step join"):
-        _check_emulation(s, CudaOptions(ctas=1, fuse=False, forward=False), 0, calls=1)
+        check_emulation(s, CudaOptions(ctas=1, fuse=False, forward=False), 0, calls=1)
 
 
 PARAM_CASES = [(kind, algo) for kind in ("all_reduce", "reduce_scatter", "all_gather")
@@ -233,7 +220,7 @@ def test_emulated_lowering_with_chunks_and_channels(kind, algo):
     """Pipelined chunks on several channels: more streams per rank, more cross-stream waits."""
     s = plan(_topo(2, 2), _spec(kind, 4, 53), algo, {"chunks": 3, "channels": 2}).expand()
     assert max(len({o.channel for o in s.rank_ops(r)}) for r in range(4)) >= 2
-    _check_emulation(s, CudaOptions(ctas=2, ce_threshold_bytes=40), seed=7, calls=2)
+    check_emulation(s, CudaOptions(ctas=2, ce_threshold_bytes=40), seed=7, calls=2)
 
 
 @pytest.mark.parametrize(("kind", "algo"), PARAM_CASES)
@@ -243,7 +230,7 @@ def test_single_stream_lowering_is_one_stream_and_still_right(kind, algo):
     s = plan(_topo(2, 2), _spec(kind, 4, 53), algo, {"chunks": 3, "channels": 2}).expand()
     opts = CudaOptions(ctas=2, ce_threshold_bytes=40, single_stream=True)
     assert all(list(lower(s, r, opts).streams) == [0] for r in range(4))
-    _check_emulation(s, opts, seed=3, calls=2)
+    check_emulation(s, opts, seed=3, calls=2)
 
 
 NET = CudaOptions(ctas=2, inter_transport="nccl")
@@ -278,8 +265,8 @@ def test_inter_node_copies_become_matched_sends_and_receives():
                                             for a in applicable(_topo(2, 2), _spec(k, 4))])
 def test_emulated_nccl_inter_transport_matches_numpy(kind, algo):
     s = plan(_topo(2, 2), _spec(kind, 4, 41), algo, {"chunks": 2}).expand()
-    _check_emulation(s, NET, seed=5)
-    _check_emulation(s, dataclasses.replace(NET, ce_threshold_bytes=32), seed=6, calls=2)
+    check_emulation(s, NET, seed=5)
+    check_emulation(s, dataclasses.replace(NET, ce_threshold_bytes=32), seed=6, calls=2)
 
 
 def test_levels_put_every_op_after_its_dependencies_and_channel_predecessor():
@@ -312,7 +299,7 @@ def test_fused_lowering_is_one_launch_with_both_barriers_and_still_right(nodes, 
         assert len(launch.rows) == len(ops) + 2
         assert {w.producer for w in ops[0].waits} >= {f"barrier:start@{q}" for q in range(s.world_size)}
         assert {(g.rank) for g in ops[-1].signals} >= set(range(s.world_size))
-    _check_emulation(s, opts, seed=5, calls=3)
+    check_emulation(s, opts, seed=5, calls=3)
 
 
 def test_copy_engine_ops_keep_the_unfused_lowering():
@@ -338,7 +325,7 @@ def test_emulator_catches_a_fused_program_without_its_start_barrier(monkeypatch)
     failures = 0
     for seed in range(12):
         try:
-            _check_emulation(s, CudaOptions(ctas=2, single_stream=True), seed)
+            check_emulation(s, CudaOptions(ctas=2, single_stream=True), seed)
         except AssertionError:
             failures += 1
     assert failures > 0
@@ -359,7 +346,7 @@ def test_launch_per_op_lowering_is_one_op_per_launch_and_still_right(kind, algo)
         assert all(sum(1 for row in x.rows if row.count) <= 1 for x in launches)
         ops = {label for x in launches for label in launch_label(x).split(",") if label[:1].isdigit()}
         assert ops == {op.id for op in s.rank_ops(r) if op.dst.count}
-    _check_emulation(s, opts, seed=3, calls=2)
+    check_emulation(s, opts, seed=3, calls=2)
 
 
 def test_debug_timeout_is_one_spin_limit_for_every_kernel():

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from hiercoll.kernels import abi as _t
+from hiercoll.kernels.program import combine
 
 F_COUNT = tl.constexpr(_t.F_COUNT)
 F_DST = tl.constexpr(_t.F_DST)
@@ -123,16 +124,6 @@ def _pack(lo, hi, FMT: tl.constexpr):
 
 
 @triton.jit
-def _combine(acc, y, REDUCE: tl.constexpr):
-    if REDUCE == 1:
-        return tl.maximum(acc, y)
-    elif REDUCE == 2:
-        return tl.minimum(acc, y)
-    else:
-        return acc + y
-
-
-@triton.jit
 def _plain(off, in_delta, out_delta):
     """A plain address's element offset from the data allocation: own input/output addresses
     are tagged offsets into that buffer (abi.TAG_*), based where this call's buffer is."""
@@ -217,8 +208,8 @@ def ll_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_li
                                             mask, want, spin_limit, err_ptr, r, in_delta,
                                             out_delta, NS, EPW, PTX)
                         lo2, hi2 = _unpack(w2, FMT)
-                        lo = _combine(lo, _reduce(lo2, live, REDUCE), REDUCE)
-                        hi = _combine(hi, _reduce(hi2, live, REDUCE), REDUCE)
+                        lo = combine(lo, _reduce(lo2, live, REDUCE), REDUCE)
+                        hi = combine(hi, _reduce(hi2, live, REDUCE), REDUCE)
                     lo = lo * scale
                     hi = hi * scale
                     if acc_flag != 0:

@@ -189,7 +189,8 @@ SRC_UNROLL = tl.constexpr(8)   # a reduce's sources loaded together (more: one a
 
 
 @triton.jit
-def _combine(acc, y, REDUCE: tl.constexpr):
+def combine(acc, y, REDUCE: tl.constexpr):
+    """Two partial results under the reduce op (REDUCE_CODES): the simple and LL kernels'."""
     if REDUCE == 1:
         return tl.maximum(acc, y)
     elif REDUCE == 2:
@@ -284,13 +285,13 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                             s_off = tl.multiple_of(s_off, VEC)
                         upto = tl.where(take, count, 0)     # masked off past nsrc
                         y = tl.load(data + s_off + offs, mask=offs < upto, other=0).to(ACC)
-                        acc = tl.where(take, _combine(acc, y, REDUCE), acc)
+                        acc = tl.where(take, combine(acc, y, REDUCE), acc)
                     for s in range(SRC_UNROLL, nsrc):
                         s_off = tl.load(table + sstart + s)
                         if ALIGNED:
                             s_off = tl.multiple_of(s_off, VEC)
                         y = tl.load(data + s_off + offs, mask=mask).to(ACC)
-                        acc = _combine(acc, y, REDUCE)
+                        acc = combine(acc, y, REDUCE)
                     acc = acc * scale.to(ACC)
                     if acc_flag != 0:
                         acc = acc + tl.load(dst + offs, mask=mask).to(ACC)

@@ -61,13 +61,14 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
     producers: list[str] = []
 
     lay = program.layout
-    own = ((lay.offsets[INPUT], lay.sizes.get(INPUT, 0), TAG_INPUT),
-           (lay.offsets[OUTPUT], lay.sizes.get(OUTPUT, 0), TAG_OUTPUT))
+    own = (((lay.offsets[INPUT], lay.sizes.get(INPUT, 0), TAG_INPUT),
+            (lay.offsets[OUTPUT], lay.sizes.get(OUTPUT, 0), TAG_OUTPUT))
+           if program.ll_half else ())     # only LL programs tag (abi.TAG_*)
 
     def rel(a: Addr, ll: bool = False) -> int:
         if ll:   # a word of the LL area: two int32 slots of the signal allocation
             return sig_delta[a.rank] + 2 * (a.offset // program.ll_epw)
-        if program.ll_half and a.rank == program.rank:   # own input/output: tagged (abi.py)
+        if a.rank == program.rank:      # an LL program's own input/output: tagged (abi.py)
             for start, size, tag in own:
                 if start <= a.offset < start + size:
                     return (tag << TAG_SHIFT) | (a.offset - start)
