@@ -22,17 +22,19 @@ import triton
 import triton.language as tl
 
 from hiercoll.kernels import abi as _t
-from hiercoll.kernels.program import combine
+from hiercoll.kernels.program import (  # the row table's fields, as the simple kernel reads them
+    F_ACC,
+    F_COUNT,
+    F_DST,
+    F_NSRC,
+    F_REDUCE,
+    F_SCALE,
+    F_SRC,
+    ROW_WORDS,
+    combine,
+)
 
-F_COUNT = tl.constexpr(_t.F_COUNT)
-F_DST = tl.constexpr(_t.F_DST)
-F_REDUCE = tl.constexpr(_t.F_REDUCE)
-F_ACC = tl.constexpr(_t.F_ACC)
-F_SCALE = tl.constexpr(_t.F_SCALE)
-F_NSRC = tl.constexpr(_t.F_NSRC)
-F_SRC = tl.constexpr(_t.F_SRC)
 F_LL = tl.constexpr(_t.F_LL)
-ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
 TAG_SHIFT = tl.constexpr(_t.TAG_SHIFT)
 TAG_MASK = tl.constexpr((1 << _t.TAG_SHIFT) - 1)
 TAG_INPUT = tl.constexpr(_t.TAG_INPUT)
