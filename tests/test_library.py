@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ROOT
 
 import hiercoll as hc
 from hiercoll.cli.main import main
@@ -62,6 +63,21 @@ def test_the_shipped_table_ranks_measured_plans_where_it_covers_the_size():
     beyond = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=4, nbytes=4 << 30)
     assert table.measured_plans_us(h200, beyond) == {}
     assert not pick_one(h200, beyond, SimCache(None), library=table, prune=True).measured
+
+
+def test_the_two_gpu_table_applies_to_any_two_h200_node_and_picks_the_ll_plans():
+    """A Communicator on 2 H200s (topology "auto": the shape, not the name) ranks by the 2-GPU
+    run (bench/results/gpu/ll-w2/multihop, LL-lowered): 8 KiB all-reduce `direct` 4.51 us
+    against NCCL's 8.14 through the library call."""
+    two = load_topology(str(ROOT / "bench/gpu/topologies/h200x2.yaml"), uncalibrated=True)
+    table = shipped_table(two)
+    assert table is not None and table.world_size == 2 and table.measured_on(two)
+    small = CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=2, nbytes=8192)
+    row = pick_one(two, small, SimCache(None), library=table)
+    assert row.measured and row.algorithm == "direct"
+    assert row.time_us == pytest.approx(4.51, abs=0.01)
+    assert row.library_time_us == pytest.approx(8.14, abs=0.01)
+    assert shipped_table(load_topology("h200x4")) is not table
 
 
 def test_measured_plan_times_interpolate_inside_their_range_only():

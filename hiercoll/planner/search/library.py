@@ -28,7 +28,7 @@ from hiercoll.topology import Topology
 LIBRARY = LIBRARY_ALGORITHM
 LIBRARY_KINDS = (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.ALL_TO_ALL,
                  Kind.BROADCAST, Kind.REDUCE)
-SHIPPED = ("measured_h200x4.json", "nccl_h200x4.json")   # the first that applies is used
+SHIPPED = ("measured_h200x4.json", "measured_h200x2.json", "nccl_h200x4.json")   # first that applies
 
 
 def library_schedule(topology: Topology, spec: CollectiveSpec) -> Schedule:
