@@ -16,6 +16,7 @@ from hiercoll.gcpause import without_cyclic_gc
 from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.labels import Label
 from hiercoll.schedule import INPUT, OUTPUT, Op, Region, SymmetryGroup
+from hiercoll.schedule_arrays import OpArrays
 from hiercoll.topology import Topology
 
 
@@ -75,6 +76,12 @@ class Algorithm(ABC, Generic[ParamsT]):
     def index_of(self, ctx: PlanContext[ParamsT], rank: int, label: Label) -> int:
         """Index of the op labelled `label` on `rank`; override with a formula for scale."""
         return ctx.label_map(rank)[label]
+
+    def op_arrays(self, ctx: PlanContext[ParamsT], ranks: Sequence[int]) -> OpArrays | None:
+        """`ranks`' ops written straight as arrays (no `Op` per op: what a large simulation
+        reads), exactly what `build_rank` builds; None where the family has no such form (the
+        simulator then converts built ops)."""
+        return None
 
 
 @dataclass
@@ -196,6 +203,11 @@ class RecipeOps(Generic[ParamsT]):
 
     def rank_buffers(self, rank: int) -> dict[str, int]:
         return self._get(rank)[1]
+
+    def op_arrays(self, ranks: Sequence[int]) -> OpArrays | None:
+        """The algorithm's array form of `ranks`' ops, if it has one (nothing is cached: a
+        simulation asks once)."""
+        return self.ctx.algorithm.op_arrays(self.ctx, ranks)
 
     def check_walk(self, ranks: int, what: str) -> None:
         if self.budget is not None:

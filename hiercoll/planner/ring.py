@@ -14,11 +14,18 @@ waits until the reader consumed the slot's previous content), so scratch stays 2
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 from hiercoll.collectives import Kind
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, ceil_div, chunk_bounds
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
 from hiercoll.planner.labels import Label, RingAgLabel, RingOwnLabel, RingRsFinalLabel, RingRsLabel
-from hiercoll.schedule import Region
+from hiercoll.schedule import OpKind, Region
+from hiercoll.schedule_arrays import I64, OpArrays, Proto, concat
+
+ARRAY_BLOCK_OPS = 1 << 22     # op_arrays builds this many ops at a time (bounds its temporaries)
 
 RECV = "ring_recv"
 
@@ -144,3 +151,104 @@ class Ring(Algorithm[BaseParams]):
                     deps = [Dep(prv, RingAgLabel(s - 1, c))]
                 b.copy(src, ctx.output(nxt, off, n), channel=c % chans, deps=deps,
                        label=RingAgLabel(s, c))
+
+    # ---- the array form (schedule_arrays): the ops above without an Op per op ----------------
+    def op_arrays(self, ctx: PlanContext[BaseParams], ranks: Sequence[int]) -> OpArrays | None:
+        """`ranks`' ops as arrays, by the index layout above: what `build_rank` emits, op for
+        op (tests/test_sim_compiled_build.py compares them). A world of one rank (its final
+        reduce is a copy) is left to the built ops."""
+        if ctx.world < 2 or not ranks:
+            return None
+        per_rank = self._ops_per_rank(ctx)
+        block = max(1, ARRAY_BLOCK_OPS // per_rank)
+        parts = [self._arrays_block(ctx, list(ranks[i:i + block])) for i in range(0, len(ranks), block)]
+        return parts[0] if len(parts) == 1 else concat(parts)
+
+    def _ops_per_rank(self, ctx: PlanContext[BaseParams]) -> int:
+        w, k, kind = ctx.world, self.pieces(ctx), ctx.spec.kind
+        rs = w * k if kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE) else 0
+        ag = ((w - 1) * k + (k if kind == Kind.ALL_GATHER else 0)
+              if kind in (Kind.ALL_GATHER, Kind.ALL_REDUCE) else 0)
+        return rs + ag
+
+    def _arrays_block(self, ctx: PlanContext[BaseParams], ranks: list[int]) -> OpArrays:
+        """One block of ranks: every op a (rank, step, piece) cell of a few 3-d arrays."""
+        w, k, chans, kind = ctx.world, self.pieces(ctx), ctx.params.channels, ctx.spec.kind
+        g = ctx.topology.gpus_per_node
+        do_rs = kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE)
+        do_ag = kind in (Kind.ALL_GATHER, Kind.ALL_REDUCE)
+        gather_only = kind == Kind.ALL_GATHER
+        nr = len(ranks)
+        rk = np.array(ranks, np.int64)
+        # RingOrder of every channel as tables: rank_at[ch, pos], pos_of[ch, rank]
+        starts = [RingOrder(ctx, ch).start for ch in range(chans)]
+        node, j = np.divmod(np.arange(w, dtype=np.int64), g)
+        rank_at = np.stack([node * g + (st + j) % g for st in starts])
+        pos_of = np.stack([node * g + (j - st) % g for st in starts])
+        # _piece's count: chunk c of the owner's shard
+        shard_n = np.array([ctx.spec.shard(o)[1] for o in range(w)], np.int64)
+        cvec = np.arange(k, dtype=np.int64)
+        base, extra = np.divmod(shard_n, k)
+        piece_n = base[:, None] + (cvec[None, :] < extra[:, None])          # (owner, piece)
+        ch_c = cvec % chans                                                  # piece -> channel
+        pos = pos_of[ch_c[None, :], rk[:, None]]                             # (rank, piece)
+        nxt = rank_at[ch_c[None, :], (pos + 1) % w]
+        prv = rank_at[ch_c[None, :], (pos - 1) % w]
+        steps = np.arange(w - 1, dtype=np.int64)[None, :, None]             # (1, step, 1)
+
+        def owner_counts(back: int) -> I64:   # (rank, step, piece): the piece of pos - s - back
+            owner = rank_at[ch_c[None, None, :], (pos[:, None, :] - steps - back) % w]
+            out: I64 = piece_n[owner, cvec[None, None, :]]
+            return out
+
+        shape3 = (nr, w - 1, k)
+
+        def bc(v: object) -> I64:           # broadcast onto every (rank, step, piece)
+            out: I64 = np.broadcast_to(np.asarray(v, np.int64), shape3)
+            return out
+
+        first, later = steps == 0, steps >= 2
+        idx_prev = (steps - 1) * k + cvec                                   # (1, step, piece)
+        # blocks in index order, each (rank, rows, piece) arrays: (prototype type, count, dep 0
+        # rank, dep 0 index, dep 1 rank, dep 1 index), rank -1 for no dependency. Types: 0 copy
+        # to the ring successor, 1 reduce into it, 2 reduce into my output, 3 copy into it
+        blocks: list[tuple[I64, ...]] = []
+        fin = (nr, 1, k)
+        no_dep = np.full(fin, -1, np.int64)
+        mine = np.broadcast_to(piece_n[rk][:, None, :], fin)
+        if do_rs:
+            blocks.append((bc(np.where(first, 0, 1)), owner_counts(1),
+                           bc(np.where(later, nxt[:, None, :], -1)), bc(np.where(later, idx_prev, -1)),
+                           bc(np.where(first, -1, prv[:, None, :])), bc(np.where(first, -1, idx_prev))))
+            blocks.append((np.full(fin, 2, np.int64), mine, no_dep, no_dep,
+                           prv[:, None, :], np.broadcast_to((w - 2) * k + cvec, fin)))
+        if do_ag:
+            if gather_only:
+                blocks.append((np.full(fin, 3, np.int64), mine, no_dep, no_dep, no_dep, no_dep))
+            ag_base = k if gather_only else w * k
+            own_r = -1 if gather_only else rk[:, None, None]
+            own_i = -1 if gather_only else (w - 1) * k + cvec
+            blocks.append((bc(0), owner_counts(0), bc(-1), bc(-1),
+                           bc(np.where(first, own_r, prv[:, None, :])),
+                           bc(np.where(first, own_i, ag_base + idx_prev))))
+        cols = [np.concatenate([b[i].reshape(nr, -1) for b in blocks], axis=1) for i in range(6)]
+        ptype, count, d0r, d0i, d1r, d1i = cols
+        per_rank = ptype.shape[1]
+        rows_ch = np.tile(np.concatenate([ch_c] * (per_rank // k)), nr)
+        # a prototype per (rank, ring channel, type): ring channel of piece c is c % chans
+        proto = ((np.arange(nr, dtype=np.int64)[:, None] * chans + rows_ch.reshape(nr, -1)) * 4
+                 + ptype).reshape(-1)
+        protos: list[Proto] = []
+        for r in ranks:
+            for ch in range(chans):
+                nx = int(rank_at[ch, (pos_of[ch, r] + 1) % w])
+                protos += [Proto(OpKind.COPY, r, nx, (r,), False), Proto(OpKind.REDUCE, r, nx, (r, r), False),
+                           Proto(OpKind.REDUCE, r, r, (r, r), False), Proto(OpKind.COPY, r, r, (r,), False)]
+        dep_r = np.stack([d0r.reshape(-1), d1r.reshape(-1)], axis=1)
+        dep_i = np.stack([d0i.reshape(-1), d1i.reshape(-1)], axis=1)
+        has = dep_r >= 0
+        dep_ptr = np.zeros(len(proto) + 1, np.int64)
+        np.cumsum(has.sum(axis=1), out=dep_ptr[1:])
+        return OpArrays(ranks=ranks, lens=np.full(nr, per_rank, np.int64), protos=protos, proto=proto,
+                        channel=rows_ch, count=count.reshape(-1), dep_ptr=dep_ptr,
+                        dep_rank=dep_r[has], dep_index=dep_i[has])

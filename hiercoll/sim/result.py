@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from hiercoll.schedule import OpRef
 
@@ -28,8 +32,8 @@ class SimResult:
     bytes_intra: float
     bytes_inter: float
     links: list[LinkStat]
-    op_start: dict[OpRef, float] = field(repr=False)
-    op_end: dict[OpRef, float] = field(repr=False)
+    op_start: Mapping[OpRef, float] = field(repr=False)    # a dict, or OpTimes (compiled core)
+    op_end: Mapping[OpRef, float] = field(repr=False)
     critical_path: list[str] = field(repr=False)
     ranks_simulated: list[int] = field(repr=False)
     shortcut: str | None = None          # e.g. "translation symmetry, period 8 (...)"
@@ -57,8 +61,8 @@ class SimResult:
                 "busiest_links": [vars(l) for l in self.busiest_links(8)]}
 
 
-def critical_path(preds: dict[OpRef, tuple[OpRef, ...]], start: dict[OpRef, float],
-                  end: dict[OpRef, float]) -> list[str]:
+def critical_path(preds: dict[OpRef, tuple[OpRef, ...]], start: Mapping[OpRef, float],
+                  end: Mapping[OpRef, float]) -> list[str]:
     """Walk back from the last op to finish through whichever predecessor released it.
     `preds` maps each simulated op to its predecessors (already folded onto representatives)."""
     if not end:
@@ -72,3 +76,47 @@ def critical_path(preds: dict[OpRef, tuple[OpRef, ...]], start: dict[OpRef, floa
         cur = max(ready, key=lambda ref: (end[ref], ref))
         path.append(cur)
     return [f"{r}.{i}" for r, i in reversed(path)]
+
+
+class OpTimes(Mapping[OpRef, float]):
+    """Per-op times as one array over the simulated ranks' ops, rank after rank: what the
+    compiled core returns, read as the {(rank, index): us} dict the Python engine returns
+    (same keys in the same order, same values) without a dict entry per op (two million
+    tuples and floats cost a large run more than its replay)."""
+
+    __slots__ = ("_ranks", "_lens", "_times", "_at")
+
+    def __init__(self, ranks: Sequence[int], lens: Sequence[int], times: npt.NDArray[np.float64]):
+        self._ranks, self._lens, self._times = list(ranks), list(lens), times
+        offsets = np.zeros(len(self._lens), np.int64)
+        np.cumsum(self._lens[:-1], out=offsets[1:])
+        self._at = {r: (int(o), n) for r, o, n in zip(self._ranks, offsets.tolist(), self._lens)}
+
+    def _row(self, ref: object) -> int | None:
+        if not isinstance(ref, tuple) or len(ref) != 2:
+            return None
+        hit = self._at.get(ref[0])
+        i = ref[1]
+        if hit is None or not isinstance(i, int | np.integer) or not 0 <= i < hit[1]:
+            return None
+        return hit[0] + int(i)
+
+    def __getitem__(self, ref: OpRef) -> float:
+        row = self._row(ref)
+        if row is None:
+            raise KeyError(ref)
+        return float(self._times[row])
+
+    def __contains__(self, ref: object) -> bool:
+        return self._row(ref) is not None
+
+    def __iter__(self) -> Iterator[OpRef]:
+        for r, n in zip(self._ranks, self._lens):
+            for i in range(n):
+                yield (r, i)
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def __repr__(self) -> str:
+        return f"OpTimes({len(self)} ops on {len(self._ranks)} ranks)"

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
 
 from hiercoll.errors import HiercollError
 from hiercoll.gcpause import without_cyclic_gc
-from hiercoll.schedule import Op, Schedule, predecessor_map
+from hiercoll.schedule import Op, OpRef, Schedule, predecessor_map
+from hiercoll.schedule_arrays import native_op_arrays, op_arrays_from_ops
 from hiercoll.sim.bounds import lower_bound
-from hiercoll.sim.compiled import Engine, run_timing_compiled, use_compiled
+from hiercoll.sim.compiled import CompiledRun, Engine, requested_engine, run_compiled, use_compiled
+from hiercoll.sim.compiled.tables import Tables, tables_from_arrays
 from hiercoll.sim.engine import Progress, on_copy_engine, pinned, run_timing
 from hiercoll.sim.links import Network, Tier
-from hiercoll.sim.result import LinkStat, SimResult, critical_path
+from hiercoll.sim.result import LinkStat, OpTimes, SimResult, critical_path
 from hiercoll.sim.symmetry import choose_fold
 from hiercoll.topology import Topology
 
 Mode = Literal["auto", "exact", "trusted"]
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 
 CallMode = Literal["eager", "graph"]
@@ -65,18 +72,40 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     ranks = list(range(fold if fold else schedule.world_size))
     schedule.check_walk("simulating it" + (f" folded onto {fold} ranks" if fold else " unfolded"),
                         len(ranks))
-    schedule = pinned(schedule, ranks)      # every walk below reads the same built ops
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize,
                   levels=bool(sym and sym.levels))
-    num_ops = sum(len(schedule.rank_ops(r)) for r in ranks)
-    compiled = (run_timing_compiled(schedule, net, ranks, progress)
-                if use_compiled(engine, num_ops, record) else None)
-    if compiled is None:
+    isz = schedule.spec.dtype.itemsize
+    run: CompiledRun | None = None
+    if requested_engine(engine) != "python" and not record:
+        # the planner's array form first: a compiled run then builds no Op at all
+        arrays = native_op_arrays(schedule, ranks)
+        tables = (tables_from_arrays(arrays, net, isz)
+                  if arrays is not None and use_compiled(engine, arrays.num_ops, record) else None)
+        del arrays          # what the tables hold instead (a 4096-GPU ring's arrays are GBs)
+        if tables is not None:
+            run = run_compiled(tables, net, progress)
+    if run is None:
+        schedule = pinned(schedule, ranks)      # every walk below reads the same built ops
+        num_ops = sum(len(schedule.rank_ops(r)) for r in ranks)
+        if use_compiled(engine, num_ops, record):
+            built = op_arrays_from_ops([schedule.rank_ops(r) for r in ranks], ranks)
+            if built is not None:
+                run = run_compiled(tables_from_arrays(built, net, isz), net, progress)
+    op_start: Mapping[OpRef, float]
+    op_end: Mapping[OpRef, float]
+    if run is None:
         timing, fluid = run_timing(schedule, net, ranks, record, progress)
         usage = fluid.usage
+        op_start, op_end = timing.start, timing.end
+        device_us = max(timing.end.values(), default=0.0)
+        launches = None
     else:
-        timing, usage = compiled
-    end = call_time_us(schedule, topology, ranks, max(timing.end.values(), default=0.0), call_mode)
+        t, usage = run.tables, run.usage
+        num_ops = t.num_ops
+        op_start, op_end = OpTimes(t.ranks, t.lens, run.op_start), OpTimes(t.ranks, t.lens, run.op_end)
+        device_us = float(run.op_end.max()) if num_ops else 0.0
+        launches = launch_counts(t)
+    end = call_time_us(schedule, topology, ranks, device_us, call_mode, launches)
     copies = schedule.world_size // fold if fold else 1
     links = [LinkStat(name=info.name, tier=info.tier.value, bytes=usage.bytes[i],
                       busy_us=usage.busy_us[i],
@@ -91,7 +120,10 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
             per_tier[info.tier] += usage.bytes[i] * copies
     bound = lower_bound(schedule.spec, topology)
     algbw, busbw = schedule.spec.bandwidths_gbps(end)
-    preds = predecessor_map(schedule, ranks, fold)
+    if run is None:
+        path = critical_path(predecessor_map(schedule, ranks, fold), op_start, op_end)
+    else:
+        path = critical_path_rows(run.tables, run.op_start, run.op_end)
     shortcut = None
     if sym and fold:
         how = ("every rank" if sym.exhaustive else f"{sym.checked_ranks} rank maps (sampled)"
@@ -103,8 +135,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     result = SimResult(time_us=end, algbw_gbps=algbw, busbw_gbps=busbw,
                        lower_bound_us=bound.time_us, bound_cut=bound.cut,
                        bytes_intra=per_tier[Tier.INTRA], bytes_inter=per_tier[Tier.INTER],
-                       links=links, op_start=timing.start, op_end=timing.end,
-                       critical_path=critical_path(preds, timing.start, timing.end),
+                       links=links, op_start=op_start, op_end=op_end, critical_path=path,
                        ranks_simulated=ranks, shortcut=shortcut,
                        notes=[fold_note] if fold_note else [],
                        num_ops=num_ops * copies)
@@ -115,22 +146,25 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
 
 
 def call_time_us(schedule: Schedule, topology: Topology, ranks: list[int], device_us: float,
-                 call_mode: CallMode) -> float:
+                 call_mode: CallMode, launches: dict[int, tuple[int, int]] | None = None) -> float:
     """A call's time, as benchmarks and nccl-tests time calls: back to back.
 
     Graph: each replayed call pays the graph's per-call cost, then its device work. Eager: the
     host's launch work for a call (call_us, issue_us per kernel launch, ce_issue_us per
     copy-engine op; every rank's on one thread with `shared_gpu`) overlaps the device work of
     the call before it, so a call takes the longer of the two (a host-bound small call, a
-    device-bound large one)."""
+    device-bound large one). `launches`: (kernel launches, copy-engine ops) per rank where
+    already counted (`launch_counts`), else counted from the ops."""
     costs = topology.costs.for_mode(call_mode)
     if call_mode == "graph":
         return device_us + costs.call_us
     threshold, isz = topology.costs.ce_threshold_bytes, schedule.spec.dtype.itemsize
 
     def host_us(rank: int) -> float:
-        launches, ce = host_launches(schedule.rank_ops(rank), isz, threshold)
-        return costs.issue_us * launches + costs.ce_issue_us * ce
+        counted = None if launches is None else launches.get(rank)
+        kernels, ce = (host_launches(schedule.rank_ops(rank), isz, threshold) if counted is None
+                       else counted)
+        return costs.issue_us * kernels + costs.ce_issue_us * ce
     if topology.shared_gpu:
         host = sum(host_us(r) for r in range(schedule.world_size))
     else:       # one host per rank; folded ranks run the same program as their representative
@@ -152,3 +186,50 @@ def host_launches(ops: Sequence[Op], itemsize: int, threshold_bytes: int) -> tup
             launches += 1
             open_launch.add(op.channel)
     return launches, ce
+
+
+def channel_prev(t: Tables) -> I64:
+    """Each row's previous op on its (rank, channel), -1 for a channel's first."""
+    prev = np.full(t.num_ops, -1, np.int64)
+    if t.num_ops:
+        prev[t.ch_ops[1:]] = t.ch_ops[:-1]
+        prev[t.ch_ops[t.ch_ptr[:-1]]] = -1
+    return prev
+
+
+def launch_counts(t: Tables) -> dict[int, tuple[int, int]]:
+    """`host_launches` of every simulated rank, over the tables: an SM op opens a launch where
+    its channel's previous op is a copy-engine op or there is none."""
+    assert t.op_ce is not None
+    ce, prev = t.op_ce, channel_prev(t)
+    opens = ~ce & ((prev < 0) | ce[np.maximum(prev, 0)])
+    rank_pos = np.repeat(np.arange(len(t.ranks), dtype=np.int64), t.lens)
+    kernels = np.bincount(rank_pos[opens], minlength=len(t.ranks)).tolist()
+    copies = np.bincount(rank_pos[ce], minlength=len(t.ranks)).tolist()
+    return {r: (k, c) for r, k, c in zip(t.ranks, kernels, copies)}
+
+
+def critical_path_rows(t: Tables, start: F64, end: F64) -> list[str]:
+    """`result.critical_path` over the tables' rows (rows are in (rank, index) order, the
+    ranks ascending, so the tie-break on the later ref is the later row); it visits only the
+    path's ops and their predecessors, not a predecessor map of every op."""
+    if t.num_ops == 0:
+        return []
+    prev = channel_prev(t)
+    cur = int(np.flatnonzero(end == end.max())[-1])
+    path = [cur]
+    dep_ptr, dep_idx = t.dep_ptr, t.dep_idx
+    while True:
+        cands = dep_idx[dep_ptr[cur]:dep_ptr[cur + 1]].tolist() + [int(prev[cur])]
+        floor = float(start[cur]) - 1e-9
+        ready = [p for p in cands if p >= 0 and float(end[p]) >= floor]
+        if not ready:
+            break
+        cur = max(ready, key=lambda p: (float(end[p]), p))
+        path.append(cur)
+    offsets = np.concatenate([[0], np.cumsum(t.lens)]).astype(np.int64)
+    out = []
+    for row in reversed(path):
+        j = int(np.searchsorted(offsets, row, side="right")) - 1
+        out.append(f"{t.ranks[j]}.{row - int(offsets[j])}")
+    return out

@@ -11,15 +11,22 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
-from typing import Literal, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import Schedule
 from hiercoll.sim.engine import OpTiming, Progress
 from hiercoll.sim.fluid import SLACK_MARGIN, LinkUsage
 from hiercoll.sim.links import Network
+
+if TYPE_CHECKING:
+    from hiercoll.sim.compiled.tables import Tables
+
+F64 = npt.NDArray[np.float64]
 
 Engine = Literal["auto", "python", "compiled"]
 ENGINES: tuple[Engine, ...] = ("auto", "python", "compiled")
@@ -78,12 +85,37 @@ def run_timing_compiled(schedule: Schedule, net: Network, ranks: Sequence[int],
                         progress: Progress | None = None) -> tuple[OpTiming, LinkUsage] | None:
     """Replay `ranks`' ops on the compiled core: (op start and end times, per-link usage), as
     `engine.run_timing`; None where the tables cannot hold the schedule."""
-    from hiercoll.sim.compiled.core import DONE, GROW, N_STATE, NENDED, PAUSED, replay
     from hiercoll.sim.compiled.tables import build_tables
 
     t = build_tables(schedule, net, ranks)
     if t is None:
         return None
+    op_start, op_end, usage = replay_tables(t, net, progress)
+    refs = [(r, i) for r, k in zip(t.ranks, t.lens) for i in range(k)]
+    return OpTiming(dict(zip(refs, op_start.tolist())), dict(zip(refs, op_end.tolist()))), usage
+
+
+@dataclass
+class CompiledRun:
+    """A replay kept as arrays: the tables (rows rank by rank) and each row's start and end."""
+
+    tables: Tables
+    op_start: F64
+    op_end: F64
+    usage: LinkUsage
+
+
+def run_compiled(t: Tables, net: Network, progress: Progress | None = None) -> CompiledRun:
+    """Replay built tables, keeping the times as arrays (`simulate`'s path: no per-op dict)."""
+    op_start, op_end, usage = replay_tables(t, net, progress)
+    return CompiledRun(t, op_start, op_end, usage)
+
+
+def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> tuple[F64, F64, LinkUsage]:
+    """The compiled loop over built tables: (start and end of every row, per-link usage);
+    raises VerificationError naming an op that never ran, as the Python engine does."""
+    from hiercoll.sim.compiled.core import DONE, GROW, N_STATE, NENDED, PAUSED, replay
+
     n, n_ch, n_links = t.num_ops, len(t.ch_ptr) - 1, len(net.links)
     i64, f64 = np.int64, np.float64
     alone = np.array([l.bytes_per_us for l in net.links], f64)
@@ -140,7 +172,5 @@ def run_timing_compiled(schedule: Schedule, net: Network, ranks: Sequence[int],
         r, i = t.ranks[at_rank], row - int(sum(t.lens[:at_rank]))
         raise VerificationError(f"deadlock: op {r}.{i} and {n - int(st[NENDED]) - 1} others never ran "
                                 "(a dependency waits on an op that waits on it)")
-    refs = [(r, i) for r, k in zip(t.ranks, t.lens) for i in range(k)]
-    timing = OpTiming(dict(zip(refs, op_start.tolist())), dict(zip(refs, op_end.tolist())))
     usage = LinkUsage(ubytes.tolist(), busy_us.tolist(), active.tolist(), busy_since.tolist(), None)
-    return timing, usage
+    return op_start, op_end, usage

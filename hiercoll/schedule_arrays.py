@@ -1,0 +1,129 @@
+"""Some ranks' ops as flat arrays: what the simulator reads of an op, without an `Op` per op.
+
+A large unfolded simulation (a 1024-GPU ring: two million ops) spent ten times longer building
+`Op` objects (regions, label resolution) than the compiled core spent replaying them. An
+algorithm that can write its ops straight into arrays (`Algorithm.op_arrays`; the ring does)
+skips that; `op_arrays_from_ops` converts any built op lists, so every schedule has this form.
+
+What an op keeps: its channel, its element count, its dependencies, and a *prototype*: (kind,
+issuing rank, dst rank, src ranks, accumulate), the fields that with the channel and the count
+decide its network links, its launch cost and whether a copy engine runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from hiercoll.schedule import Op, OpKind, Region, Schedule
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Proto:
+    """What an op's links and costs depend on besides its channel and element count."""
+
+    kind: OpKind
+    rank: int                  # the issuing rank
+    dst: int                   # the destination region's rank
+    srcs: tuple[int, ...]      # the source regions' ranks, in order
+    accumulate: bool
+
+    def op(self, channel: int, count: int) -> Op:
+        """A stand-in op of this shape (regions on a dummy buffer): what `LinkCache` and the
+        copy-engine test read of a real op are exactly these fields."""
+        return Op(rank=self.rank, index=0, channel=channel, kind=self.kind,
+                  dst=Region(self.dst, "", 0, count), srcs=tuple(Region(s, "", 0, count) for s in self.srcs),
+                  accumulate=self.accumulate)
+
+
+@dataclass(frozen=True)
+class OpArrays:
+    """`ranks`' ops, rank after rank, each rank's in index order (op (ranks[j], i) is row
+    sum(lens[:j]) + i). Dependencies are CSR rows of unfolded (rank, index) coordinates, in the
+    op's own `deps` order."""
+
+    ranks: list[int]
+    lens: I64            # ops per rank
+    protos: list[Proto]
+    proto: I64           # row -> index into protos
+    channel: I64
+    count: I64           # elements the op moves (its dst's count)
+    dep_ptr: I64         # row's deps are dep_rank/dep_index[dep_ptr[row]:dep_ptr[row + 1]]
+    dep_rank: I64
+    dep_index: I64
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.proto)
+
+    def offsets(self) -> I64:
+        """First row of each rank."""
+        out = np.zeros(len(self.lens), np.int64)
+        np.cumsum(self.lens[:-1], out=out[1:])
+        return out
+
+
+def native_op_arrays(schedule: Schedule, ranks: Sequence[int]) -> OpArrays | None:
+    """`ranks`' ops in the array form their source writes directly (a planner recipe whose
+    algorithm has one), else None: the caller then builds the ops."""
+    fn = getattr(schedule.source, "op_arrays", None)
+    if fn is None:
+        return None
+    out: OpArrays | None = fn(ranks)
+    return out
+
+
+def op_arrays_from_ops(per_rank: Sequence[Sequence[Op]], ranks: Sequence[int]) -> OpArrays | None:
+    """The arrays of built op lists (one per rank of `ranks`); None where an op is not listed at
+    (its rank, its index), which the arrays cannot say."""
+    protos: dict[Proto, int] = {}
+    proto: list[int] = []
+    channel: list[int] = []
+    count: list[int] = []
+    ndeps: list[int] = []
+    dep_rank: list[int] = []
+    dep_index: list[int] = []
+    for r, ops in zip(ranks, per_rank):
+        for i, op in enumerate(ops):
+            if op.index != i or op.rank != r:
+                return None
+            p = Proto(op.kind, r, op.dst.rank, tuple(s.rank for s in op.srcs), op.accumulate)
+            pid = protos.get(p)
+            if pid is None:
+                pid = protos[p] = len(protos)
+            proto.append(pid)
+            channel.append(op.channel)
+            count.append(op.dst.count)
+            ndeps.append(len(op.deps))
+            for dr, di in op.deps:
+                dep_rank.append(dr)
+                dep_index.append(di)
+    dep_ptr = np.zeros(len(proto) + 1, np.int64)
+    np.cumsum(np.array(ndeps, np.int64), out=dep_ptr[1:])
+    return OpArrays(ranks=list(ranks), lens=np.array([len(ops) for ops in per_rank], np.int64),
+                    protos=list(protos), proto=np.array(proto, np.int64),
+                    channel=np.array(channel, np.int64), count=np.array(count, np.int64),
+                    dep_ptr=dep_ptr, dep_rank=np.array(dep_rank, np.int64),
+                    dep_index=np.array(dep_index, np.int64))
+
+
+def concat(parts: Sequence[OpArrays]) -> OpArrays:
+    """Per-rank (or per-block) arrays joined in order, prototypes renumbered."""
+    protos: list[Proto] = []
+    proto, ptrs = [], [np.zeros(1, np.int64)]
+    base = 0
+    for p in parts:
+        proto.append(p.proto + len(protos))
+        protos.extend(p.protos)
+        ptrs.append(p.dep_ptr[1:] + base)
+        base += int(p.dep_ptr[-1])
+    cat = np.concatenate
+    return OpArrays(ranks=[r for p in parts for r in p.ranks], lens=cat([p.lens for p in parts]),
+                    protos=protos, proto=cat(proto), channel=cat([p.channel for p in parts]),
+                    count=cat([p.count for p in parts]), dep_ptr=cat(ptrs),
+                    dep_rank=cat([p.dep_rank for p in parts]), dep_index=cat([p.dep_index for p in parts]))
