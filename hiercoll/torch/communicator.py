@@ -38,10 +38,12 @@ import torch.distributed as dist
 from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp
 from hiercoll.errors import HiercollError
 from hiercoll.executor.backends import get_backend
+from hiercoll.executor.cuda.lowering import CudaOptions, ll_applies
 from hiercoll.executor.interface import Backend, BackendName, Prepared
 from hiercoll.executor.library import all_gather_single, library_call
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.harness.prepare import BackendChoice
+from hiercoll.planner.search.library import library_schedule
 from hiercoll.planner.search.select import plan_with
 from hiercoll.planner.search.tuning_path import check_tuning_path
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
@@ -51,6 +53,7 @@ from hiercoll.torch.buffer_pool import BufferPool, SlotArena, align
 from hiercoll.torch.plan_cache import MIN_BUCKET, PlanCache, PlanKey, size_bucket
 from hiercoll.torch.reference import unfused_add_rms_norm
 from hiercoll.torch.resolve import dtype_of, reduce_op, resolve_backend, resolve_topology
+from hiercoll.torch.staging import library_beats_staged
 from hiercoll.torch.work import Work
 
 Pack = Callable[[torch.Tensor, torch.Tensor], None]     # (plan input, plan output) <- user data
@@ -429,6 +432,14 @@ class Communicator:
         choice = self._choice.with_tuning(executor)
         name = choice.for_schedule(schedule)
         opts = choice.options("eager") if name == choice.name else {}   # a library call: none
+        if entry is None and name == BackendName.CUDA and library_beats_staged(
+                chosen.measured_us, chosen.library_us,
+                spec.input_count(self._rank) * spec.dtype.itemsize,
+                ll_applies(schedule, CudaOptions(**opts)) is not None):
+            # measured faster than NCCL on its own buffers, slower with our copies added
+            schedule = library_schedule(self._topology, spec)
+            how, executor = f"{how}; the library (faster than the plan with its copies)", {}
+            name, opts = choice.for_schedule(schedule), {}
         backend_key = (name, tuple(sorted(opts.items())))
         backend = self._backends.get(backend_key)
         if backend is None:

@@ -536,6 +536,10 @@ class Pick:
     params: dict[str, Any]
     source: str
     executor: dict[str, Any] = field(default_factory=dict)
+    # where the search ranked by a machine's measurements: the pick's and the library call's
+    # measured times (a caller that adds its own costs to the plan compares with these)
+    measured_us: float | None = None
+    library_us: float | None = None
 
 
 def tuned_executor(tuning_path: str | Path, topology: Topology,
@@ -568,4 +572,7 @@ def choose(topology: Topology, spec: CollectiveSpec, tuning_path: str | None = N
     cache = SimCache(default_cache_path())
     row = pick_one(topology, spec, cache, library=shipped_table(topology))
     cache.save()
+    if row.measured:
+        return Pick(row.algorithm, row.params, "searched (measured)", row.executor, row.time_us,
+                    row.library_time_us)
     return Pick(row.algorithm, row.params, "searched (simulated)", row.executor)

@@ -17,6 +17,8 @@ class Chosen:
     schedule: Schedule
     how: str   # "named", "tuning file", "searched"
     executor: dict[str, Any] = field(default_factory=dict)   # tuned backend knobs (auto only)
+    measured_us: float | None = None     # searched by measurement: the pick's time
+    library_us: float | None = None      # ... and the library call's, same run
 
 
 def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
@@ -28,7 +30,8 @@ def plan_with(topology: Topology, spec: CollectiveSpec, algorithm: str,
         return Chosen(plan(topology, spec, algorithm, params), "named")
     from hiercoll.planner.search.autopick import choose  # needs the simulator
     pick = choose(topology, spec, tuning_path=tuning)
-    return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source, pick.executor)
+    return Chosen(plan(topology, spec, pick.algorithm, pick.params), pick.source, pick.executor,
+                  pick.measured_us, pick.library_us)
 
 
 def plan_auto(topology: Topology, spec: CollectiveSpec, algorithm: str = "auto",
