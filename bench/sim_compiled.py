@@ -21,7 +21,8 @@ from typing import Any
 from common import command_line, provenance, stamp, write_results
 
 GPUS = (256, 512, 1024)
-ENGINES = ("python", "compiled")
+# compiled-ops: the compiled core fed from built Op lists (every family without an array form)
+ENGINES = ("python", "compiled-ops", "compiled")
 
 
 def timed(acc: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -45,7 +46,7 @@ def one(gpus: int, engine: str, nbytes: int) -> dict[str, Any]:
     from hiercoll.sim.engine import pinned
     simulate_mod = importlib.import_module("hiercoll.sim.simulate")   # hiercoll.sim.simulate is the function
     acc: dict[str, float] = {}
-    if engine == "compiled":       # numba's import and the loop loaded from its on-disk cache
+    if engine.startswith("compiled"):  # numba's import and the loop loaded from its on-disk cache
         t = time.process_time()
         import hiercoll.sim.compiled.core as core
         small = hc.load_topology("dgx-h100", 1)
@@ -53,7 +54,9 @@ def one(gpus: int, engine: str, nbytes: int) -> dict[str, Any]:
         hc.simulate(hc.plan(small, spec, "ring", {}), small, mode="exact", engine="compiled")
         acc["numba_load"] = time.process_time() - t
         core.replay = timed(acc, "replay", core.replay)
-        tables.build_tables = timed(acc, "tables", tables.build_tables)
+        simulate_mod.tables_from_arrays = timed(acc, "tables", tables.tables_from_arrays)
+        simulate_mod.native_op_arrays = timed(acc, "arrays", simulate_mod.native_op_arrays)
+        simulate_mod.op_arrays_from_ops = timed(acc, "arrays", simulate_mod.op_arrays_from_ops)
     else:
         simulate_mod.run_timing = timed(acc, "replay", simulate_mod.run_timing)
     t1 = time.process_time()
@@ -61,15 +64,18 @@ def one(gpus: int, engine: str, nbytes: int) -> dict[str, Any]:
     spec = hc.CollectiveSpec(kind="all_reduce", world_size=gpus, dtype="bf16", nbytes=nbytes)
     sched = hc.plan(topo, spec, "ring", {"channels": 1})
     t2 = time.process_time()
-    sched = pinned(sched, range(gpus))     # every rank's ops built (what simulate does first)
+    if engine != "compiled":      # every rank's Op objects built (what simulate then reads)
+        sched = pinned(sched, range(gpus))
     t3 = time.process_time()
-    res = hc.simulate(sched, topo, mode="exact", engine=engine)  # type: ignore[arg-type]
+    res = hc.simulate(sched, topo, mode="exact",
+                      engine="compiled" if engine.startswith("compiled") else engine)  # type: ignore[arg-type]
     t4 = time.process_time()
     sim = t4 - t3
-    rest = sim - acc.get("replay", 0.0) - acc.get("tables", 0.0)
+    rest = sim - acc.get("replay", 0.0) - acc.get("tables", 0.0) - acc.get("arrays", 0.0)
     return {"gpus": gpus, "engine": engine, "ops": res.num_ops, "sim_time_us": res.time_us,
             "import_s": t1 - t0 - acc.get("numba_load", 0.0), "numba_load_s": acc.get("numba_load", 0.0),
-            "plan_s": t2 - t1, "build_ops_s": t3 - t2, "tables_s": acc.get("tables", 0.0),
+            "plan_s": t2 - t1, "build_ops_s": t3 - t2, "arrays_s": acc.get("arrays", 0.0),
+            "tables_s": acc.get("tables", 0.0),
             "replay_s": acc.get("replay", 0.0), "result_s": rest, "simulate_s": sim,
             "all_in_s": t4 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -80,20 +86,24 @@ def render(payload: dict[str, Any]) -> str:
           "Unfolded (`mode=\"exact\"`) ring all-reduce, 1 GiB bf16, one channel, preset `dgx-h100` "
           "(one switch joins every node): bench/sim_scale.py's first three rows. One process per "
           "row; CPU seconds (process time). Phases: `plan` (topology, spec, the lazy ring "
-          "recipe), `build ops` (every rank's Op objects, which `simulate` builds first), "
-          "`tables` (the compiled core's flat arrays, from those ops), `replay` (the event loop: "
-          "the Python engine's `run_timing`, or the compiled loop), `result` (the rest of "
-          "`simulate`: per-op start/end dicts, predecessors and critical path, host launches, "
-          "link stats); `numba load` is numba's import and the loop loaded from its on-disk "
+          "recipe), `build ops` (every rank's Op objects: the Python engine's input, and "
+          "`compiled-ops`', the compiled core fed from built ops as every family without an "
+          "array form is), `arrays` (the ops as arrays: the ring's own array form for "
+          "`compiled`, converted from the built ops for `compiled-ops`), `tables` (the "
+          "compiled core's flat tables, from those arrays), `replay` (the event loop: the "
+          "Python engine's `run_timing`, or the compiled loop), `result` (the rest of "
+          "`simulate`: op times, critical path, host launches, link stats); `numba load` is "
+          "numba's import and the loop loaded from its on-disk "
           "cache, once per process (a cold cache compiles it: ~6 s, once per install). "
           "`all-in` is the process's CPU time from importing hiercoll to the result.", "",
-          "| GPUs | ops | engine | simulated us | plan | build ops | numba load | tables | replay | "
+          "| GPUs | ops | engine | simulated us | plan | build ops | numba load | arrays | tables | replay | "
           "result | simulate | all-in s | all-in us/op | replay us/op | simulate us/op | peak RSS MiB |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         n = r["ops"]
         md.append(f"| {r['gpus']} | {n} | {r['engine']} | {r['sim_time_us']:.1f} | {r['plan_s']:.2f} | "
-                  f"{r['build_ops_s']:.2f} | {r['numba_load_s']:.2f} | {r['tables_s']:.2f} | "
+                  f"{r['build_ops_s']:.2f} | {r['numba_load_s']:.2f} | {r.get('arrays_s', 0.0):.2f} | "
+                  f"{r['tables_s']:.2f} | "
                   f"{r['replay_s']:.2f} | {r['result_s']:.2f} | {r['simulate_s']:.2f} | {r['all_in_s']:.2f} | "
                   f"{r['all_in_s'] / n * 1e6:.2f} | {r['replay_s'] / n * 1e6:.2f} | "
                   f"{r['simulate_s'] / n * 1e6:.2f} | {r['peak_rss_mib']:.0f} |")
@@ -141,7 +151,7 @@ def main() -> None:
                 sys.exit(f"{gpus} GPUs, {engine}: {out.stderr.strip().splitlines()[-1:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             r = rows[-1]
-            print(f"{gpus:5d} {engine:9s} ops {r['ops']:8d} simulate {r['simulate_s']:6.2f} s "
+            print(f"{gpus:5d} {engine:12s} ops {r['ops']:8d} simulate {r['simulate_s']:6.2f} s "
                   f"(replay {r['replay_s']:.2f}) all-in {r['all_in_s']:6.2f} s  {r['sim_time_us']:.1f} us",
                   flush=True)
             payload = {"rows": rows, "meta": stamp(command_line()), "bytes": args.bytes, "note": NOTE}
