@@ -160,9 +160,9 @@ def ll_plan_or_reason(schedule: Schedule, max_bytes: int,
 def _in_place(schedule: Schedule, order: tuple[tuple[OpRef, ...], ...], pushes: dict[OpRef, Op],
               unpacked: tuple[OpRef, ...]) -> bool:
     """Whether every rank may run with its output where its input is (an all-reduce called in
-    place): each output word is written by the row that reads the same input word, or by a later
-    row that reads... nothing of it, only after every row reading that input word with the same
-    geometry (so the same CTA read it first). Rows run in `order`, unpacking last."""
+    place): every row that reads input words a row writes as output reads exactly that row's
+    region (same offset and count: the same CTA handles the same words) and comes no later
+    (the same row loads before it stores). Rows run in `order`, unpacking last."""
     for r in range(schedule.world_size):
         rows: list[tuple[list[Region], list[Region]]] = []      # (input reads, output writes)
         for ref in order[r]:
