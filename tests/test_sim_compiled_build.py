@@ -174,3 +174,114 @@ def test_random_rings_build_and_replay_identically(preset: str, nodes: int, kind
     py = simulate(sched, topo, mode="exact", engine="python", call_mode=call_mode)  # type: ignore[arg-type]
     fast = simulate(sched, topo, mode="exact", engine="compiled", call_mode=call_mode)  # type: ignore[arg-type]
     assert_identical(py, fast)
+
+
+def group_cast(preset: str, nodes: int, counts: list[list[int]] | None = None, seed: int = 0,
+               **params: int) -> tuple[hc.Topology, Schedule]:
+    """A dense all-to-all-v (random 1-99 elements a pair, or `counts`) as a direct group_cast."""
+    from hiercoll.collectives import GroupSplits
+    topo = hc.load_topology(preset, nodes)
+    w = topo.world_size
+    rng = np.random.default_rng(seed)
+    m = rng.integers(1, 100, (w, w)).tolist() if counts is None else counts
+    spec = hc.CollectiveSpec(kind="group_cast", world_size=w, dtype="bf16", splits=GroupSplits.from_counts(m))
+    return topo, hc.plan(topo, spec, "direct", dict(params))
+
+
+@pytest.mark.parametrize("preset,nodes,params", [
+    ("dgx-h100", 2, {}), ("dgx-h100", 2, {"swizzle": False}), ("h200x4", 1, {"chunks": 3, "channels": 2}),
+    ("h100-rail-3tier", 2, {"chunks": 2})])
+def test_group_cast_arrays_are_its_built_ops(preset: str, nodes: int, params: dict[str, int]) -> None:
+    topo, sched = group_cast(preset, nodes, **params)
+    w = topo.world_size
+    for ranks in (list(range(w)), [0, w - 1]):
+        fast = native_op_arrays(sched, ranks)
+        assert fast is not None
+        assert_same_arrays(fast, built(sched, ranks))
+    py = simulate(sched, topo, mode="exact", engine="python")
+    with mock.patch.object(PlanContext, "build", side_effect=AssertionError("built ops")):
+        fast_res = simulate(sched, topo, mode="exact", engine="compiled")
+    assert_identical(py, fast_res)
+
+
+def test_only_group_cast_has_a_direct_array_form() -> None:
+    topo = hc.load_topology("dgx-h100", 1)
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=8, dtype="bf16", nbytes=1 << 20)
+    assert native_op_arrays(hc.plan(topo, spec, "direct", {}), list(range(8))) is None
+    _, sched = group_cast("dgx-h100", 1)
+    assert native_op_arrays(sched, []) is None
+
+
+def test_gather_refuses_blocks_of_another_size() -> None:
+    from hiercoll.schedule_arrays import gather
+    _, sched = ring("dgx-h100", 1, "all_reduce", 64)
+    a = native_op_arrays(sched, [0])
+    assert a is not None
+    assert_same_arrays(gather([a], a.num_ops, int(a.dep_ptr[-1])), a)
+    with pytest.raises(ValueError):
+        gather([a], a.num_ops - 1, int(a.dep_ptr[-1]))
+    with pytest.raises(ValueError):
+        gather([a], a.num_ops + 1, int(a.dep_ptr[-1]))
+    with pytest.raises(ValueError):
+        gather([a], a.num_ops, int(a.dep_ptr[-1]) - 1)
+
+
+TABLE_FIELDS = ("op_shape", "op_nbytes", "op_delay", "dep_ptr", "dep_idx", "ch_ptr", "ch_ops",
+                "sh_ptr", "sh_lid", "sh_w", "op_ce")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(preset=st.sampled_from(["dgx-h100", "h200x4", "h100-rail-3tier"]), nodes=st.integers(1, 2),
+       zeros=st.floats(0.0, 0.9), seed=st.integers(0, 1 << 16), chunks=st.integers(1, 3),
+       channels=st.integers(1, 3), swizzle=st.booleans(), chunk_ops=st.integers(1, 200), data=st.data())
+def test_random_group_casts_build_and_replay_identically(
+        preset: str, nodes: int, zeros: float, seed: int, chunks: int, channels: int, swizzle: bool,
+        chunk_ops: int, data: st.DataObject) -> None:
+    """Sparse or dense exchanges (pairs with nothing to send, ranks that send nothing), any
+    chunking; the tables built a few rows at a time are the tables built in one go."""
+    topo = hc.load_topology(preset, nodes)
+    w = topo.world_size
+    rng = np.random.default_rng(seed)
+    m = np.where(rng.random((w, w)) < zeros, 0, rng.integers(1, 3000, (w, w))).tolist()
+    _, sched = group_cast(preset, nodes, m, chunks=chunks, channels=channels, swizzle=swizzle)
+    ranks = sorted(data.draw(st.sets(st.integers(0, w - 1), min_size=1, max_size=w)))
+    fast = native_op_arrays(sched, ranks)
+    assert fast is not None
+    slow = built(sched, ranks)
+    assert_same_arrays(fast, slow)
+    whole = tables_from_arrays(slow, Network(topo, None, itemsize=2), 2)
+    with mock.patch("hiercoll.sim.compiled.tables.CHUNK_OPS", chunk_ops):
+        parts = tables_from_arrays(fast, Network(topo, None, itemsize=2), 2)
+        fast_res = simulate(sched, topo, mode="exact", engine="compiled")
+    for f in TABLE_FIELDS:
+        assert np.array_equal(getattr(parts, f), getattr(whole, f)), f
+    assert_identical(simulate(sched, topo, mode="exact", engine="python"), fast_res)
+
+
+@pytest.mark.parametrize("preset,nodes,algo", [("dgx-h100", 2, "ring"), ("h200x4", 1, "direct"),
+                                               ("h100-rail-3tier", 2, "ring"), ("dgx-h100", 2, "hier")])
+def test_tables_in_chunks_are_the_whole(monkeypatch: pytest.MonkeyPatch, preset: str, nodes: int, algo: str) -> None:
+    """tables_from_arrays works a few ranks at a time (bounded temporaries); any chunking gives
+    the same tables, and the same simulation."""
+    topo = hc.load_topology(preset, nodes)
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=topo.world_size, dtype="bf16", nbytes=8 << 20)
+    sched = hc.plan(topo, spec, algo, {"channels": 2} if algo == "ring" else {})
+    a = built(sched, list(range(topo.world_size)))
+    whole = tables_from_arrays(a, Network(topo, None, itemsize=2), 2)
+    py = simulate(sched, topo, mode="exact", engine="python")
+    for chunk in (1, 37):
+        monkeypatch.setattr("hiercoll.sim.compiled.tables.CHUNK_OPS", chunk)
+        part = tables_from_arrays(a, Network(topo, None, itemsize=2), 2)
+        for f in TABLE_FIELDS:
+            assert np.array_equal(getattr(part, f), getattr(whole, f)), (chunk, f)
+        assert_identical(py, simulate(sched, topo, mode="exact", engine="compiled"))
+
+
+def test_array_forms_are_int32_where_they_fit() -> None:
+    """What keeps a 33M-op run's arrays and tables under the issue's 4 GB."""
+    topo, sched = ring("h100-rail-3tier", 2, "all_reduce", 1 << 16)
+    a = native_op_arrays(sched, list(range(16)))
+    assert a is not None
+    assert {a.proto.dtype, a.channel.dtype, a.dep_rank.dtype, a.dep_index.dtype} == {np.dtype(np.int32)}
+    t = tables_from_arrays(a, Network(topo, None, itemsize=2), 2)
+    assert {t.op_key.dtype, t.dep_ptr.dtype, t.dep_idx.dtype, t.ch_ptr.dtype, t.ch_ops.dtype} == {np.dtype(np.int32)}

@@ -13,16 +13,17 @@ order: owners always sum in rank order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pydantic import Field
 
 from hiercoll.collectives import Kind
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, ceil_div, chunk_bounds, peer_position, swizzled_peers
 from hiercoll.planner.context import Algorithm, BaseParams, ParamsT, PlanContext, node_period
-from hiercoll.planner.group import build_group_cast, build_group_reduce
+from hiercoll.planner.group import build_group_cast, build_group_reduce, group_cast_arrays
 from hiercoll.planner.labels import Label, OwnerReduceLabel, PutLabel
 from hiercoll.schedule import Region
+from hiercoll.schedule_arrays import OpArrays
 
 SLOTS = "direct_recv"
 
@@ -105,6 +106,12 @@ class Direct(Algorithm[DirectParams]):
             build_group_reduce(ctx, b, ctx.params.swizzle)
         else:
             scatter_blocks(ctx, b)
+
+    def op_arrays(self, ctx: PlanContext[DirectParams], ranks: Sequence[int]) -> OpArrays | None:
+        """group_cast's ops written as arrays (`group_cast_arrays`); other kinds build ops."""
+        if ctx.spec.kind != Kind.GROUP_CAST or not ranks:
+            return None
+        return group_cast_arrays(ctx, ranks, ctx.params.swizzle)
 
     def index_of(self, ctx: PlanContext[DirectParams], rank: int, label: Label) -> int:
         if ctx.spec.kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE) and isinstance(label, PutLabel):

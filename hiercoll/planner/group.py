@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+
+import numpy as np
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds, swizzled_peers
 from hiercoll.planner.context import ParamsT, PlanContext
 from hiercoll.planner.labels import GroupSendLabel
-from hiercoll.schedule import Region
+from hiercoll.schedule import OpKind, Region
+from hiercoll.schedule_arrays import OpArrays, Proto
 
 STAGE = "group_stage"
 
@@ -60,6 +64,44 @@ def build_group_cast(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool) -
                     b.copy(ctx.input(r, seg.src_offset + coff, cn),
                            ctx.output(d, seg.dst_offset + coff, cn),
                            channel=c % ctx.params.channels)
+
+
+def group_cast_arrays(ctx: PlanContext[ParamsT], ranks: Sequence[int], swizzle: bool) -> OpArrays:
+    """`build_group_cast`'s ops of `ranks` as arrays, op for op: copies with no dependencies, one
+    prototype per (source, destination) pair. A dense 1024-GPU all-to-all-v is a million ops,
+    and building each as an `Op` (regions, transport) cost several times the replay."""
+    spec, k, chans = ctx.spec, ctx.params.chunks, ctx.params.channels
+    streams = spec.pair_streams
+    protos: list[Proto] = []
+    proto: list[int] = []
+    channel: list[int] = []
+    count: list[int] = []
+    lens: list[int] = []
+    for r in ranks:
+        start = len(proto)
+        for d in swizzled_peers(r, ctx.world, swizzle, include_self=True, gpus=ctx.topology.gpus_per_node):
+            ps = streams.get((r, d))
+            if ps is None:
+                continue
+            pid = len(protos)
+            used = False
+            for seg in ps.segments:
+                for c in range(k):
+                    cn = chunk_bounds(seg.count, k, c)[1]
+                    if cn:
+                        proto.append(pid)
+                        channel.append(c % chans)
+                        count.append(cn)
+                        used = True
+            if used:
+                protos.append(Proto(OpKind.COPY, r, d, (r,), False))
+        lens.append(len(proto) - start)
+    n = len(proto)
+    none = np.zeros(0, np.int32)
+    return OpArrays(ranks=list(ranks), lens=np.array(lens, np.int64), protos=protos,
+                    proto=np.array(proto, np.int32), channel=np.array(channel, np.int32),
+                    count=np.array(count, np.int64), dep_ptr=np.zeros(n + 1, np.int64),
+                    dep_rank=none, dep_index=none)
 
 
 def build_group_reduce(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool) -> None:

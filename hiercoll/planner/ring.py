@@ -23,9 +23,9 @@ from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, ceil_div, chun
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
 from hiercoll.planner.labels import Label, RingAgLabel, RingOwnLabel, RingRsFinalLabel, RingRsLabel
 from hiercoll.schedule import OpKind, Region
-from hiercoll.schedule_arrays import I64, OpArrays, Proto, concat
+from hiercoll.schedule_arrays import I64, OpArrays, Proto, gather
 
-ARRAY_BLOCK_OPS = 1 << 22     # op_arrays builds this many ops at a time (bounds its temporaries)
+ARRAY_BLOCK_OPS = 1 << 20     # op_arrays builds this many ops at a time (bounds its temporaries)
 
 RECV = "ring_recv"
 
@@ -161,8 +161,9 @@ class Ring(Algorithm[BaseParams]):
             return None
         per_rank = self._ops_per_rank(ctx)
         block = max(1, ARRAY_BLOCK_OPS // per_rank)
-        parts = [self._arrays_block(ctx, list(ranks[i:i + block])) for i in range(0, len(ranks), block)]
-        return parts[0] if len(parts) == 1 else concat(parts)
+        n = per_rank * len(ranks)            # an op has at most two deps
+        return gather((self._arrays_block(ctx, list(ranks[i:i + block])) for i in range(0, len(ranks), block)),
+                      n, 2 * n)
 
     def _ops_per_rank(self, ctx: PlanContext[BaseParams]) -> int:
         w, k, kind = ctx.world, self.pieces(ctx), ctx.spec.kind
@@ -249,6 +250,7 @@ class Ring(Algorithm[BaseParams]):
         has = dep_r >= 0
         dep_ptr = np.zeros(len(proto) + 1, np.int64)
         np.cumsum(has.sum(axis=1), out=dep_ptr[1:])
-        return OpArrays(ranks=ranks, lens=np.full(nr, per_rank, np.int64), protos=protos, proto=proto,
-                        channel=rows_ch, count=count.reshape(-1), dep_ptr=dep_ptr,
-                        dep_rank=dep_r[has], dep_index=dep_i[has])
+        i32 = np.int32
+        return OpArrays(ranks=ranks, lens=np.full(nr, per_rank, np.int64), protos=protos, proto=proto.astype(i32),
+                        channel=rows_ch.astype(i32), count=count.reshape(-1), dep_ptr=dep_ptr,
+                        dep_rank=dep_r[has].astype(i32), dep_index=dep_i[has].astype(i32))

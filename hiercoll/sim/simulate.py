@@ -23,6 +23,7 @@ from hiercoll.topology import Topology
 
 Mode = Literal["auto", "exact", "trusted"]
 I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]
 
 
@@ -188,9 +189,9 @@ def host_launches(ops: Sequence[Op], itemsize: int, threshold_bytes: int) -> tup
     return launches, ce
 
 
-def channel_prev(t: Tables) -> I64:
+def channel_prev(t: Tables) -> I32:
     """Each row's previous op on its (rank, channel), -1 for a channel's first."""
-    prev = np.full(t.num_ops, -1, np.int64)
+    prev = np.full(t.num_ops, -1, np.int32)
     if t.num_ops:
         prev[t.ch_ops[1:]] = t.ch_ops[:-1]
         prev[t.ch_ops[t.ch_ptr[:-1]]] = -1

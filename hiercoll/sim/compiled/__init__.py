@@ -124,7 +124,7 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     slack = np.array([c * (1.0 - SLACK_MARGIN) for c in alone.tolist()], f64)   # as fluid.py
     op_start, op_end = np.zeros(n, f64), np.zeros(n, f64)
     op_ended = np.zeros(n, np.uint8)
-    wait_head, wait_tail = np.full(n, -1, i64), np.full(n, -1, i64)
+    wait_head = np.full(n, -1, np.int32)     # per op: the last channel parked on it
     ch_i, ch_d, ch_wait_next = np.zeros(n_ch, i64), np.zeros(n_ch, i64), np.full(n_ch, -1, i64)
     fl_rate, fl_rem, fl_tref, fl_ceil = (np.zeros(n_ch, f64) for _ in range(4))
     fl_ver, fl_stamp, fl_rated = np.zeros(n_ch, i64), np.zeros(n_ch, i64), np.zeros(n_ch, i64)
@@ -146,8 +146,8 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     cap = alone.copy()                 # crowded links change theirs while shared
     stop = PROGRESS_EVERY if progress is not None else np.iinfo(i64).max
     while True:
-        status = replay(t.op_shape, t.op_nbytes, t.op_delay, t.dep_ptr, t.dep_idx,
-                        op_start, op_end, op_ended, wait_head, wait_tail,
+        status = replay(t.op_key, t.key_shape, t.key_delay, t.op_nbytes, t.dep_ptr, t.dep_idx,
+                        op_start, op_end, op_ended, wait_head,
                         t.ch_ptr, t.ch_ops, ch_i, ch_d, ch_wait_next,
                         fl_rate, fl_rem, fl_tref, fl_ceil, fl_ver, fl_stamp, fl_rated, fl_new,
                         t.sh_ptr, t.sh_lid, t.sh_w, t.max_links,

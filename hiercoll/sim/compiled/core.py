@@ -87,8 +87,8 @@ def _hpop(hk: Any, hs: Any, hp: Any, hv: Any, n: int) -> int:
 
 
 @_jit
-def replay(op_shape: Any, op_nbytes: Any, op_delay: Any, dep_ptr: Any, dep_idx: Any,
-            op_start: Any, op_end: Any, op_ended: Any, wait_head: Any, wait_tail: Any,
+def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr: Any, dep_idx: Any,
+            op_start: Any, op_end: Any, op_ended: Any, wait_head: Any,
             ch_ptr: Any, ch_ops: Any, ch_i: Any, ch_d: Any, ch_wait_next: Any,
             fl_rate: Any, fl_rem: Any, fl_tref: Any, fl_ceil: Any, fl_ver: Any,
             fl_stamp: Any, fl_rated: Any, fl_new: Any,
@@ -108,6 +108,9 @@ def replay(op_shape: Any, op_nbytes: Any, op_delay: Any, dep_ptr: Any, dep_idx: 
 
     def cur_op(c: int) -> int:
         return int(ch_ops[ch_ptr[c] + ch_i[c]])
+
+    def shape(op: int) -> int:
+        return int(key_shape[op_key[op]])
 
     def push_event(t: float, kind: int, c: int, ver: int) -> None:
         st[SEQ] += 1
@@ -139,20 +142,16 @@ def replay(op_shape: Any, op_nbytes: Any, op_delay: Any, dep_ptr: Any, dep_idx: 
                 if d < 0:            # an op that does not exist: waits forever (a deadlock)
                     blocked = True
                     break
-                if op_ended[d] == 0:
-                    ch_wait_next[c] = -1
-                    if wait_head[d] < 0:
-                        wait_head[d] = c
-                    else:
-                        ch_wait_next[wait_tail[d]] = c
-                    wait_tail[d] = c
+                if op_ended[d] == 0:     # parked: pushed on the front of d's waiters
+                    ch_wait_next[c] = wait_head[d]
+                    wait_head[d] = c
                     blocked = True
                     break
                 ch_d[c] += 1
             if not blocked:
                 now = tnow[0]
                 op_start[op] = now
-                push_event(now + op_delay[op], BEGIN, c, 0)
+                push_event(now + key_delay[op_key[op]], BEGIN, c, 0)
 
     def finished(c: int) -> None:
         op = cur_op(c)
@@ -163,19 +162,27 @@ def replay(op_shape: Any, op_nbytes: Any, op_delay: Any, dep_ptr: Any, dep_idx: 
         ch_d[c] = 0
         ready[st[NREADY]] = c
         st[NREADY] += 1
+        # op's waiters go on the stack in the order they parked (the list is newest first)
         w = wait_head[op]
         wait_head[op] = -1
+        m = 0
+        x = w
+        while x >= 0:
+            m += 1
+            x = ch_wait_next[x]
+        j = st[NREADY] + m - 1
         while w >= 0:
-            ready[st[NREADY]] = w
-            st[NREADY] += 1
+            ready[j] = w
+            j -= 1
             w = ch_wait_next[w]
+        st[NREADY] += m
         drain()
 
     def transfer(c: int) -> bool:
         """FluidNetwork.transfer for channel c's current op; False: nothing to move."""
         op = cur_op(c)
         nbytes = op_nbytes[op]
-        s = op_shape[op]
+        s = shape(op)
         a, b = sh_ptr[s], sh_ptr[s + 1]
         if nbytes <= EPS_BYTES or a == b:
             return False
@@ -213,7 +220,7 @@ def replay(op_shape: Any, op_nbytes: Any, op_delay: Any, dep_ptr: Any, dep_idx: 
         """FluidNetwork._finish: channel c's flow leaves its links."""
         now = tnow[0]
         op = cur_op(c)
-        s = op_shape[op]
+        s = shape(op)
         a, b = sh_ptr[s], sh_ptr[s + 1]
         ceiling = fl_ceil[c]
         for k in range(a, b):
@@ -243,7 +250,7 @@ def replay(op_shape: Any, op_nbytes: Any, op_delay: Any, dep_ptr: Any, dep_idx: 
         """Fix flow f's rate at `level`; its weight leaves every link of the problem."""
         fl_rated[f] = stamp
         fl_new[f] = level
-        s = op_shape[cur_op(f)]
+        s = shape(cur_op(f))
         for k in range(sh_ptr[s], sh_ptr[s + 1]):
             l2 = sh_lid[k]
             if incomp[l2] == stamp:
@@ -381,7 +388,7 @@ def replay(op_shape: Any, op_nbytes: Any, op_delay: Any, dep_ptr: Any, dep_idx: 
                     fl_stamp[f] = stamp
                     comp_flows[nf] = f
                     nf += 1
-                    s = op_shape[cur_op(f)]
+                    s = shape(cur_op(f))
                     for k in range(sh_ptr[s], sh_ptr[s + 1]):
                         l2 = sh_lid[k]
                         if seen[l2] != stamp and demand[l2] > slack_below[l2]:

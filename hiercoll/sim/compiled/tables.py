@@ -15,36 +15,61 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from hiercoll.errors import HiercollError
 from hiercoll.schedule import OpKind, Schedule
 from hiercoll.schedule_arrays import OpArrays, op_arrays_from_ops
 from hiercoll.sim.engine import LinkCache
 from hiercoll.sim.links import Network
 
 I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
+
+CHUNK_OPS = 1 << 21         # tables_from_arrays works on this many rows (whole ranks) at a time
+INT32_ROWS = (1 << 31) - 1  # rows and deps are int32: a 2**31-op run would need ~100 GB anyway
 
 
 @dataclass
 class Tables:
+    """Per-op fields are int32 rows and float64 bytes; what an op's links and launch cost are is
+    per *key* (prototype, channel, engine): a handful of keys serve millions of ops, so the
+    replay carries 4 bytes per op for them, not 17."""
+
     ranks: list[int]
     lens: list[int]            # ops per simulated rank
-    op_shape: I64              # row -> its shape (link list)
+    op_key: I32                # row -> its key
     op_nbytes: F64             # bytes it moves
-    op_delay: F64              # launch + first byte's flight, us
-    dep_ptr: I64               # CSR: op rows of its dependencies
-    dep_idx: I64
-    ch_ptr: I64                # CSR: each (rank, channel)'s op rows in order, (rank, channel) order
-    ch_ops: I64
+    dep_ptr: I32               # CSR: op rows of its dependencies
+    dep_idx: I32
+    ch_ptr: I32                # CSR: each (rank, channel)'s op rows in order, (rank, channel) order
+    ch_ops: I32
+    key_shape: I64             # key -> its shape (link list)
+    key_delay: F64             # key -> launch + first byte's flight, us
+    key_ce: B                  # key -> a copy engine runs it (host launches count these)
     sh_ptr: I64                # CSR: each shape's (link id, weight)
     sh_lid: I64
     sh_w: F64
     max_links: int             # most links of one shape
-    op_ce: B | None = None     # row -> a copy engine runs it (host launches count these)
 
     @property
     def num_ops(self) -> int:
-        return len(self.op_shape)
+        return len(self.op_key)
+
+    @property
+    def op_shape(self) -> I64:
+        out: I64 = self.key_shape[self.op_key]
+        return out
+
+    @property
+    def op_delay(self) -> F64:
+        out: F64 = self.key_delay[self.op_key]
+        return out
+
+    @property
+    def op_ce(self) -> B:
+        out: B = self.key_ce[self.op_key]
+        return out
 
 
 def build_tables(schedule: Schedule, net: Network, ranks: Sequence[int]) -> Tables | None:
@@ -54,65 +79,103 @@ def build_tables(schedule: Schedule, net: Network, ranks: Sequence[int]) -> Tabl
     return None if arrays is None else tables_from_arrays(arrays, net, schedule.spec.dtype.itemsize)
 
 
+def _rank_chunks(lens: I64) -> list[tuple[int, int]]:
+    """Runs of whole ranks [r0, r1) of about CHUNK_OPS rows (at least one rank each)."""
+    out, r0, rows = [], 0, 0
+    for r, k in enumerate(lens.tolist()):
+        rows += k
+        if rows >= CHUNK_OPS:
+            out.append((r0, r + 1))
+            r0, rows = r + 1, 0
+    if r0 < len(lens):
+        out.append((r0, len(lens)))
+    return out
+
+
 def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
-    """The tables of ops in array form, over arrays: per-op work is numpy's, per-shape work
+    """The tables of ops in array form, over arrays: per-op work is numpy's, per-key work
     (links, latency) Python's through the same `LinkCache` the Python engine asks, in the same
-    order (links a shape creates get the same ids)."""
+    order (links a key creates get the same ids). Rows are done a chunk of whole ranks at a
+    time, into arrays sized up front: a 33M-op ring's temporaries stay a chunk's, not the run's."""
+    n, ndeps = a.num_ops, int(a.dep_ptr[-1])
+    if n >= INT32_ROWS or ndeps >= INT32_ROWS:
+        raise HiercollError(f"simulate: {n} ops with {ndeps} dependencies: the compiled core "
+                            "numbers both in int32")
     costs = net.topology.costs
     cached = LinkCache(net)
-    n, npro = a.num_ops, len(a.protos)
+    npro = len(a.protos)
     p_copy = np.fromiter((p.kind == OpKind.COPY for p in a.protos), bool, npro)
     p_remote = np.fromiter((p.dst != p.rank or p.srcs[0] != p.rank for p in a.protos), bool, npro)
-    count = a.count
-    # on_copy_engine over the arrays
-    ce = p_copy[a.proto] & (count * itemsize >= max(costs.ce_threshold_bytes, 1)) & p_remote[a.proto]
-    # one stand-in op per (prototype, channel, engine), asked in the order of its first row
+    ce_min = max(costs.ce_threshold_bytes, 1)
+    launch = (costs.op_launch_us(False), costs.op_launch_us(True))
     nch = int(a.channel.max()) + 1 if n else 1
-    key = (a.proto * nch + a.channel) * 2 + ce
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
+    key_of: dict[int, int] = {}         # (prototype, channel, engine) -> key, in first-row order
     shape_of: dict[int, int] = {}       # id of a cached link tuple -> shape row
+    key_shape: list[int] = []
+    key_delay: list[float] = []
+    key_ce: list[bool] = []
     sh_ptr, sh_lid, sh_w = [0], [], []
-    key_shape = np.zeros(len(uniq), np.int64)
-    key_latency = np.zeros(len(uniq), np.float64)
-    for u in order.tolist():
-        row = int(first[u])
-        op = a.protos[int(a.proto[row])].op(int(a.channel[row]), int(count[row]))
-        links, latency = cached(op)
-        sid = shape_of.get(id(links))
-        if sid is None:
-            sid = shape_of[id(links)] = len(sh_ptr) - 1
-            for lid, w in links:
-                sh_lid.append(lid)
-                sh_w.append(w)
-            sh_ptr.append(len(sh_lid))
-        key_shape[u], key_latency[u] = sid, latency
-    inverse = inverse.reshape(-1)
-    launch = np.where(ce, costs.op_launch_us(True), costs.op_launch_us(False))
-    op_delay = launch + key_latency[inverse]        # as the Python engine sums them
     # dependencies: rows of the (folded) ranks' ops, -1 for an op that does not exist
     fold = net.fold
-    dr = a.dep_rank % fold if fold is not None else a.dep_rank
     offsets = a.offsets()
-    top = max(int(dr.max()) + 1 if len(dr) else 0, max(a.ranks, default=-1) + 1)
+    top_dep = int(a.dep_rank.max()) + 1 if ndeps else 0
+    top = max(fold if fold is not None else top_dep, max(a.ranks, default=-1) + 1)
     row_of = np.full(top + 1, -1, np.int64)
     len_of = np.zeros(top + 1, np.int64)
     row_of[a.ranks], len_of[a.ranks] = offsets, a.lens
-    dr = np.where((dr >= 0) & (dr < top), dr, top)
-    di = a.dep_index
-    ok = (row_of[dr] >= 0) & (di >= 0) & (di < len_of[dr])
-    dep_idx = np.where(ok, row_of[dr] + di, -1)
-    # channels: rows grouped by (rank, channel) in that order, each group in row order
-    rank_pos = np.repeat(np.arange(len(a.ranks), dtype=np.int64), a.lens)
-    group = rank_pos * nch + a.channel
-    ch_ops = np.argsort(group, kind="stable")
-    g_sorted = group[ch_ops]
-    starts = np.flatnonzero(np.diff(g_sorted)) + 1 if n else np.zeros(0, np.int64)
-    ch_ptr = np.concatenate([[0], starts, [n]]).astype(np.int64) if n else np.zeros(1, np.int64)
+    op_key, op_nbytes = np.empty(n, np.int32), np.empty(n, np.float64)
+    dep_idx, ch_ops = np.empty(ndeps, np.int32), np.empty(n, np.int32)
+    ch_starts: list[I64] = []
+    for r0, r1 in _rank_chunks(a.lens):
+        lo, hi = int(offsets[r0]), int(offsets[r1 - 1] + a.lens[r1 - 1])
+        if hi == lo:
+            continue
+        proto, channel, count = a.proto[lo:hi], a.channel[lo:hi], a.count[lo:hi]
+        ce = p_copy[proto] & (count * itemsize >= ce_min) & p_remote[proto]     # on_copy_engine
+        key = (proto.astype(np.int64) * nch + channel) * 2 + ce
+        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        local = np.zeros(len(uniq), np.int32)
+        for u in np.argsort(first, kind="stable").tolist():
+            kid = key_of.get(int(uniq[u]))
+            if kid is None:             # a new key: one stand-in op asks its links
+                row = lo + int(first[u])
+                kid = key_of[int(uniq[u])] = len(key_shape)
+                on_ce = bool(ce[row - lo])
+                op = a.protos[int(a.proto[row])].op(int(a.channel[row]), int(a.count[row]))
+                links, latency = cached(op)
+                sid = shape_of.get(id(links))
+                if sid is None:
+                    sid = shape_of[id(links)] = len(sh_ptr) - 1
+                    for lid, w in links:
+                        sh_lid.append(lid)
+                        sh_w.append(w)
+                    sh_ptr.append(len(sh_lid))
+                key_shape.append(sid)
+                key_delay.append(launch[on_ce] + latency)       # as the Python engine sums them
+                key_ce.append(on_ce)
+            local[u] = kid
+        op_key[lo:hi] = local[inverse.reshape(-1)]
+        op_nbytes[lo:hi] = count * itemsize
+        d0, d1 = int(a.dep_ptr[lo]), int(a.dep_ptr[hi])
+        dr = a.dep_rank[d0:d1].astype(np.int64)
+        if fold is not None:
+            dr %= fold
+        dr = np.where((dr >= 0) & (dr < top), dr, top)
+        di = a.dep_index[d0:d1]
+        ok = (row_of[dr] >= 0) & (di >= 0) & (di < len_of[dr])
+        dep_idx[d0:d1] = np.where(ok, row_of[dr] + di, -1)
+        # channels: rows grouped by (rank, channel) in that order, each group in row order
+        rank_pos = np.repeat(np.arange(r1 - r0, dtype=np.int64), a.lens[r0:r1])
+        group = rank_pos * nch + channel
+        order = np.argsort(group, kind="stable")
+        ch_ops[lo:hi] = order + lo
+        ch_starts.append(np.flatnonzero(np.diff(group[order])) + 1 + lo)
+        ch_starts[-1] = np.concatenate([[lo], ch_starts[-1]]).astype(np.int64)
+    ch_ptr = np.concatenate([*ch_starts, [n]]).astype(np.int32)
     sp = np.array(sh_ptr, np.int64)
-    return Tables(ranks=list(a.ranks), lens=a.lens.tolist(), op_shape=key_shape[inverse],
-                  op_nbytes=(count * itemsize).astype(np.float64), op_delay=op_delay,
-                  dep_ptr=a.dep_ptr, dep_idx=dep_idx.astype(np.int64),
-                  ch_ptr=ch_ptr, ch_ops=ch_ops.astype(np.int64),
+    return Tables(ranks=list(a.ranks), lens=a.lens.tolist(), op_key=op_key, op_nbytes=op_nbytes,
+                  dep_ptr=a.dep_ptr.astype(np.int32), dep_idx=dep_idx, ch_ptr=ch_ptr, ch_ops=ch_ops,
+                  key_shape=np.array(key_shape, np.int64), key_delay=np.array(key_delay, np.float64),
+                  key_ce=np.array(key_ce, bool),
                   sh_ptr=sp, sh_lid=np.array(sh_lid, np.int64), sh_w=np.array(sh_w, np.float64),
-                  max_links=max(int(np.diff(sp).max()), 1) if len(sp) > 1 else 1, op_ce=ce)
+                  max_links=max(int(np.diff(sp).max()), 1) if len(sp) > 1 else 1)
