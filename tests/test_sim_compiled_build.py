@@ -269,8 +269,9 @@ def test_tables_in_chunks_are_the_whole(monkeypatch: pytest.MonkeyPatch, preset:
     a = built(sched, list(range(topo.world_size)))
     whole = tables_from_arrays(a, Network(topo, None, itemsize=2), 2)
     py = simulate(sched, topo, mode="exact", engine="python")
-    for chunk in (1, 37):
+    for chunk, dense in ((1, 1 << 22), (37, 1 << 22), (37, 0)):      # dense 0: keys numbered by a sort
         monkeypatch.setattr("hiercoll.sim.compiled.tables.CHUNK_OPS", chunk)
+        monkeypatch.setattr("hiercoll.sim.compiled.tables.DENSE_KEYS", dense)
         part = tables_from_arrays(a, Network(topo, None, itemsize=2), 2)
         for f in TABLE_FIELDS:
             assert np.array_equal(getattr(part, f), getattr(whole, f)), (chunk, f)

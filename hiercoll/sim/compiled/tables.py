@@ -27,6 +27,7 @@ F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 
 CHUNK_OPS = 1 << 21         # tables_from_arrays works on this many rows (whole ranks) at a time
+DENSE_KEYS = 1 << 22        # up to this many possible keys, a lookup table numbers them (no sort)
 INT32_ROWS = (1 << 31) - 1  # rows and deps are int32: a 2**31-op run would need ~100 GB anyway
 
 
@@ -124,6 +125,26 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
     len_of = np.zeros(top + 1, np.int64)
     row_of[a.ranks], len_of[a.ranks] = offsets, a.lens
     op_key, op_nbytes = np.empty(n, np.int32), np.empty(n, np.float64)
+    nkeys = npro * nch * 2
+    lut = np.full(nkeys, -1, np.int32) if nkeys <= DENSE_KEYS else None
+    NONE = np.iinfo(np.int64).max
+    first_row = np.full(nkeys, NONE, np.int64) if lut is not None else None    # per chunk, reset after
+
+    def new_key(row: int, on_ce: bool) -> int:
+        """A new key, first met at `row`: one stand-in op asks its links; returns its number."""
+        op = a.protos[int(a.proto[row])].op(int(a.channel[row]), int(a.count[row]))
+        links, latency = cached(op)
+        sid = shape_of.get(id(links))
+        if sid is None:
+            sid = shape_of[id(links)] = len(sh_ptr) - 1
+            for lid, w in links:
+                sh_lid.append(lid)
+                sh_w.append(w)
+            sh_ptr.append(len(sh_lid))
+        key_shape.append(sid)
+        key_delay.append(launch[on_ce] + latency)       # as the Python engine sums them
+        key_ce.append(on_ce)
+        return len(key_shape) - 1
     dep_idx, ch_ops = np.empty(ndeps, np.int32), np.empty(n, np.int32)
     ch_starts: list[I64] = []
     for r0, r1 in _rank_chunks(a.lens):
@@ -133,28 +154,25 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
         proto, channel, count = a.proto[lo:hi], a.channel[lo:hi], a.count[lo:hi]
         ce = p_copy[proto] & (count * itemsize >= ce_min) & p_remote[proto]     # on_copy_engine
         key = (proto.astype(np.int64) * nch + channel) * 2 + ce
-        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        local = np.zeros(len(uniq), np.int32)
-        for u in np.argsort(first, kind="stable").tolist():
-            kid = key_of.get(int(uniq[u]))
-            if kid is None:             # a new key: one stand-in op asks its links
-                row = lo + int(first[u])
-                kid = key_of[int(uniq[u])] = len(key_shape)
-                on_ce = bool(ce[row - lo])
-                op = a.protos[int(a.proto[row])].op(int(a.channel[row]), int(a.count[row]))
-                links, latency = cached(op)
-                sid = shape_of.get(id(links))
-                if sid is None:
-                    sid = shape_of[id(links)] = len(sh_ptr) - 1
-                    for lid, w in links:
-                        sh_lid.append(lid)
-                        sh_w.append(w)
-                    sh_ptr.append(len(sh_lid))
-                key_shape.append(sid)
-                key_delay.append(launch[on_ce] + latency)       # as the Python engine sums them
-                key_ce.append(on_ce)
-            local[u] = kid
-        op_key[lo:hi] = local[inverse.reshape(-1)]
+        if lut is not None:             # keys index a table: first rows without a sort
+            assert first_row is not None
+            np.minimum.at(first_row, key, np.arange(hi - lo, dtype=np.int64))
+            present = np.flatnonzero(first_row < NONE)
+            fresh = present[lut[present] < 0]
+            for kv in fresh[np.argsort(first_row[fresh], kind="stable")].tolist():
+                row = int(first_row[kv])
+                lut[kv] = new_key(lo + row, bool(ce[row]))
+            first_row[present] = NONE
+            op_key[lo:hi] = lut[key]
+        else:
+            uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            local = np.zeros(len(uniq), np.int32)
+            for u in np.argsort(first, kind="stable").tolist():
+                kid = key_of.get(int(uniq[u]))
+                if kid is None:
+                    kid = key_of[int(uniq[u])] = new_key(lo + int(first[u]), bool(ce[first[u]]))
+                local[u] = kid
+            op_key[lo:hi] = local[inverse.reshape(-1)]
         op_nbytes[lo:hi] = count * itemsize
         d0, d1 = int(a.dep_ptr[lo]), int(a.dep_ptr[hi])
         dr = a.dep_rank[d0:d1].astype(np.int64)
