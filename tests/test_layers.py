@@ -24,9 +24,11 @@ ALLOWED: dict[str, set[str]] = {
     "topology": {"errors", "units"},
     "schedule": {"collectives", "errors"},
     "schedule_io": {"collectives", "errors", "schedule"},
+    "schedule_arrays": {"schedule"},      # the IR's ops as arrays (the compiled simulator's input)
     "kernels": set(),
-    "sim": BASE | {"collectives", "schedule", "topology"},
-    "planner": BASE | {"collectives", "schedule", "schedule_io", "topology", "sim"},
+    "sim": BASE | {"collectives", "schedule", "schedule_arrays", "topology"},
+    "planner": BASE | {"collectives", "schedule", "schedule_io", "schedule_arrays", "topology",
+                       "sim"},
     "plan_file": BASE | {"collectives", "schedule", "schedule_io", "topology", "planner"},
     "executor": BASE | {"collectives", "schedule", "kernels", "sim"},
     "calibration": BASE | {"collectives", "schedule", "topology", "sim", "planner"},

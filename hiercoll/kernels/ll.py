@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from hiercoll.kernels import abi as _t
-from hiercoll.kernels.program import (  # the row table's fields, as the simple kernel reads them
+from hiercoll.kernels.rows import (  # the row table's fields, as the simple kernel reads them
     F_ACC,
     F_COUNT,
     F_DST,

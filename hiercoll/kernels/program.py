@@ -37,21 +37,24 @@ import triton.language as tl
 
 from hiercoll.kernels import abi as _t
 from hiercoll.kernels.abi import RowSpan
+from hiercoll.kernels.rows import (
+    F_ACC,
+    F_COUNT,
+    F_DST,
+    F_NSRC,
+    F_REDUCE,
+    F_SCALE,
+    F_SRC,
+    ROW_WORDS,
+    combine,
+)
 
 # Triton reads module globals only when they are constexpr.
-F_COUNT = tl.constexpr(_t.F_COUNT)
-F_DST = tl.constexpr(_t.F_DST)
-F_REDUCE = tl.constexpr(_t.F_REDUCE)
-F_ACC = tl.constexpr(_t.F_ACC)
-F_SCALE = tl.constexpr(_t.F_SCALE)
-F_NSRC = tl.constexpr(_t.F_NSRC)
-F_SRC = tl.constexpr(_t.F_SRC)
 F_NWAIT = tl.constexpr(_t.F_NWAIT)
 F_WAIT = tl.constexpr(_t.F_WAIT)
 F_NSIG = tl.constexpr(_t.F_NSIG)
 F_SIG = tl.constexpr(_t.F_SIG)
 F_RELAXED = tl.constexpr(_t.F_RELAXED)
-ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
 WAIT_WORDS = tl.constexpr(_t.WAIT_WORDS)
 ERR_WORDS = tl.constexpr(_t.ERR_WORDS)
 TRACE_CALLS = tl.constexpr(_t.TRACE_CALLS)
@@ -188,19 +191,6 @@ def _header(table, r, live):
 SRC_UNROLL = tl.constexpr(8)   # a reduce's sources loaded together (more: one at a time)
 
 
-@triton.jit
-def combine(acc, y, REDUCE: tl.constexpr):
-    """Two partial results under the reduce op (REDUCE_CODES): the simple and LL kernels'."""
-    if REDUCE == 1:
-        return tl.maximum(acc, y)
-    elif REDUCE == 2:
-        return tl.minimum(acc, y)
-    else:
-        return acc + y
-
-
-# Row ranges and the spin limit are not specialised: one binary per dtype/variant, so
-# `warm_up` (num_rows=0) compiles exactly what the calls will launch.
 @triton.jit(do_not_specialize=["first_row", "num_rows", "spin_limit"])
 def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, spin_limit,
                     REDUCE: tl.constexpr, ACC: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr,

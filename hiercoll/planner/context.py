@@ -206,8 +206,12 @@ class RecipeOps(Generic[ParamsT]):
 
     def op_arrays(self, ranks: Sequence[int]) -> OpArrays | None:
         """The algorithm's array form of `ranks`' ops, if it has one (nothing is cached: a
-        simulation asks once)."""
-        return self.ctx.algorithm.op_arrays(self.ctx, ranks)
+        simulation asks once). None too where a size does not fit the arrays' int64 (a plan
+        file's junk, say): the built ops carry Python ints, and their checks say what is wrong."""
+        try:
+            return self.ctx.algorithm.op_arrays(self.ctx, ranks)
+        except OverflowError:
+            return None
 
     def check_walk(self, ranks: int, what: str) -> None:
         if self.budget is not None:

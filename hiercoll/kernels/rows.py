@@ -1,0 +1,33 @@
+"""What both row-walking kernels (the simple one, `program.py`, and the LL one, `ll.py`) read
+the same way: the row table's fields as Triton constants, and how two partial results combine.
+
+Why a module of its own: each kernel's module would otherwise import the other's (the simple
+kernel's launcher dispatches to the LL kernel)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from hiercoll.kernels import abi as _t
+
+# Triton reads module globals only when they are constexpr.
+F_COUNT = tl.constexpr(_t.F_COUNT)
+F_DST = tl.constexpr(_t.F_DST)
+F_REDUCE = tl.constexpr(_t.F_REDUCE)
+F_ACC = tl.constexpr(_t.F_ACC)
+F_SCALE = tl.constexpr(_t.F_SCALE)
+F_NSRC = tl.constexpr(_t.F_NSRC)
+F_SRC = tl.constexpr(_t.F_SRC)
+ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
+
+
+@triton.jit
+def combine(acc, y, REDUCE: tl.constexpr):
+    """Two partial results under the reduce op (program.REDUCE_CODES: 0 sum, 1 max, 2 min)."""
+    if REDUCE == 1:
+        return tl.maximum(acc, y)
+    elif REDUCE == 2:
+        return tl.minimum(acc, y)
+    else:
+        return acc + y
