@@ -22,17 +22,7 @@ import triton
 import triton.language as tl
 
 from hiercoll.kernels import abi as _t
-from hiercoll.kernels.rows import (  # the row table's fields, as the simple kernel reads them
-    F_ACC,
-    F_COUNT,
-    F_DST,
-    F_NSRC,
-    F_REDUCE,
-    F_SCALE,
-    F_SRC,
-    ROW_WORDS,
-    combine,
-)
+from hiercoll.kernels.rows import F_ACC, F_COUNT, F_DST, F_NSRC, F_REDUCE, F_SCALE, F_SRC, ROW_WORDS, combine
 
 F_LL = tl.constexpr(_t.F_LL)
 TAG_SHIFT = tl.constexpr(_t.TAG_SHIFT)

@@ -38,28 +38,26 @@ import triton.language as tl
 from hiercoll.kernels import abi as _t
 from hiercoll.kernels.abi import RowSpan
 from hiercoll.kernels.rows import (
+    ERR_WORDS,
     F_ACC,
     F_COUNT,
     F_DST,
+    F_NSIG,
     F_NSRC,
+    F_NWAIT,
     F_REDUCE,
+    F_RELAXED,
     F_SCALE,
+    F_SIG,
     F_SRC,
+    F_WAIT,
     ROW_WORDS,
+    TRACE_CALLS,
+    TRACE_ROWS,
+    TRACE_STRIDE,
+    WAIT_WORDS,
     combine,
 )
-
-# Triton reads module globals only when they are constexpr.
-F_NWAIT = tl.constexpr(_t.F_NWAIT)
-F_WAIT = tl.constexpr(_t.F_WAIT)
-F_NSIG = tl.constexpr(_t.F_NSIG)
-F_SIG = tl.constexpr(_t.F_SIG)
-F_RELAXED = tl.constexpr(_t.F_RELAXED)
-WAIT_WORDS = tl.constexpr(_t.WAIT_WORDS)
-ERR_WORDS = tl.constexpr(_t.ERR_WORDS)
-TRACE_CALLS = tl.constexpr(_t.TRACE_CALLS)
-TRACE_ROWS = tl.constexpr(_t.TRACE_ROWS)
-TRACE_STRIDE = tl.constexpr(_t.TRACE_STRIDE)
 
 REDUCE_CODES = {"sum": 0, "avg": 0, "max": 1, "min": 2}
 NUM_WARPS = 8

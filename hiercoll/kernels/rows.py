@@ -1,5 +1,6 @@
-"""What both row-walking kernels (the simple one, `program.py`, and the LL one, `ll.py`) read
-the same way: the row table's fields as Triton constants, and how two partial results combine.
+"""What the row-walking kernels (the simple one, `program.py`, and the LL one, `ll.py`) read the
+same way: the row table's fields (and the error/trace record's sizes) as Triton constants, and
+how two partial results combine.
 
 Why a module of its own: each kernel's module would otherwise import the other's (the simple
 kernel's launcher dispatches to the LL kernel)."""
@@ -20,6 +21,16 @@ F_SCALE = tl.constexpr(_t.F_SCALE)
 F_NSRC = tl.constexpr(_t.F_NSRC)
 F_SRC = tl.constexpr(_t.F_SRC)
 ROW_WORDS = tl.constexpr(_t.ROW_WORDS)
+F_NWAIT = tl.constexpr(_t.F_NWAIT)
+F_WAIT = tl.constexpr(_t.F_WAIT)
+F_NSIG = tl.constexpr(_t.F_NSIG)
+F_SIG = tl.constexpr(_t.F_SIG)
+F_RELAXED = tl.constexpr(_t.F_RELAXED)
+WAIT_WORDS = tl.constexpr(_t.WAIT_WORDS)
+ERR_WORDS = tl.constexpr(_t.ERR_WORDS)
+TRACE_CALLS = tl.constexpr(_t.TRACE_CALLS)
+TRACE_ROWS = tl.constexpr(_t.TRACE_ROWS)
+TRACE_STRIDE = tl.constexpr(_t.TRACE_STRIDE)
 
 
 @triton.jit
