@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import check_emulation
+from helpers import check_emulation, random_group_cast, random_group_reduce
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
@@ -305,3 +305,25 @@ def test_the_per_call_bases_are_64_bit_whatever_the_first_call_passed():
     from hiercoll.kernels.ll import ll_kernel
     kinds = {p.name: p.annotation_type for p in ll_kernel.params}
     assert kinds["in_delta"] == kinds["out_delta"] == "i64"
+
+
+def test_group_casts_take_ll_only_where_every_push_is_answered():
+    """Irregular group_casts (fp32: every split is whole words): a rank that sends to a peer it
+    never receives from keeps the barriers; where every edge is answered the LL program is right
+    in the emulator. group_reduce plans stage partial sums or pull, and keep the simple lowering."""
+    topo = preset("h200x4")
+    taken = 0
+    for seed in range(4):
+        for kind, gen in (("group_cast", random_group_cast), ("group_reduce", random_group_reduce)):
+            spec = CollectiveSpec(kind=kind, world_size=4, dtype="fp32",
+                                  splits=gen(4, seed, max_size=8))
+            for algo in ("direct", "hier"):
+                s = plan(topo, spec, algo).expand()
+                why = ll_mod.ll_plan_or_reason(s, 1 << 20)
+                if isinstance(why, ll_mod.LLPlan):
+                    assert kind == "group_cast"
+                    taken += 1
+                    check_emulation(s, CudaOptions(ctas=2), seed, calls=4)
+                else:
+                    assert "never hears from" in why or kind == "group_reduce", why
+    assert taken >= 2
