@@ -274,11 +274,12 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
     sym_in, sym_out = prepared.input_view, prepared.output_view
     if timer is not None:
         timer.start.record()
+    # an LL program may run on the caller's own tensors: its kernel is based there, and the
+    # copies in and out have nothing to do
     io = zero_copy_io(prepared, input, output)
-    if io is not None:      # an LL program on the caller's own tensors: no copy in or out
-        _kernel(prepared, fused_launch(p), main, fused=True, timer=timer, io=io)
-        return
     for step in call_steps(p):
+        if step in (CallStep.COPY_IN, CallStep.COPY_OUT) and io is not None:
+            continue
         if step == CallStep.COPY_IN:
             if input.data_ptr() != sym_in.data_ptr() and input.numel():
                 sym_in.copy_(input)
@@ -290,7 +291,7 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
             assert p.start_barrier is not None
             _kernel(prepared, p.start_barrier, main, bump_epoch=True, timer=timer)
         elif step == CallStep.FUSED:
-            _kernel(prepared, fused_launch(p), main, fused=True, timer=timer)
+            _kernel(prepared, fused_launch(p), main, fused=True, timer=timer, io=io)
         elif step == CallStep.FORK and inline is not None:
             for item in p.streams[inline]:
                 assert isinstance(item, KernelLaunch)
@@ -394,7 +395,6 @@ def check_timeouts(prepared: CudaPrepared) -> None:
     if err[0]:
         t = prepared.table
         row, widx = int(err[1]), int(err[2])
-        epochs = prepared.kernel.epoch
         if widx < 0:       # an LL row: a word still short of the call's epoch
             raise VerificationError(
                 f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for a peer's "
@@ -403,7 +403,7 @@ def check_timeouts(prepared: CudaPrepared) -> None:
         raise VerificationError(
             f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for "
             f"{producer} (slot value {err[3]}, needed {err[4]}; epoch "
-            f"{int(epochs[0].item())})")
+            f"{int(prepared.kernel.epoch[0].item())})")
 
 
 def _producer_of(table: Table, prepared: CudaPrepared, row: int, widx: int) -> str:
