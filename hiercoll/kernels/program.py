@@ -411,16 +411,17 @@ class BoundLaunch:
     packed_metadata: Any
     grid: int
     args: tuple[Any, ...]
+    io_at: int = -1        # an LL launch: where its per-call (in_delta, out_delta) sit in `args`
 
     def __call__(self, stream: int, io: tuple[int, int] | None = None) -> None:
         """io: an LL launch's (in_delta, out_delta) for this call (a caller's own tensors)."""
-        args = self.args if io is None else (*self.args[:LL_IO_ARG], *io,
-                                             *self.args[LL_IO_ARG + 2:])
+        assert io is None or self.io_at >= 0, "only an LL launch takes per-call bases"
+        args = self.args if io is None else (*self.args[:self.io_at], *io,
+                                             *self.args[self.io_at + 2:])
         self.launcher(self.grid, 1, 1, stream, self.function, self.packed_metadata, None, None,
                       None, *args)
 
 
-LL_IO_ARG = 9     # where `ll_kernel`'s in_delta and out_delta sit in its arguments
 
 
 def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any], *,
@@ -437,7 +438,12 @@ def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any],
         return None
     args = (_ll_args(state, span, reduce_op, spin_limit) if state.ll_half
             else _kernel_args(state, span, reduce_op, spin_limit, bump_epoch, fused))
-    return BoundLaunch(kernel.run, kernel.function, kernel.packed_metadata, span.grid, args)
+    io_at = -1
+    if state.ll_half:
+        from hiercoll.kernels.ll import ll_kernel
+        io_at = ll_kernel.arg_names.index("in_delta")     # out_delta follows it
+    return BoundLaunch(kernel.run, kernel.function, kernel.packed_metadata, span.grid, args,
+                       io_at)
 
 
 def warm_up(state: KernelState, reduce_op: str, spin_limit: int = 0) -> dict[Variant, Any]:
