@@ -63,6 +63,7 @@ class LLPlan:
     unpacked: tuple[OpRef, ...]          # terminal pushes: the receiver copies them out
     order: tuple[tuple[OpRef, ...], ...]
     in_place: bool = False               # safe with input and output the same memory
+    widest: int = 0                      # elements of the plan's largest op (the grid's size)
 
 
 def elements_per_word(itemsize: int) -> int:
@@ -143,7 +144,8 @@ def ll_plan_or_reason(schedule: Schedule, max_bytes: int,
                 return f"op {op.id} reads part of a local result ({reg})"
     unpacked = tuple(sorted(ref for ref, op in pushes.items()
                             if op.dst.buffer == OUTPUT or ref not in read_pushes))
-    if not answered(schedule, pushes, unpacked):
+    level = _dep_levels(schedule)
+    if not answered(schedule, level, pushes, unpacked):
         return "a rank pushes to a peer it never hears from within a call"
     area: dict[str, int] = {}
     pos = 0
@@ -152,9 +154,10 @@ def ll_plan_or_reason(schedule: Schedule, max_bytes: int,
         size = max(schedule.buffers(r).get(name, 0) for r in range(schedule.world_size))
         area[name] = pos
         pos += -(-size // align) * align
-    order = _row_order(schedule, pushes)
+    order = _row_order(schedule, level, pushes)
     return LLPlan(area, pos, frozenset(pushes), ll_reads, unpacked, order,
-                  _in_place(schedule, order, pushes, unpacked))
+                  _in_place(schedule, order, pushes, unpacked),
+                  max(op.dst.count for op in ops))
 
 
 def _in_place(schedule: Schedule, order: tuple[tuple[OpRef, ...], ...], pushes: dict[OpRef, Op],
@@ -183,30 +186,30 @@ def _in_place(schedule: Schedule, order: tuple[tuple[OpRef, ...], ...], pushes: 
     return True
 
 
-def _row_order(schedule: Schedule, pushes: dict[OpRef, Op]) -> tuple[tuple[OpRef, ...], ...]:
+def _row_order(schedule: Schedule, level: dict[OpRef, int],
+               pushes: dict[OpRef, Op]) -> tuple[tuple[OpRef, ...], ...]:
     """Each rank's ops by dependency level, pushes first within a level. Why it cannot
     deadlock: a row of level L waits only on rows of lower levels (its sources) and on the rows
     before it in its own CTA (level <= L, none of which waits on a level-L row)."""
-    level = _dep_levels(schedule)
     return tuple(tuple(sorted((op.ref for op in schedule.rank_ops(r)),
                               key=lambda ref: (level[ref], ref not in pushes, ref[1])))
                  for r in range(schedule.world_size))
 
 
-def answered(schedule: Schedule, pushes: dict[OpRef, Op], unpacked: tuple[OpRef, ...]) -> bool:
+def answered(schedule: Schedule, level: dict[OpRef, int], pushes: dict[OpRef, Op],
+             unpacked: tuple[OpRef, ...]) -> bool:
     """Every push r -> p is answered: r's kernel waits, within the call, on something p did
     (an op r depends on, transitively, or a push r unpacks). Then r finishing call k + 1 means
     p had started call k + 1, so p's reads of call k are over before r's call k + 2 writes the
     same parity (the module docstring's second point; tests remove it to see the emulator catch
     the hazard)."""
-    heard = _heard_from(schedule, [pushes[ref] for ref in unpacked])
+    heard = _heard_from(schedule, level, [pushes[ref] for ref in unpacked])
     return all(heard[op.rank] >> op.dst.rank & 1 for op in pushes.values())
 
 
-def _heard_from(schedule: Schedule, unpacked: list[Op]) -> list[int]:
+def _heard_from(schedule: Schedule, level: dict[OpRef, int], unpacked: list[Op]) -> list[int]:
     """For each rank, a bitset of the ranks that run an op it waits on (transitively): through
     its ops' dependencies and the pushes it unpacks (waits the schedule does not list)."""
-    level = _dep_levels(schedule)
     anc: dict[OpRef, int] = {}               # bitset of ranks among an op's ancestors
     for ref in sorted(level, key=level.__getitem__):
         bits = 0

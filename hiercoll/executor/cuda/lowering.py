@@ -21,6 +21,7 @@ overwrote a slow rank's output before the copy-out.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -57,9 +58,9 @@ class Engine(StrEnum):
 class Protocol(StrEnum):
     """How a plan's edges carry data and order (ll.py says why there are two)."""
 
-    AUTO = "auto"       # LL where the plan is one-hop and small (ll_threshold_bytes), else simple
+    AUTO = "auto"       # LL where the plan qualifies (ll.py) and is small (ll_threshold_bytes)
     SIMPLE = "simple"   # data, then a release signal; consumers acquire; barriers around a call
-    LL = "ll"           # flags in the data words, no signal, no barrier (one-hop plans only)
+    LL = "ll"           # flags in the data words, no signal, no barrier (plans ll.py admits)
 
 
 class InterTransport(StrEnum):
@@ -100,8 +101,8 @@ class CudaOptions:
         "slower: consecutive ops of a channel otherwise share one launch)")
     protocol: Protocol = _knob(
         Protocol.AUTO, "--protocol", "cuda: auto: LL (flags in the data, no barriers) for "
-        "one-hop plans up to --ll-threshold, else simple; simple or ll force one (ll where the "
-        "plan is one-hop: executor/cuda/ll.py)")
+        "plans that push each region once, up to --ll-threshold, else simple; simple or ll "
+        "force one (ll where the plan qualifies: executor/cuda/ll.py)")
     ll_threshold_bytes: int = _knob(
         256 << 10, "--ll-threshold", "cuda: --protocol auto takes LL when no op of the plan "
         "moves more than this", size=True)
@@ -441,22 +442,29 @@ def lowered_schedule(schedule: Schedule, opts: CudaOptions) -> Schedule:
     `launch_per_op`: a per-op profile times the plan's ops as planned."""
     if not opts.forward or opts.launch_per_op:
         return schedule
-    key = (id(schedule), opts)
-    hit = _FORWARDED.get(key)
-    if hit is not None and hit[0] is schedule:
-        return hit[1]
     from hiercoll.sim.forwarding import forward_on_sms
     # the copies `_engine` puts on SMs: not a copy engine, and between nodes only over peer
     # mappings (the NCCL transport's copies go to the net stream)
-    out = forward_on_sms(schedule, opts.ce_threshold_bytes,
-                         inter_peer=opts.inter_transport == InterTransport.PEER)
-    if len(_FORWARDED) > 16:
-        _FORWARDED.clear()
-    _FORWARDED[key] = (schedule, out)
+    return _per_schedule(_FORWARDED, opts, schedule, lambda: forward_on_sms(
+        schedule, opts.ce_threshold_bytes, inter_peer=opts.inter_transport == InterTransport.PEER))
+
+
+def _per_schedule(cache: dict[tuple[int, Any], tuple[Schedule, Any]], key: Any,
+                  schedule: Schedule, make: Callable[[], Any]) -> Any:
+    """`make()` for (this schedule, key), remembered: every rank's lowering asks the same
+    schedule-wide question. Keyed by the schedule's id and held with it (an id is reused once
+    its object is gone), at most a few entries (plans come and go)."""
+    hit = cache.get((id(schedule), key))
+    if hit is not None and hit[0] is schedule:
+        return hit[1]
+    out = make()
+    if len(cache) > 16:
+        cache.clear()
+    cache[(id(schedule), key)] = (schedule, out)
     return out
 
 
-_FORWARDED: dict[tuple[int, CudaOptions], tuple[Schedule, Schedule]] = {}
+_FORWARDED: dict[tuple[int, Any], tuple[Schedule, Any]] = {}
 
 
 def effective_options(schedule: Schedule, opts: CudaOptions) -> CudaOptions:
@@ -556,18 +564,13 @@ def ll_applies(schedule: Schedule, opts: CudaOptions) -> LLPlan | None:
     # auto: never where the simple lowering would put a copy on the copy engine
     limit = (min(opts.ll_threshold_bytes, opts.ce_threshold_bytes - 1)
              if opts.protocol == Protocol.AUTO else 1 << 62)
-    key = (id(schedule), limit, opts.inter_transport)
-    hit = _LL_PLANS.get(key)
-    if hit is not None and hit[0] is schedule:
-        return hit[1]
-    plan = ll_plan(schedule, limit, peer_inter=opts.inter_transport == InterTransport.PEER)
-    if len(_LL_PLANS) > 16:
-        _LL_PLANS.clear()
-    _LL_PLANS[key] = (schedule, plan)
+    peer = opts.inter_transport == InterTransport.PEER
+    plan: LLPlan | None = _per_schedule(_LL_PLANS, (limit, peer), schedule,
+                                        lambda: ll_plan(schedule, limit, peer_inter=peer))
     return plan
 
 
-_LL_PLANS: dict[tuple[int, int, InterTransport], tuple[Schedule, LLPlan | None]] = {}
+_LL_PLANS: dict[tuple[int, Any], tuple[Schedule, Any]] = {}
 
 
 def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgram | None:
@@ -598,14 +601,13 @@ def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgra
             rows.append(Row(f"{op.id}:unpack", op.dst.count, layout.addr(op.dst),
                             (area(op.dst),), False, False, 1.0, (), (), ll=2))
     epw = elements_per_word(itemsize)
-    words = max(op.dst.count for op in schedule.ops()) // epw
-    grid = opts.ctas or max(1, min(MAX_CTAS, -(-words // LL_STEP_WORDS)))
+    grid = opts.ctas or max(1, min(MAX_CTAS, -(-(plan.widest // epw) // LL_STEP_WORDS)))
     launch = KernelLaunch(tuple(rows), grid, _aligned(rows, itemsize))
-    program = RankProgram(rank, layout, 0, None, {0: (launch,)}, KernelLaunch((), 1, True),
-                          schedule.spec.accumulates_output,
-                          ("LL: one kernel per call, flags in the data words, no barriers",),
-                          (), True, plan.elements, epw)
-    return replace(program, num_slots=2 * program.ll_half, ll_in_place=plan.in_place)
+    slots = 2 * (2 * plan.elements // epw)      # both parities, a word two int32 slots
+    return RankProgram(rank, layout, slots, None, {0: (launch,)}, KernelLaunch((), 1, True),
+                       schedule.spec.accumulates_output,
+                       ("LL: one kernel per call, flags in the data words, no barriers",),
+                       (), True, plan.elements, epw, plan.in_place)
 
 
 COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to the next row
