@@ -424,17 +424,18 @@ class Communicator:
             raise HiercollError(f"communicator: no prepared plan for {key} during CUDA-graph "
                                 "capture; call it once with this size before capturing")
         spec = make_spec()
+        measured: tuple[float | None, float | None] = (None, None)   # (the pick, NCCL's call)
         if entry is not None:         # stale (pools grew, slots reset): its plan stands
             schedule, how, executor = entry.schedule, entry.how, entry.executor
         else:
             chosen = plan_with(self._topology, spec, self._algorithm, tuning=self._tuning)
             schedule, how, executor = chosen.schedule, chosen.how, chosen.executor
+            measured = (chosen.measured_us, chosen.library_us)
         choice = self._choice.with_tuning(executor)
         name = choice.for_schedule(schedule)
         opts = choice.options("eager") if name == choice.name else {}   # a library call: none
-        if entry is None and name == BackendName.CUDA and library_beats_staged(
-                chosen.measured_us, chosen.library_us,
-                spec.input_count(self._rank) * spec.dtype.itemsize,
+        if name == BackendName.CUDA and library_beats_staged(
+                *measured, spec.input_count(self._rank) * spec.dtype.itemsize,
                 ll_applies(schedule, CudaOptions(**opts)) is not None):
             # measured faster than NCCL on its own buffers, slower with our copies added
             schedule = library_schedule(self._topology, spec)
