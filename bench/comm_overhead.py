@@ -32,21 +32,13 @@ from hiercoll.units import format_size, parse_size  # noqa: E402
 
 
 def _time_graph(call: Any, calls: int, reps: int) -> float:
-    """p50 us per call of a graph of `calls` calls, the slowest rank's (a collective)."""
-    from hiercoll.executor.graphs import capture_calls
-    graph = capture_calls(call, calls)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / calls)
-    samples.sort()
-    p50 = torch.tensor([samples[len(samples) // 2]], dtype=torch.float64, device="cuda")
-    dist.all_reduce(p50, op=dist.ReduceOp.MAX)
-    return round(float(p50.item()), 2)
+    """p50 us per call of a graph of `calls` calls, the slowest rank's (a collective): the
+    harness's own timing (`hiercoll bench`'s graph mode)."""
+    from hiercoll.executor.interface import Mode
+    from hiercoll.harness.bench import time_call
+    t = time_call(call, torch.device("cuda", torch.cuda.current_device()), Mode.GRAPH, reps,
+                  graph_calls=calls)
+    return round(t.p50_us, 2)
 
 
 def _plan_alone(comm: Any) -> tuple[Any, str]:
