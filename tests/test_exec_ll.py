@@ -327,3 +327,90 @@ def test_group_casts_take_ll_only_where_every_push_is_answered():
                 else:
                     assert "never hears from" in why or kind == "group_reduce", why
     assert taken >= 2
+
+
+# ---- the runtime's zero-copy decision and the LL timeout report (no GPU: fake prepared state) -
+def _fake_prepared(ll_half: int = 8, in_place: bool = True, n: int = 64):  # type: ignore[no-untyped-def]
+    import types
+
+    import torch
+    data = torch.zeros(4 * n, dtype=torch.bfloat16)
+    program = types.SimpleNamespace(ll_half=ll_half, ll_in_place=in_place)
+    return types.SimpleNamespace(program=program, input_view=data[:n], output_view=data[n:2 * n],
+                                 kernel=types.SimpleNamespace(data=data)), data
+
+
+def test_zero_copy_runs_an_ll_program_on_the_callers_tensors_only_where_it_may():
+    import torch
+
+    from hiercoll.executor.cuda.backend import zero_copy_io
+    prepared, data = _fake_prepared()
+    mine = torch.zeros(256, dtype=torch.bfloat16)
+    x, y = mine[:64], mine[128:192]
+    isz = 2
+    want = ((x.data_ptr() - data.data_ptr()) // isz, (y.data_ptr() - data.data_ptr()) // isz)
+    assert zero_copy_io(prepared, x, y) == want
+    assert zero_copy_io(prepared, x, x) == (want[0], want[0])            # in place: plan allows
+    assert zero_copy_io(prepared, prepared.input_view, prepared.output_view) is None  # already
+    assert zero_copy_io(prepared, mine[1:65], y) is None                  # a word would straddle
+    assert zero_copy_io(prepared, x, mine[32:96]) is None                 # overlap, not in place
+    unsafe, _ = _fake_prepared(in_place=False)
+    assert zero_copy_io(unsafe, x, x) is None
+    simple, _ = _fake_prepared(ll_half=0)
+    assert zero_copy_io(simple, x, y) is None                             # peers read the input
+
+
+def test_an_ll_wait_that_gives_up_is_reported_as_an_ll_push(monkeypatch):
+    import types
+
+    import torch
+
+    from hiercoll.executor.cuda import backend
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    err = torch.tensor([1, 0, -1, 2, 3, 0, 0, 0], dtype=torch.int64)
+    prepared = types.SimpleNamespace(
+        rank=1, kernel=types.SimpleNamespace(err=err, epoch=torch.zeros(3, dtype=torch.int32)),
+        table=types.SimpleNamespace(row_names=["0.3"]))
+    with pytest.raises(VerificationError, match=r"rank 1: op 0.3 timed out waiting for a peer's "
+                       r"LL push \(a word carried epoch 2, needed 3\)"):
+        backend.check_timeouts(prepared)
+
+
+_LL_TIMEOUT = r'''
+import json
+import torch
+import triton.runtime.interpreter as _interp
+_orig_patch = _interp._patch_lang_tensor
+def _patch(tensor, scope):   # triton 3.6's interpreter calls int() on 1-element arrays
+    _orig_patch(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+_interp._patch_lang_tensor = _patch
+from hiercoll.executor.cuda.lowering import Addr, KernelLaunch, RankProgram, Row, SymmetricLayout
+from hiercoll.executor.cuda.table import encode
+from hiercoll.kernels.program import KernelState, launch_rows
+# a reduce of the input and an LL word nobody pushes: with a spin limit the kernel gives up
+row = Row("0.1", 8, Addr(0, 64), (Addr(0, 0), Addr(0, 0)), True, False, 1.0, (), (), ll=4)
+launch = KernelLaunch((row,), 1, True)
+lay = SymmetricLayout({"input": 0, "output": 64}, {"input": 8, "output": 8}, 128)
+prog = RankProgram(0, lay, 64, None, {0: (launch,)}, KernelLaunch((), 1, True), False, (), (),
+                   True, 16, 1)
+t = encode(prog, [0], [0])
+err = torch.zeros(8, dtype=torch.int64)
+state = KernelState(torch.tensor(t.words, dtype=torch.int64), torch.rand(128),
+                    torch.zeros(64, dtype=torch.int32), torch.zeros(2, dtype=torch.int32), err,
+                    ll_half=prog.ll_half, in_delta=0, out_delta=64)
+launch_rows(state, t.launches[id(launch)], reduce_op="sum", spin_limit=50)
+print(json.dumps(err[:5].tolist()))
+'''
+
+
+def test_an_ll_read_with_a_spin_limit_gives_up_and_records_the_row():
+    """The LL kernel's debug timeout (Triton's interpreter): flag, row, wait index -1 (an LL
+    word), the epoch the word carried, the epoch needed."""
+    pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _LL_TIMEOUT], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1, 0, -1, 0, 1]
