@@ -104,8 +104,7 @@ def test_tables_from_native_and_built_arrays_agree(preset: str, nodes: int, algo
     net_a, net_b = (Network(topo, None, itemsize=2) for _ in range(2))
     a = tables_from_arrays(native, net_a, 2)
     b = tables_from_arrays(built(sched, ranks), net_b, 2)
-    for f in ("op_shape", "op_nbytes", "op_delay", "dep_ptr", "dep_idx", "ch_ptr", "ch_ops",
-              "sh_ptr", "sh_lid", "sh_w", "op_ce"):
+    for f in TABLE_FIELDS:
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
     assert [l.name for l in net_a.links] == [l.name for l in net_b.links]
 

@@ -2,15 +2,14 @@
 over flat tables, compiled with numba (the `sim` extra). The Python engine stays the reference:
 tests run both and require the same times and link loads.
 
-`run_timing_compiled` returns what `engine.run_timing` does, or None where the case is one the
-tables do not hold (then the caller runs the Python engine): never a different answer.
+`run_compiled` replays tables `tables.build_tables` made (None where the case is one the tables
+do not hold: then the caller runs the Python engine): never a different answer.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
@@ -18,8 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hiercoll.errors import HiercollError
-from hiercoll.schedule import Schedule
-from hiercoll.sim.engine import OpTiming, Progress
+from hiercoll.sim.engine import Progress
 from hiercoll.sim.fluid import SLACK_MARGIN, LinkUsage
 from hiercoll.sim.links import Network
 
@@ -79,20 +77,6 @@ def use_compiled(engine: Engine | None, num_ops: int, record: bool) -> bool:
                                 "(pip install 'hiercoll[sim]'); engine 'auto' falls back to Python")
         return True
     return num_ops >= AUTO_MIN_OPS and numba_available()
-
-
-def run_timing_compiled(schedule: Schedule, net: Network, ranks: Sequence[int],
-                        progress: Progress | None = None) -> tuple[OpTiming, LinkUsage] | None:
-    """Replay `ranks`' ops on the compiled core: (op start and end times, per-link usage), as
-    `engine.run_timing`; None where the tables cannot hold the schedule."""
-    from hiercoll.sim.compiled.tables import build_tables
-
-    t = build_tables(schedule, net, ranks)
-    if t is None:
-        return None
-    op_start, op_end, usage = replay_tables(t, net, progress)
-    refs = [(r, i) for r, k in zip(t.ranks, t.lens) for i in range(k)]
-    return OpTiming(dict(zip(refs, op_start.tolist())), dict(zip(refs, op_end.tolist()))), usage
 
 
 @dataclass
