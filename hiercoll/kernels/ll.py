@@ -101,18 +101,22 @@ def _unpack(w, FMT: tl.constexpr):
 
 
 @triton.jit
+def _half_bits(x, FMT: tl.constexpr):
+    """An fp32 value rounded (to nearest even) to the 16-bit data type, as its 16 bits."""
+    if FMT == 1:
+        h = x.to(tl.bfloat16)
+    else:
+        h = x.to(tl.float16)
+    return h.to(tl.int16, bitcast=True).to(tl.int32) & 65535
+
+
+@triton.jit
 def _pack(lo, hi, FMT: tl.constexpr):
     """fp32 element(s) rounded to the data type (to nearest even) and packed into a word."""
-    if FMT == 1:
-        a = lo.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 65535
-        b = hi.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 65535
-        return a | (b << 16)
-    elif FMT == 2:
-        a = lo.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 65535
-        b = hi.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 65535
-        return a | (b << 16)
-    else:
+    if FMT == 0:
         return lo.to(tl.int32, bitcast=True)
+    else:
+        return _half_bits(lo, FMT) | (_half_bits(hi, FMT) << 16)
 
 
 @triton.jit
