@@ -114,3 +114,26 @@ def check_emulation(schedule: Any, opts: Any, seed: int, calls: int = 3) -> None
         for r in range(spec.world_size):
             err = np.abs(outs[c][r] - exp.outputs[r])
             assert np.all(err <= tolerance(spec, exp, r)), f"call {c} rank {r}"
+
+
+# Triton 3.6's interpreter calls int() on 1-element arrays, which numpy 2.4 refuses: every
+# interpreted kernel script starts by taking the element instead.
+_INTERPRETER_PREAMBLE = """import triton.runtime.interpreter as _interp
+_orig_patch = _interp._patch_lang_tensor
+def _patch(tensor, scope):
+    _orig_patch(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+_interp._patch_lang_tensor = _patch
+"""
+
+
+def run_interpreted(script: str, timeout: float = 600) -> Any:
+    """`script` run by Triton's CPU interpreter (TRITON_INTERPRET=1, a subprocess): the JSON its
+    last output line prints. A failing script fails the test with its stderr."""
+    import json
+    import os
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _INTERPRETER_PREAMBLE + script],
+                          capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

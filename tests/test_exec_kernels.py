@@ -10,6 +10,7 @@ import os
 import re
 
 import pytest
+from helpers import run_interpreted
 
 if os.environ.get("CI") == "true":
     import triton  # noqa: F401 - CI must run the kernel tests: a missing triton is a failure
@@ -90,17 +91,6 @@ def test_aligned_rows_use_16_byte_accesses_and_unaligned_rows_do_not():
 _INTERPRET = r'''
 import json, sys
 import torch
-import triton.runtime.interpreter as _interp
-
-_orig_patch = _interp._patch_lang_tensor
-
-
-def _patch(tensor, scope):   # triton 3.6's interpreter calls int() on 1-element arrays; numpy 2.4
-    _orig_patch(tensor, scope)   # refuses that: take the element instead
-    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-
-_interp._patch_lang_tensor = _patch
 from hiercoll.executor.cuda.lowering import (Addr, KernelLaunch, RankProgram, Row, Signal,
                                              SymmetricLayout, Wait)
 from hiercoll.executor.cuda.table import encode
@@ -159,15 +149,7 @@ print(json.dumps(out))
 
 
 def test_kernel_data_path_in_the_triton_interpreter():
-    import json
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _INTERPRET], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_interpreted(_INTERPRET, timeout=300)
     assert out["copy"] == 0.0 and out["untouched"] == 0.0
     assert out["reduce"] < 1e-5                   # fp32: accumulate, scale, round once
     assert out["slots"] == [0, 0, 1, 2]           # one CTA: +1 per signal entry

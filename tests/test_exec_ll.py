@@ -5,13 +5,8 @@ Triton's interpreter across ranks, and the memory operations the Hopper build us
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
-from helpers import check_emulation, random_group_cast, random_group_reduce
+from helpers import check_emulation, random_group_cast, random_group_reduce, run_interpreted
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
@@ -131,12 +126,6 @@ _INTERPRET = r'''
 import json
 import numpy as np
 import torch
-import triton.runtime.interpreter as _interp
-_orig_patch = _interp._patch_lang_tensor
-def _patch(tensor, scope):   # triton 3.6's interpreter calls int() on 1-element arrays
-    _orig_patch(tensor, scope)
-    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-_interp._patch_lang_tensor = _patch
 from hiercoll.collectives import CollectiveSpec, random_inputs, initial_outputs, reference, tolerance
 from hiercoll.executor.cuda.lowering import CudaOptions, lower, fused_launch
 from hiercoll.executor.cuda.table import encode
@@ -255,11 +244,7 @@ def test_ll_kernel_data_path_across_ranks_in_the_triton_interpreter():
     tensors (the tagged input/output addresses based elsewhere), in place for the all-reduce."""
     pytest.importorskip("triton")
     pytest.importorskip("torch")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _INTERPRET], capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_interpreted(_INTERPRET)
     assert len(out) == 13
     for case in out.values():
         assert case["epochs"] == [0, 3, 3]        # each CTA counts its own calls
@@ -379,12 +364,6 @@ def test_an_ll_wait_that_gives_up_is_reported_as_an_ll_push(monkeypatch):
 _LL_TIMEOUT = r'''
 import json
 import torch
-import triton.runtime.interpreter as _interp
-_orig_patch = _interp._patch_lang_tensor
-def _patch(tensor, scope):   # triton 3.6's interpreter calls int() on 1-element arrays
-    _orig_patch(tensor, scope)
-    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-_interp._patch_lang_tensor = _patch
 from hiercoll.executor.cuda.lowering import Addr, KernelLaunch, RankProgram, Row, SymmetricLayout
 from hiercoll.executor.cuda.table import encode
 from hiercoll.kernels.program import KernelState, launch_rows
@@ -409,8 +388,4 @@ def test_an_ll_read_with_a_spin_limit_gives_up_and_records_the_row():
     word), the epoch the word carried, the epoch needed."""
     pytest.importorskip("triton")
     pytest.importorskip("torch")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _LL_TIMEOUT], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1, 0, -1, 0, 1]
+    assert run_interpreted(_LL_TIMEOUT, timeout=300) == [1, 0, -1, 0, 1]
