@@ -39,7 +39,7 @@ def test_forwarded_schedules_pass_the_checker_and_the_reference(nodes, gpus, kin
 
 def test_direct_all_reduce_becomes_a_pull_of_every_peers_input():
     s = plan(_topo(1, 4), _spec("all_reduce", 4), "direct").expand()
-    fwd = forward_copies(s, lambda op: True)
+    fwd = forward_copies(s, lambda op, readers: True)
     for r in range(4):
         (op,) = fwd.rank_ops(r)
         assert op.kind == OpKind.REDUCE and op.deps == ()
@@ -51,17 +51,24 @@ def test_a_reused_scratch_or_a_copy_into_the_output_is_kept():
     """The ring's receive slots are rewritten every step, and an all-gather's copies write the
     output: neither may be forwarded, so those plans keep every copy."""
     ring = plan(_topo(1, 4), _spec("all_reduce", 4, 53), "ring", {"chunks": 3}).expand()
-    kept = forward_copies(ring, lambda op: True)
+    kept = forward_copies(ring, lambda op, readers: True)
     copies = sum(op.kind == OpKind.COPY for op in ring.ops())
     assert sum(op.kind == OpKind.COPY for op in kept.ops()) >= copies - 4   # at most the first step
     ag = plan(_topo(1, 4), _spec("all_gather", 4), "direct").expand()
-    assert forward_copies(ag, lambda op: True) is ag
+    assert forward_copies(ag, lambda op, readers: True) is ag
 
 
 def test_forwarding_respects_what_the_lowering_allows():
-    """Copies the copy engine or the network would run stay: nothing to pull over."""
+    """A copy the copy engine would run stays unless only reduces read it (they run on SMs and
+    pull it in one pass: push-then-reduce is two passes one after the other)."""
     s = plan(_topo(1, 4), CollectiveSpec(kind="all_reduce", world_size=4, nbytes=4 << 20),
              "direct").expand()
-    assert lowered_schedule(s, CudaOptions(ce_threshold_bytes=1 << 20)) is s
+    big = lowered_schedule(s, CudaOptions(ce_threshold_bytes=1 << 20))
+    assert big is not s and not any(op.kind == OpKind.COPY for op in big.ops())
     assert lowered_schedule(s, CudaOptions(forward=False)) is s
     assert lowered_schedule(s, CudaOptions()) is not s
+    # bruck's copies feed copies: on the copy engine they stay, on SMs they are forwarded
+    a2a = plan(_topo(1, 4), CollectiveSpec(kind="all_to_all", world_size=4, nbytes=4 << 20),
+               "bruck").expand()
+    assert lowered_schedule(a2a, CudaOptions(ce_threshold_bytes=1 << 10)) is a2a
+    assert lowered_schedule(a2a, CudaOptions(ce_threshold_bytes=1 << 30)) is not a2a

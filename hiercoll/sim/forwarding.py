@@ -13,8 +13,11 @@ legal order:
   ops C depends on directly do (the readers inherit C's dependencies, so they come after them);
 - S is written by C alone and is not the output (the output must hold the result);
 - every op reading S depends on C directly and reads inside C's destination;
-- both ends are in this rank's peer-mapped domain (the copy would run on SMs, not the copy
-  engine or the network: `allowed`).
+- both ends are in this rank's peer-mapped domain, and the copy would run on SMs, or every
+  reader is a reduce (`allowed`, given the copy and its readers): a reduce runs on SMs anyway,
+  and pulling its operand there is one pass over the link where a copy-engine push into scratch
+  and then the reduce are two passes one after the other (2 x H200, 512 MiB: a pull-add at 335
+  GB/s against a push at 390 plus a reduce of 512 MiB; bench/results/gpu/link-probe).
 The transformed schedule is an ordinary schedule: the static checker and the reference
 executor verify it like any plan (tests/test_exec_forwarding.py).
 """
@@ -27,9 +30,9 @@ from collections.abc import Callable
 from hiercoll.schedule import INPUT, OUTPUT, ExpandedOps, Op, OpKind, OpRef, Region, Schedule
 
 
-def forward_copies(schedule: Schedule, allowed: Callable[[Op], bool]) -> Schedule:
-    """`schedule` with every copy that `allowed` admits and the rules above permit forwarded;
-    the same object when none is."""
+def forward_copies(schedule: Schedule, allowed: Callable[[Op, list[Op]], bool]) -> Schedule:
+    """`schedule` with every copy that `allowed(copy, its readers)` admits and the rules above
+    permit forwarded; the same object when none is."""
     w = schedule.world_size
     ops: dict[OpRef, Op] = {op.ref: op for r in range(w) for op in schedule.rank_ops(r)}
     writers: dict[tuple[int, str], list[OpRef]] = defaultdict(list)
@@ -41,7 +44,7 @@ def forward_copies(schedule: Schedule, allowed: Callable[[Op], bool]) -> Schedul
     removed: dict[OpRef, tuple[OpRef, ...]] = {}    # forwarded copy -> its dependencies
     for ref in sorted(ops):
         c = ops[ref]
-        if c.kind != OpKind.COPY or not allowed(c):
+        if c.kind != OpKind.COPY:
             continue
         x, s = c.srcs[0], c.dst
         if s.buffer in (OUTPUT, INPUT) or not _stable(x, c, ops, writers):
@@ -52,6 +55,8 @@ def forward_copies(schedule: Schedule, allowed: Callable[[Op], bool]) -> Schedul
         users = list(dict.fromkeys(o for o in readers[(s.rank, s.buffer)]
                                    if o in ops and any(reg.overlaps(s) for reg in ops[o].reads())))
         if not users or not all(_forwardable_reader(ops[o], c) for o in users):
+            continue
+        if not allowed(c, [ops[o] for o in users]):
             continue
         for o in users:
             reader = ops[o]
@@ -124,16 +129,17 @@ def _renumbered(schedule: Schedule, ops: dict[OpRef, Op],
 def forward_on_sms(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = False
                    ) -> Schedule:
     """The schedule the cuda backend runs with forwarding on (its default), by the lowering's
-    rule: every copy that runs on SMs (not a copy engine: `on_copy_engine` with this threshold)
-    between peer-mapped GPUs of a node forwarded; `inter_peer`: copies between nodes too (the
-    lowering's `--inter-transport peer`). The lowering runs it, and the simulator times it when
+    rule: every copy between peer-mapped GPUs of a node forwarded that runs on SMs (not a copy
+    engine: `on_copy_engine` with this threshold) or that only reduces read (they pull it);
+    `inter_peer`: copies between nodes too (the lowering's `--inter-transport peer`). The lowering runs it, and the simulator times it when
     it predicts the cuda backend rather than the plan as written (calibration, --validate)."""
     from hiercoll.schedule import Transport
     from hiercoll.sim.engine import on_copy_engine
     itemsize = schedule.spec.dtype.itemsize
 
-    def allowed(op: Op) -> bool:
+    def allowed(op: Op, readers: list[Op]) -> bool:
         return ((inter_peer or op.transport != Transport.INTER)
-                and not on_copy_engine(op, itemsize, ce_threshold_bytes))
+                and (not on_copy_engine(op, itemsize, ce_threshold_bytes)
+                     or all(r.kind == OpKind.REDUCE for r in readers)))
 
     return forward_copies(schedule, allowed)
