@@ -144,6 +144,15 @@ out["timeout"] = err[:5].tolist()
 # the start barrier's launch bumps the epoch before its waits: slot 7 at 4 satisfies 2 x (1 + 1)
 _, _, _, err = run(rows, 1, torch.float32, "sum", epoch=1, slots={7: 4}, spin_limit=50, bump=True)
 out["bumped"] = [run.epoch, int(err[0])]
+# rows of one level on parts of the grid (F_CTAS): each runs on its own CTAs only
+rows = [Row("0.0", 150, Addr(0, 300), (Addr(0, 0),), False, False, 1.0, (), (Signal(0, 8),),
+            ctas=(0, 2)),
+        Row("0.1", 140, Addr(0, 450), (Addr(0, 150), Addr(0, 151)), True, False, 1.0, (),
+            (Signal(0, 9),), ctas=(2, 5))]
+b, a, sig, err = run(rows, 5, torch.float32, "sum")
+out["ranges"] = [float((a[300:450] - b[0:150]).abs().max()),
+                 float((a[450:590] - (b[150:290] + b[151:291])).abs().max()),
+                 int(sig[8]), int(sig[9])]
 print(json.dumps(out))
 '''
 
@@ -158,3 +167,5 @@ def test_kernel_data_path_in_the_triton_interpreter():
     assert out["min10"] == 0.0
     assert out["timeout"] == [1, 0, 0, 5, 6]      # flag, row, wait index, seen, needed (2 x 3)
     assert out["bumped"] == [2, 0]                # epoch 1 -> 2, the wait for 4 passed
+    assert out["ranges"][0] == 0.0 and out["ranges"][1] < 1e-6   # fp32 sum, rounded once
+    assert out["ranges"][2:] == [2, 3]            # one signal per CTA of each row's range

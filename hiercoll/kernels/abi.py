@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ROW_WORDS = 14
+ROW_WORDS = 15
 (F_COUNT, F_DST, F_REDUCE, F_ACC, F_SCALE, F_NSRC, F_SRC, F_NWAIT, F_WAIT, F_NSIG, F_SIG,
- F_RELAXED, F_ID, F_LL) = range(ROW_WORDS)
+ F_RELAXED, F_ID, F_LL, F_CTAS) = range(ROW_WORDS)
+# F_CTAS (simple kernel): the CTAs that run the row, lo | hi << CTA_SHIFT (hi = 0: every CTA of
+# the launch). Rows of one dependency level split the grid so they run side by side (lowering
+# `_cta_ranges`); a CTA outside a row's range skips it (no wait, no data, no signal).
+CTA_SHIFT = 16
 # F_LL (LL programs, executor/cuda/ll.py): bit 0, the destination is in the LL area; bit 1 + s,
 # source s is. An LL address is an int32 offset from this rank's signal allocation (parity 0;
 # parity 1 adds the program's `ll_half`), a plain one an element offset from its data. In an LL

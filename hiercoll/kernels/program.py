@@ -38,9 +38,12 @@ import triton.language as tl
 from hiercoll.kernels import abi as _t
 from hiercoll.kernels.abi import RowSpan
 from hiercoll.kernels.rows import (
+    CTA_MASK,
+    CTA_SHIFT,
     ERR_WORDS,
     F_ACC,
     F_COUNT,
+    F_CTAS,
     F_DST,
     F_NSIG,
     F_NSRC,
@@ -183,7 +186,8 @@ def _header(table, r, live):
             tl.load(row + F_NSRC, mask=live, other=0), tl.load(row + F_SRC, mask=live, other=0),
             tl.load(row + F_REDUCE, mask=live, other=0), tl.load(row + F_ACC, mask=live, other=0),
             tl.load(row + F_SCALE, mask=live, other=0), tl.load(row + F_NSIG, mask=live, other=0),
-            tl.load(row + F_SIG, mask=live, other=0), tl.load(row + F_RELAXED, mask=live, other=0))
+            tl.load(row + F_SIG, mask=live, other=0), tl.load(row + F_RELAXED, mask=live, other=0),
+            tl.load(row + F_CTAS, mask=live, other=0))
 
 
 SRC_UNROLL = tl.constexpr(8)   # a reduce's sources loaded together (more: one at a time)
@@ -210,7 +214,7 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         if tracing:
             _stamp(trace, epoch, TRACE)
     (h_nwait, h_wstart, h_nsrc, h_src, h_red, h_acc, h_scale, h_nsig, h_sig,
-     h_rel) = _header(table, first_row, num_rows > 0)
+     h_rel, h_ctas) = _header(table, first_row, num_rows > 0)
     for r in range(first_row, first_row + num_rows):
         at = trace + 1 + 4 * (r - first_row)
         traced = tracing & ((r - first_row) < TRACE_ROWS)
@@ -226,18 +230,24 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         # the divisibility that makes aligned rows 16-byte accesses)
         nwait, wstart, nsrc, sstart = h_nwait, h_wstart, h_nsrc, h_src
         is_reduce, acc_flag, scale_bits, nsig, sstart2, relaxed = h_red, h_acc, h_scale, h_nsig, h_sig, h_rel
+        # the CTAs that run this row (abi.F_CTAS): rows of one level split the grid and run side
+        # by side; a CTA outside the range skips the row (its waits, data and signals)
+        lo = h_ctas & CTA_MASK
+        hi = h_ctas >> CTA_SHIFT
+        hi = tl.where(hi == 0, nprog, hi)
+        mine = (pid >= lo) & (pid < hi)
         scale = scale_bits.to(tl.int32).to(tl.float32, bitcast=True)
         count = tl.load(table + r * ROW_WORDS + F_COUNT)
         dst_off = tl.load(table + r * ROW_WORDS + F_DST)
         (h_nwait, h_wstart, h_nsrc, h_src, h_red, h_acc, h_scale, h_nsig, h_sig,
-         h_rel) = _header(table, r + 1, r + 1 < first_row + num_rows)
+         h_rel, h_ctas) = _header(table, r + 1, r + 1 < first_row + num_rows)
         sig_live = lanes < nsig
         sig_slots = tl.load(table + sstart2 + lanes, mask=sig_live, other=0)
         src0_off = tl.load(table + sstart, mask=nsrc > 0, other=0)
         if TRACE:
             if traced:
                 _stamp(at, (nwait + nsig + count + sstart).to(tl.int32), TRACE)
-        if nwait > 0:
+        if (nwait > 0) & mine:
             # the launch's last row, moving nothing (an end barrier, a copy-engine fence): no
             # thread of this kernel reads after it, and what follows on the stream starts behind
             # the kernel boundary; its acquire fence would only wait for this CTA's own
@@ -248,14 +258,14 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         if TRACE:
             if traced:
                 _stamp(at + 1, epoch, TRACE)
-        if count > 0:
+        if (count > 0) & mine:
             if ALIGNED:
                 dst_off = tl.multiple_of(dst_off, VEC)
                 src0_off = tl.multiple_of(src0_off, VEC)
                 count = tl.multiple_of(count, VEC)
             dst = data + dst_off
             src0 = data + src0_off
-            for start in range(pid * BLOCK, count, nprog * BLOCK):
+            for start in range((pid - lo) * BLOCK, count, (hi - lo) * BLOCK):
                 offs = start + tl.arange(0, BLOCK)
                 if ALIGNED:
                     offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
@@ -290,7 +300,7 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
             if traced:
                 tl.debug_barrier()   # every thread's loads are in (its stores issued)
                 _stamp(at + 2, epoch, TRACE)
-        if nsig > 0:
+        if (nsig > 0) & mine:
             tl.debug_barrier()   # all of this CTA's stores happen before the release below
             _signal(sig + sig_slots, sig_live, relaxed, PTX)    # one lane per target, all at once
             for k0 in range(LANES, nsig, LANES):   # rows with more targets than lanes

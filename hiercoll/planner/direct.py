@@ -143,5 +143,7 @@ def scatter_blocks(ctx: PlanContext[DirectParams], b: RankBuilder) -> None:
             else:  # broadcast
                 soff, doff, n = 0, 0, spec.count
             coff, cn = chunk_bounds(n, p.chunks, c)
+            # the copy into my own output crosses no link: on a channel of its own it runs
+            # beside the pushes instead of before them
             b.copy(ctx.input(r, soff + coff, cn), ctx.output(q, doff + coff, cn),
-                   channel=c % p.channels, label=PutLabel(c, q))
+                   channel=p.channels if q == r else c % p.channels, label=PutLabel(c, q))

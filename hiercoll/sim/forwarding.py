@@ -131,8 +131,9 @@ def forward_on_sms(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool
     """The schedule the cuda backend runs with forwarding on (its default), by the lowering's
     rule: every copy between peer-mapped GPUs of a node forwarded that runs on SMs (not a copy
     engine: `on_copy_engine` with this threshold) or that only reduces read (they pull it);
-    `inter_peer`: copies between nodes too (the lowering's `--inter-transport peer`). The lowering runs it, and the simulator times it when
-    it predicts the cuda backend rather than the plan as written (calibration, --validate)."""
+    `inter_peer`: copies between nodes too (the lowering's `--inter-transport peer`). The
+    lowering runs it, and the simulator times it when it predicts the cuda backend rather than
+    the plan as written (calibration, --validate)."""
     from hiercoll.schedule import Transport
     from hiercoll.sim.engine import on_copy_engine
     itemsize = schedule.spec.dtype.itemsize

@@ -176,7 +176,8 @@ class _Emulator:
     def _cta_steps(self, r: int, rk: _Rank, launch: KernelLaunch, pcs: list[int], epoch: int) -> bool:
         """One random CTA of `launch` that can run its next row does so; False if none can."""
         ready = [c for c, pc in enumerate(pcs) if pc < len(launch.rows)
-                 and all(rk.sig[w.slot] >= w.per_epoch * epoch for w in launch.rows[pc].waits)
+                 and (not self._mine(launch.rows[pc], c)
+                      or all(rk.sig[w.slot] >= w.per_epoch * epoch for w in launch.rows[pc].waits))
                  and self._ll_ready(rk, launch.rows[pc], c, launch.grid, epoch)]
         if not ready:
             return False
@@ -186,8 +187,17 @@ class _Emulator:
         return True
 
     @staticmethod
+    def _mine(row: Row, cta: int) -> bool:
+        """Does CTA `cta` run the row (the kernel's F_CTAS range)? Others skip it whole."""
+        return row.ctas is None or row.ctas[0] <= cta < row.ctas[1]
+
+    @staticmethod
     def _share(row: Row, cta: int, grid: int) -> np.ndarray:
         idx = np.arange(row.count)
+        if row.ctas is not None:      # the row's own CTAs stride over it
+            if not row.ctas[0] <= cta < row.ctas[1]:
+                return idx[:0]
+            cta, grid = cta - row.ctas[0], row.ctas[1] - row.ctas[0]
         return idx[(idx // EMU_BLOCK) % grid == cta]
 
     def _ll_ready(self, rk: _Rank, row: Row, cta: int, grid: int, epoch: int) -> bool:
@@ -218,6 +228,8 @@ class _Emulator:
                 peer.ll_flag[par, row.dst.offset + idx] = epoch
             else:
                 dst[row.dst.offset + idx] = value
+        if not self._mine(row, cta):
+            return
         for s in row.signals:
             self.ranks[s.rank].sig[s.slot] += 1
 

@@ -209,6 +209,9 @@ class Row:
     # source s is (its words are read until they carry the call's epoch). LL addresses are
     # element offsets into the rank's LL area (one parity), not its data allocation.
     ll: int = 0
+    # the CTAs [lo, hi) of the launch that run the row (None: all of them): rows of one
+    # dependency level split the grid and run side by side (`_cta_ranges`)
+    ctas: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -326,12 +329,18 @@ class _Global:
     consumers: dict[OpRef, frozenset[int]]   # ranks that wait on an op's slot
     channel_prev: dict[OpRef, OpRef]         # the previous op on the same (rank, stream)
     issue: tuple[tuple[tuple[int, Op], ...], ...]   # per rank: (stream key, op) in issue order
+    ranges: dict[OpRef, tuple[int, int]] = field(default_factory=dict)  # SM ops on part of the grid
+    sm_prev: dict[OpRef, OpRef] = field(default_factory=dict)   # SM op before on its channel
 
     def gid(self, ref: OpRef) -> int:
         return self.base[ref[0]] + ref[1]
 
     def per_epoch(self, ref: OpRef) -> int:
-        return self.grid if self.engines[ref] == Engine.SM else 1
+        """Signals an op sends per call: one per CTA that runs it."""
+        if self.engines[ref] != Engine.SM:
+            return 1
+        lo, hi = self.ranges.get(ref, (0, self.grid))
+        return hi - lo
 
     def explicit_prev(self, ref: OpRef) -> OpRef | None:
         """The channel predecessor this op must wait on by signal: stream order cannot give it
@@ -364,9 +373,57 @@ def _engine(op: Op, itemsize: int, opts: CudaOptions) -> Engine:
     return Engine.CE if on_copy_engine(op, itemsize, opts.ce_threshold_bytes) else Engine.SM
 
 
-def _auto_grid(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptions) -> int:
+def _steps(op: Op) -> int:
+    """How many CTA steps an op's data is (at least one)."""
+    return max(1, -(-op.dst.count // STEP_ELEMENTS))
+
+
+def _level_groups(schedule: Schedule, engines: dict[OpRef, Engine]) -> list[list[Op]]:
+    """Per dependency level and rank, its SM ops: independent of each other (no dependency,
+    different channels), and adjacent in the single-stream issue order."""
+    from hiercoll.executor.order import levels
+    groups: list[list[Op]] = []
+    for level in levels(schedule).levels:
+        by_rank: dict[int, list[Op]] = {}
+        for op in level:
+            if engines[op.ref] == Engine.SM:
+                by_rank.setdefault(op.rank, []).append(op)
+        groups.extend(by_rank.values())
+    return groups
+
+
+def _cta_ranges(groups: list[list[Op]], grid: int) -> dict[OpRef, tuple[int, int]]:
+    """The single-stream kernel's grid split among the ops of each level, in proportion to
+    their steps (at least one CTA each): they run side by side instead of one after another,
+    so a rank's pushes to different peers, or a local copy and a push, use their links at once
+    (with every CTA on every row, independent ops ran in turn). Levels with more ops than CTAs
+    keep every op on the whole grid."""
+    out: dict[OpRef, tuple[int, int]] = {}
+    for group in groups:
+        if not 1 < len(group) <= grid:
+            continue
+        steps = [_steps(op) for op in group]
+        total = sum(steps)
+        shares = [max(1, s * grid // total) for s in steps]
+        while sum(shares) > grid:
+            shares[shares.index(max(shares))] -= 1
+        while sum(shares) < grid:     # the rest to the op with the most steps per CTA
+            k = max(range(len(group)), key=lambda i: (steps[i] / shares[i], -i))
+            shares[k] += 1
+        lo = 0
+        for op, n in zip(group, shares):
+            out[op.ref] = (lo, lo + n)
+            lo += n
+    return out
+
+
+def _auto_grid(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptions,
+               groups: list[list[Op]]) -> int:
     if opts.ctas is not None:
         return opts.ctas
+    if opts.single_stream:     # one kernel: a level's ops share its grid (`_cta_ranges`)
+        need = max((sum(_steps(op) for op in g) for g in groups), default=1)
+        return max(1, min(MAX_CTAS, need))
     itemsize = schedule.spec.dtype.itemsize
     biggest = max((op.dst.count * itemsize for op in schedule.ops()
                    if engines[op.ref] == Engine.SM), default=0)
@@ -383,12 +440,15 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
         base.append(n)
         n += len(schedule.rank_ops(r))
     engines = {op.ref: _engine(op, itemsize, opts) for op in schedule.ops()}
-    grid = _auto_grid(schedule, engines, opts)
+    groups = _level_groups(schedule, engines) if opts.single_stream else []
+    grid = _auto_grid(schedule, engines, opts, groups)
     consumers: dict[OpRef, set[int]] = {}
     channel_prev: dict[OpRef, OpRef] = {}
     issue = _issue_orders(schedule, opts)
+    sm_prev: dict[OpRef, OpRef] = {}
     for r in range(w):
         prev: dict[int, Op] = {}
+        on_channel: dict[tuple[int, int], Op] = {}
         for key, op in issue[r]:
             waiter = _waiter(op, engines)
             for d in op.deps:
@@ -396,14 +456,21 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
             p = prev.get(key)
             if p is not None:
                 channel_prev[op.ref] = p.ref
-                # one CTA walks a launch's rows in order, a CTA barrier between rows: channel
-                # order needs a signal only where several CTAs share the rows
-                both_sm = engines[p.ref] == Engine.SM and engines[op.ref] == Engine.SM
-                if (both_sm and grid > 1) or Engine.NET in (engines[p.ref], engines[op.ref]):
+                if Engine.NET in (engines[p.ref], engines[op.ref]):
                     consumers.setdefault(p.ref, set()).add(waiter)
+            # one CTA walks a launch's rows in order, a CTA barrier between rows: the plan's
+            # channel order needs a signal only where several CTAs share the rows, and only
+            # from the op before on the same plan channel (other channels' rows on this stream
+            # are independent of it)
+            c = on_channel.get((key, op.channel))
+            if c is not None and grid > 1 and engines[c.ref] == engines[op.ref] == Engine.SM:
+                sm_prev[op.ref] = c.ref
+                consumers.setdefault(c.ref, set()).add(waiter)
             prev[key] = op
+            on_channel[(key, op.channel)] = op
     return _Global(tuple(base), n, grid, engines,
-                   {k: frozenset(v) for k, v in consumers.items()}, channel_prev, issue)
+                   {k: frozenset(v) for k, v in consumers.items()}, channel_prev, issue,
+                   _cta_ranges(groups, grid), sm_prev)
 
 
 def _issue_orders(schedule: Schedule,
@@ -493,21 +560,20 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
     w = schedule.world_size
     streams: dict[int, list[Launch]] = {}
     pending: dict[int, list[Row]] = {}
-    prev_in_launch: dict[int, Op | None] = {}
+    in_launch: dict[int, set[OpRef]] = {}     # the ops of each stream's pending launch
 
     def flush(ch: int) -> None:
         rows = _coalesce_signals(pending.pop(ch, []), itemsize)
         if rows:
             streams.setdefault(ch, []).append(KernelLaunch(tuple(rows), g.grid,
                                                            _aligned(rows, itemsize)))
-        prev_in_launch[ch] = None
+        in_launch[ch] = set()
 
     for key, op in g.issue[rank]:
         waits = _waits(g, op)
         signals = _signals(g, op)
         streams.setdefault(key, [])
         if g.engines[op.ref] == Engine.NET:     # runs on the net stream (below)
-            prev_in_launch[key] = None
             continue
         if g.engines[op.ref] == Engine.CE:
             flush(key)
@@ -519,13 +585,14 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
             streams[key].append(KernelLaunch((Row(f"{op.id}:signal", 0, None, (), False,
                                                          False, 1.0, (), signals),), 1, True))
             continue
-        prev = prev_in_launch.get(key)
-        if prev is not None and g.grid > 1:
-            waits.append(Wait(g.gid(prev.ref), g.grid, prev.id))
+        prev = g.sm_prev.get(op.ref)
+        if prev is not None and prev in in_launch.get(key, ()):
+            waits.append(Wait(g.gid(prev), g.per_epoch(prev), f"{prev[0]}.{prev[1]}"))
         pending.setdefault(key, []).append(Row(
             op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
-            op.kind == OpKind.REDUCE, op.accumulate, op.scale, tuple(waits), signals))
-        prev_in_launch[key] = op
+            op.kind == OpKind.REDUCE, op.accumulate, op.scale, tuple(waits), signals,
+            ctas=g.ranges.get(op.ref)))
+        in_launch.setdefault(key, set()).add(op.ref)
         if opts.launch_per_op:
             flush(key)          # stream order keeps the channel's order between launches
     for ch in list(pending):
@@ -622,7 +689,8 @@ def _coalesce_signals(rows: list[Row], itemsize: int) -> list[Row]:
     out = list(rows)
     for i in range(len(out) - 1):
         row, nxt = out[i], out[i + 1]
-        if row.signals and not nxt.waits and row.count * itemsize <= COALESCE_BYTES:
+        if (row.signals and not nxt.waits and row.count * itemsize <= COALESCE_BYTES
+                and row.ctas == nxt.ctas):
             out[i + 1] = replace(nxt, signals=row.signals + nxt.signals)
             out[i] = replace(row, signals=())
     return out
@@ -660,10 +728,18 @@ def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,
     s_arrive = replace(s_arrive, relaxed=True)
     local_only = all(r.dst is None or r.dst.rank == rank for r in rows)
     if rows:
-        rows[0] = replace(rows[0], waits=s_wait.waits + rows[0].waits)
-        rows[-1] = replace(rows[-1], signals=rows[-1].signals + e_arrive.signals,
-                           relaxed=local_only and not rows[-1].signals)
-        rows = [s_arrive, *rows, e_wait]
+        # the barriers ride on the first and last rows where every CTA runs them
+        head, tail = [s_arrive], [e_wait]
+        if rows[0].ctas is None:
+            rows[0] = replace(rows[0], waits=s_wait.waits + rows[0].waits)
+        else:
+            head.append(s_wait)
+        if rows[-1].ctas is None:
+            rows[-1] = replace(rows[-1], signals=rows[-1].signals + e_arrive.signals,
+                               relaxed=local_only and not rows[-1].signals)
+        else:
+            tail.insert(0, replace(e_arrive, relaxed=local_only))
+        rows = [*head, *rows, *tail]
     else:
         rows = [s_arrive, s_wait, replace(e_arrive, relaxed=True), e_wait]
     aligned = all(isinstance(x, KernelLaunch) and x.aligned

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from hiercoll.executor.cuda.lowering import Addr, KernelLaunch, RankProgram, Row
 from hiercoll.kernels.abi import (
+    CTA_SHIFT,
     F_ACC,
     F_COUNT,
+    F_CTAS,
     F_DST,
     F_ID,
     F_LL,
@@ -92,6 +94,7 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
         extra.extend(sig_delta[s.rank] + s.slot for s in row.signals)
         words[w + F_RELAXED] = int(row.relaxed)
         words[w + F_ID] = i
+        words[w + F_CTAS] = row.ctas[0] | row.ctas[1] << CTA_SHIFT if row.ctas else 0
     placed: dict[int, RowSpan] = {}
     first = 0
     for launch in launches:
