@@ -76,7 +76,8 @@ def test_old_files_load_unchanged_and_time_identically() -> None:
     assert t.schema_version == 2 and t.inter is not None and t.inter.tiers is None
     assert t.fingerprint() == "f68073161450a232"
     want = {("ring", "all_gather"): 60.046826666666675, ("hier", "all_reduce"): 85.01461333333334,
-            ("direct", "all_to_all"): 74.86773333333335}
+            ("direct", "all_to_all"): 72.75850666666668}   # 74.87 before direct's self copy
+    #                                                  got a channel of its own (stop 35)
     for (algo, kind), time_us in want.items():
         spec = CollectiveSpec(kind=kind, world_size=t.world_size, dtype="bf16", nbytes=1 << 20)
         res = simulate(hc.plan(t, spec, algo), t)

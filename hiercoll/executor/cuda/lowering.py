@@ -47,6 +47,7 @@ VECTOR_BYTES = 16           # one vector access; regions aligned to it take the 
 # is microseconds, so a 256 KiB pull on 4 CTAs (8 steps each) took 26 us where 32 CTAs take one
 # round trip, and big ops need every SM's loads in flight to stream at link rate.
 MAX_CTAS = 120
+COPY_ENGINE_OFF = 1 << 40    # the default copy-engine threshold: no copy reaches it
 
 
 class Engine(StrEnum):
@@ -80,9 +81,14 @@ class CudaOptions:
     """The lowering's knobs (the auto-picker may tune them): declared here, once, with the
     command-line flag of each (`hiercoll.cli.backend_args` builds the flags from them)."""
 
+    # default: no copy engine. With copy-engine-sized operands of reduces forwarded (pulled)
+    # and a level's rows side by side on the grid, SM copies beat the copy engine on 2 x H200
+    # at 16 MiB..1 GiB (all_gather 1.19-1.60x, all_to_all 1.16-1.56x faster: results/gpu/
+    # large-w2); the copy engine frees SMs for overlapped compute, so it stays one flag away
     ce_threshold_bytes: int = _knob(
-        8 << 20, "--ce-threshold", "cuda: copies of at least this many bytes use the copy "
-        "engine", size=True)
+        COPY_ENGINE_OFF, "--ce-threshold", "cuda: copies of at least this many bytes use the "
+        "copy engine (default 1024GiB: none; the SMs' copies run side by side in one kernel)",
+        size=True)
     ctas: int | None = _knob(None, "--ctas", "cuda: CTAs per kernel (default auto)")
     debug_timeout_ms: float = _knob(
         0.0, "--debug-timeout-ms", "cuda: abort a signal wait after this long and report "
@@ -500,9 +506,6 @@ def _aligned(rows: list[Row], itemsize: int) -> bool:
                for r in rows)
 
 
-FUSE_SMALL_BYTES = 256 * 1024   # all-SM plans up to this op size take one kernel in eager too
-
-
 def lowered_schedule(schedule: Schedule, opts: CudaOptions) -> Schedule:
     """What the kernels run: the plan with its copies forwarded where allowed (forwarding.py).
     Every rank derives the same schedule (memoised: each rank's lowering asks for it). Not with
@@ -535,15 +538,16 @@ _FORWARDED: dict[tuple[int, Any], tuple[Schedule, Any]] = {}
 
 
 def effective_options(schedule: Schedule, opts: CudaOptions) -> CudaOptions:
-    """Small all-SM plans run as one kernel per call in eager mode too (single stream, fused):
-    channel streams only pay off where copies overlap kernels or big ops share the GPU, and each
-    extra launch and cross-stream wait costs the host microseconds per call."""
+    """All-SM plans run as one kernel per call in eager mode too (single stream, fused): channel
+    streams only pay off where copy-engine copies overlap kernels (a level's independent ops
+    already run side by side on parts of one kernel's grid), and each extra launch and
+    cross-stream wait costs the host microseconds per call (2 x H200, eager all_gather 1 MiB on
+    channel streams: 77 us, NCCL 37)."""
     if opts.single_stream or not opts.fuse or opts.launch_per_op:
         return opts
     itemsize = schedule.spec.dtype.itemsize
-    small = all(_engine(op, itemsize, opts) == Engine.SM
-                and op.dst.count * itemsize <= FUSE_SMALL_BYTES for op in schedule.ops())
-    return replace(opts, single_stream=True) if small else opts
+    all_sm = all(_engine(op, itemsize, opts) == Engine.SM for op in schedule.ops())
+    return replace(opts, single_stream=True) if all_sm else opts
 
 
 def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> RankProgram:
