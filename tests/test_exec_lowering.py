@@ -177,7 +177,14 @@ def test_one_cta_launches_order_rows_without_signals_and_share_release_fences():
         assert len(reduce.waits) == 3
     several = lower(s, 0, CudaOptions(ctas=2, single_stream=True, forward=False,
                                       protocol="simple"))
-    assert any(w.producer == "0.0" for row in fused_launch(several).rows for w in row.waits)
+    # the pushes share no region: each CTA orders its own elements, no grid-wide wait
+    assert not any(w.producer == "0.0" for row in fused_launch(several).rows for w in row.waits)
+    # rows on different CTA splits do need one (hier's level of two pushes after a reduce)
+    hier = plan(_topo(2, 2), _spec("all_reduce", 4), "hier").expand()
+    rows = fused_launch(lower(hier, 0, CudaOptions(ctas=4, single_stream=True,
+                                                   protocol="simple"))).rows
+    assert any(w.producer == "0.1" and w.per_epoch == 4 for row in rows for w in row.waits)
+    check_emulation(hier, CudaOptions(ctas=4, single_stream=True, protocol="simple"), seed=3)
 
 
 def test_emulator_catches_a_missing_start_barrier(monkeypatch):
@@ -382,3 +389,17 @@ def test_fused_arrivals_are_relaxed_only_where_no_store_is_announced(kind, algo,
                            [0] * 4).words
         assert [words[i * ROW_WORDS + F_RELAXED] for i in range(len(launch.rows))] == \
             [int(row.relaxed) for row in launch.rows]
+
+
+def test_cta_local_dependencies_need_no_signal():
+    """two_shot's push of its reduced shard reads exactly what the same CTAs just wrote (same
+    count, same CTAs, so CTA c owns element i of both rows): the CTA barrier between the rows
+    orders it, and the grid-wide signal and wait go. The emulator runs every CTA interleaving."""
+    from hiercoll.executor.cuda.lowering import fused_launch
+    s = plan(_topo(1, 2), _spec("all_reduce", 2, 4096), "two_shot").expand()
+    opts = CudaOptions(ctas=3, single_stream=True, protocol="simple")
+    reduce, push = [r for r in fused_launch(lower(s, 0, opts)).rows if r.count]
+    assert reduce.reduce and not push.reduce and push.srcs == (reduce.dst,)
+    assert not push.waits and not reduce.signals
+    for seed in range(3):
+        check_emulation(s, opts, seed=seed)

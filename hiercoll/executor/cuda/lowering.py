@@ -337,6 +337,8 @@ class _Global:
     issue: tuple[tuple[tuple[int, Op], ...], ...]   # per rank: (stream key, op) in issue order
     ranges: dict[OpRef, tuple[int, int]] = field(default_factory=dict)  # SM ops on part of the grid
     sm_prev: dict[OpRef, OpRef] = field(default_factory=dict)   # SM op before on its channel
+    # (consumer, producer) pairs ordered by the CTAs themselves (`_cta_local`): no signal, no wait
+    local: frozenset[tuple[OpRef, OpRef]] = frozenset()
 
     def gid(self, ref: OpRef) -> int:
         return self.base[ref[0]] + ref[1]
@@ -448,6 +450,8 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
     engines = {op.ref: _engine(op, itemsize, opts) for op in schedule.ops()}
     groups = _level_groups(schedule, engines) if opts.single_stream else []
     grid = _auto_grid(schedule, engines, opts, groups)
+    ranges = _cta_ranges(groups, grid)
+    local = _cta_local_pairs(schedule, engines, opts, ranges)
     consumers: dict[OpRef, set[int]] = {}
     channel_prev: dict[OpRef, OpRef] = {}
     issue = _issue_orders(schedule, opts)
@@ -458,7 +462,8 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
         for key, op in issue[r]:
             waiter = _waiter(op, engines)
             for d in op.deps:
-                consumers.setdefault(d, set()).add(waiter)
+                if (op.ref, d) not in local:
+                    consumers.setdefault(d, set()).add(waiter)
             p = prev.get(key)
             if p is not None:
                 channel_prev[op.ref] = p.ref
@@ -469,14 +474,53 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
             # from the op before on the same plan channel (other channels' rows on this stream
             # are independent of it)
             c = on_channel.get((key, op.channel))
-            if c is not None and grid > 1 and engines[c.ref] == engines[op.ref] == Engine.SM:
+            if (c is not None and grid > 1 and engines[c.ref] == engines[op.ref] == Engine.SM
+                    and (op.ref, c.ref) not in local):
                 sm_prev[op.ref] = c.ref
                 consumers.setdefault(c.ref, set()).add(waiter)
             prev[key] = op
             on_channel[(key, op.channel)] = op
     return _Global(tuple(base), n, grid, engines,
                    {k: frozenset(v) for k, v in consumers.items()}, channel_prev, issue,
-                   _cta_ranges(groups, grid), sm_prev)
+                   ranges, sm_prev, frozenset(local))
+
+
+def _cta_local_pairs(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptions,
+                     ranges: dict[OpRef, tuple[int, int]]) -> set[tuple[OpRef, OpRef]]:
+    """(consumer, producer) pairs of one rank's SM ops, both rows of one launch (single-stream
+    programs without copy-engine or net ops), whose ordering the CTAs give by themselves: the two
+    rows have the same CTAs and the same count, so CTA c handles element i of both, and every
+    region of one that conflicts with a region of the other (one of them writes it) is the same
+    region, element for element. The CTA barrier between a CTA's rows then orders each element's
+    accesses; the grid-wide signal and wait (a release fence and a round trip, about 2 us on an
+    H200) go. E.g. two_shot's reduce of its shard and the push of that shard to the peers."""
+    if not opts.single_stream or opts.launch_per_op or any(e != Engine.SM for e in engines.values()):
+        return set()
+    out: set[tuple[OpRef, OpRef]] = set()
+    for r in range(schedule.world_size):
+        ops = schedule.rank_ops(r)
+        prev_on_channel: dict[int, Op] = {}
+        for op in ops:
+            producers = [ops[d[1]] for d in op.deps if d[0] == r]
+            c = prev_on_channel.get(op.channel)
+            if c is not None:
+                producers.append(c)
+            for p in producers:
+                if _cta_local(p, op, ranges):
+                    out.add((op.ref, p.ref))
+            prev_on_channel[op.channel] = op
+    return out
+
+
+def _cta_local(p: Op, c: Op, ranges: dict[OpRef, tuple[int, int]]) -> bool:
+    """Can each CTA order `c` after `p` by itself (see `_cta_local_pairs`)?"""
+    if p.dst.count != c.dst.count or ranges.get(p.ref) != ranges.get(c.ref):
+        return False
+    for a, a_writes in ((p.dst, True), *((x, False) for x in p.srcs)):
+        for b, b_writes in ((c.dst, True), *((x, False) for x in c.srcs)):
+            if (a_writes or b_writes) and a.overlaps(b) and a != b:
+                return False
+    return True
 
 
 def _issue_orders(schedule: Schedule,
@@ -590,7 +634,8 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                                                          False, 1.0, (), signals),), 1, True))
             continue
         prev = g.sm_prev.get(op.ref)
-        if prev is not None and prev in in_launch.get(key, ()):
+        if (prev is not None and prev in in_launch.get(key, ()) and (op.ref, prev) not in g.local
+                and prev not in op.deps):
             waits.append(Wait(g.gid(prev), g.per_epoch(prev), f"{prev[0]}.{prev[1]}"))
         pending.setdefault(key, []).append(Row(
             op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
@@ -727,9 +772,12 @@ def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,
         for item in items:
             assert isinstance(item, KernelLaunch)
             rows.extend(item.rows)
-    s_arrive, s_wait = _barrier(g, w, rank, 0, "start", g.grid).rows
+    # the start arrival says only that this rank's kernel started (what it announces was done by
+    # earlier stream work), so one CTA's arrival says it for all: CTA 0 alone arrives and the
+    # waits need one arrival per rank, not one per CTA (fewer atomics on one slot)
+    s_arrive, s_wait = _barrier(g, w, rank, 0, "start", 1).rows
     e_arrive, e_wait = _barrier(g, w, rank, 1, "end", g.grid).rows
-    s_arrive = replace(s_arrive, relaxed=True)
+    s_arrive = replace(s_arrive, relaxed=True, ctas=(0, 1) if g.grid > 1 else None)
     local_only = all(r.dst is None or r.dst.rank == rank for r in rows)
     if rows:
         # the barriers ride on the first and last rows where every CTA runs them
@@ -755,7 +803,8 @@ def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,
 
 
 def _waits(g: _Global, op: Op) -> list[Wait]:
-    waits = [Wait(g.gid(d), g.per_epoch(d), f"{d[0]}.{d[1]}") for d in op.deps]
+    waits = [Wait(g.gid(d), g.per_epoch(d), f"{d[0]}.{d[1]}") for d in op.deps
+             if (op.ref, d) not in g.local]
     p = g.explicit_prev(op.ref)
     if p is not None:
         waits.append(Wait(g.gid(p), g.per_epoch(p), f"{p[0]}.{p[1]}"))
