@@ -6,10 +6,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers import ROOT
 
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.errors import HiercollError
-from hiercoll.executor.cuda.lowering import CudaOptions
+from hiercoll.executor.cuda.lowering import COPY_ENGINE_OFF, CudaOptions
 from hiercoll.executor.interface import BackendName
 from hiercoll.harness.prepare import BackendChoice
 from hiercoll.planner import plan
@@ -22,6 +23,7 @@ from hiercoll.planner.search.autopick import (
     tuned_executor,
     write_tuning,
 )
+from hiercoll.planner.search.library import shipped_table
 from hiercoll.planner.search.select import plan_with
 from hiercoll.sim import simulate
 from hiercoll.topology import Topology, load_topology
@@ -77,7 +79,7 @@ def test_tuning_round_trip_into_cuda_options(tmp_path):
 
 def test_backend_choice_takes_the_tuning_unless_a_flag_says_otherwise():
     knobs = {"ce_threshold_bytes": random.choice(CE_THRESHOLDS)}
-    default = BackendChoice(BackendName.CUDA, {"ce_threshold_bytes": 8 << 20, "ctas": None})
+    default = BackendChoice(BackendName.CUDA, {"ce_threshold_bytes": COPY_ENGINE_OFF, "ctas": None})
     assert default.with_tuning(knobs).cuda["ce_threshold_bytes"] == knobs["ce_threshold_bytes"]
     given = BackendChoice(BackendName.CUDA, {"ce_threshold_bytes": 12345})
     assert given.with_tuning(knobs).cuda["ce_threshold_bytes"] == 12345
@@ -86,3 +88,12 @@ def test_backend_choice_takes_the_tuning_unless_a_flag_says_otherwise():
         CudaOptions().tuned({"ctas": 4})
     with pytest.raises(HiercollError, match="integer"):
         CudaOptions().tuned({"ce_threshold_bytes": "8MiB"})
+
+
+def test_a_measured_pick_runs_with_the_backends_own_knobs():
+    """The measured tables' rows ran with the backend's defaults (no copy engine): a pick made
+    from them carries no knob that would run it otherwise."""
+    two = load_topology(str(ROOT / "bench/gpu/topologies/h200x2.yaml"), uncalibrated=True)
+    row = pick_one(two, CollectiveSpec(kind=Kind.ALL_GATHER, world_size=2, dtype="bf16",
+                                       nbytes=16 << 20), SimCache(None), library=shipped_table(two))
+    assert row.measured and row.executor == {}

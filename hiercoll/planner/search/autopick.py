@@ -309,13 +309,15 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
                library_model_us=(library_model_us(topology, spec, cache, call_mode)
                                  if library_model and lib_us is None else None),
                measured=bool(measured),
-               executor=({} if best.candidate.algorithm == LIBRARY else
-                         {"ce_threshold_bytes": thresholds.get(
-                             best.candidate.label(), topology.costs.ce_threshold_bytes)}))
+               # a tuned threshold only: an untuned plan (measured, or engines priced alike)
+               # runs with the backend's own default, which is how the measured rows ran
+               executor=({} if best.candidate.algorithm == LIBRARY
+                         or best.candidate.label() not in thresholds else
+                         {"ce_threshold_bytes": thresholds[best.candidate.label()]}))
 
 
-# Copy-engine thresholds the auto-picker tries (the cuda backend's --ce-threshold; 8 MiB is its
-# default), on the TUNE_TOP fastest candidates of each size.
+# Copy-engine thresholds the auto-picker tries (the cuda backend's --ce-threshold; its default is
+# none since the SMs' copies run side by side), on the TUNE_TOP fastest candidates of each size.
 CE_THRESHOLDS = (256 << 10, 2 << 20, 8 << 20, 64 << 20)
 TUNE_TOP = 3
 
