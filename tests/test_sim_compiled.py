@@ -1,26 +1,24 @@
 """The compiled simulator core against the Python engine, its oracle: the same op start and end
-times (to a relative 1e-9: the Python engine walks sets in hash order, which moves sums by
-rounding only; on these cases they agree to the bit), the same bytes and busy time on every
+times (to a relative 1e-9; both walk flows and links in insertion order and group events into
+the same instants, so on these cases they agree to the bit), the same bytes and busy time on every
 link, on hand cases and on random small topologies, plans and sizes."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import hiercoll as hc
-from hiercoll.collectives import Kind
 from hiercoll.errors import HiercollError, VerificationError
-from hiercoll.planner import applicable
 from hiercoll.schedule import ExpandedOps, Schedule
 from hiercoll.sim import compiled, fluid, simulate
 from hiercoll.sim.result import SimResult
 from tests.helpers import small_topology
-from tests.test_planner_flat import make_spec
+from tests.random_plans import PRESET_PLANS, preset_plan, small_plan, small_plans
 
 pytest.importorskip("numba")
 
@@ -159,34 +157,16 @@ def test_record_falls_back_to_the_python_engine() -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nodes=st.integers(1, 4), gpus=st.integers(1, 4), fabric=st.sampled_from(["nvswitch", "mesh", "pcie"]),
-       kind=st.sampled_from(list(Kind)), elems=st.integers(0, 1 << 16), chunks=st.integers(1, 3),
-       channels=st.integers(1, 2), mode=st.sampled_from(["exact", "auto"]),
-       seed=st.integers(0, 10**6), data=st.data())
-def test_random_plans_match_the_python_engine(nodes: int, gpus: int, fabric: str, kind: Kind, elems: int,
-                                              chunks: int, channels: int, mode: str, seed: int,
-                                              data: st.DataObject) -> None:
-    topo = small_topology(nodes, gpus, kind=fabric)
-    spec = make_spec(kind, topo.world_size, elems, "bf16", seed)
-    algo = data.draw(st.sampled_from(applicable(topo, spec)))
-    params = {"chunks": chunks, "channels": channels}
-    from hiercoll.planner import algorithms
-    fields = algorithms()[algo].Params.model_fields
-    s = hc.plan(topo, spec, algo, {k: v for k, v in params.items() if k in fields})
-    assert_same(*both(s, topo, mode))
+@given(**small_plans(1 << 16))
+def test_random_plans_match_the_python_engine(**draw: Any) -> None:
+    topo, s = small_plan(draw)
+    assert_same(*both(s, topo, draw["mode"]))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(preset=st.sampled_from(["dgx-h100", "h200x4", "h100-rail-3tier", "pcie-8gpu", "mi300x"]),
-       nodes=st.integers(1, 3), kind=st.sampled_from([Kind.ALL_REDUCE, Kind.ALL_GATHER, Kind.REDUCE_SCATTER,
-                                                        Kind.ALL_TO_ALL, Kind.GROUP_CAST]),
-       log_bytes=st.integers(10, 28), mode=st.sampled_from(["exact", "auto"]), seed=st.integers(0, 10**6),
-       data=st.data())
-def test_random_plans_on_presets_match(preset: str, nodes: int, kind: Kind, log_bytes: int, mode: str,
-                                       seed: int, data: st.DataObject) -> None:
+@given(**PRESET_PLANS)
+def test_random_plans_on_presets_match(**draw: Any) -> None:
     """Presets bring what small_topology lacks: calibrated per-op engine caps and shared copy
     engines (h200x4: copies from 8 MiB run on copy engines), fabric tiers, PCIe bridges."""
-    topo = hc.load_topology(preset, nodes)
-    spec = make_spec(kind, topo.world_size, (1 << log_bytes) // 2, "bf16", seed)
-    algo = data.draw(st.sampled_from(applicable(topo, spec)))
-    assert_same(*both(hc.plan(topo, spec, algo, {}), topo, mode))
+    topo, s = preset_plan(draw)
+    assert_same(*both(s, topo, draw["mode"]))

@@ -171,15 +171,18 @@ def pinned(schedule: Schedule, ranks: Sequence[int]) -> Schedule:
 class _Channel:
     """One (rank, channel): its ops, the position of the one it runs or waits for, and how many
     of that op's dependencies have already ended (ends are final, so a wake-up resumes there:
-    an op waiting on W peers is not re-checked from its first dependency W times)."""
+    an op waiting on W peers is not re-checked from its first dependency W times). `key`: its
+    place in (rank, channel) order, the compiled core's channel number; an instant's events run
+    in channel order, a channel's op begin (key 2 x place) before a flow's end (2 x place + 1)."""
 
-    __slots__ = ("ops", "paths", "i", "d")
+    __slots__ = ("ops", "paths", "i", "d", "key")
 
     def __init__(self, ops: list[Op], paths: list[tuple[tuple[tuple[int, float], ...], float]]):
         self.ops = ops
         self.paths = paths      # per op: (links with weights, launch + first byte's flight us)
         self.i = 0
         self.d = 0
+        self.key = 0
 
 
 # (ops ended, ops to run): a long simulation's progress, reported now and then
@@ -215,7 +218,7 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
             else:
                 now = clock.now
                 start[op.ref] = now
-                clock.at(now + ch.paths[ch.i][1], begin, ch)
+                clock.at(now + ch.paths[ch.i][1], begin, ch, 2 * ch.key)
 
     def finished(ch: _Channel) -> None:
         ref = ch.ops[ch.i].ref
@@ -229,7 +232,7 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
         drain()
 
     def begin(ch: _Channel) -> None:
-        if not fluid.transfer(ch.paths[ch.i][0], ch.ops[ch.i].dst.count * isz, ch):
+        if not fluid.transfer(ch.paths[ch.i][0], ch.ops[ch.i].dst.count * isz, ch, 2 * ch.key + 1):
             finished(ch)               # nothing to move: ends at once
 
     total = 0
@@ -244,7 +247,9 @@ def run_timing(schedule: Schedule, net: Network, ranks: Sequence[int],
             links, latency = cached(op)        # every link exists before the network is sized
             ch.ops.append(op)
             ch.paths.append((links, cached.launch_us(op) + latency))   # launch, first byte's flight
-        ready.extend(by_channel[c] for c in sorted(by_channel))
+        for c in sorted(by_channel):
+            by_channel[c].key = len(ready)
+            ready.append(by_channel[c])
     crowded = {i: l.crowded_bytes_per_us for i, l in enumerate(net.links)
                if l.crowded_bytes_per_us is not None}
     fluid = FluidNetwork(clock, [l.bytes_per_us for l in net.links], finished, record, crowded)

@@ -12,8 +12,15 @@ single rate. The flows then fall apart into components joined only by links that
 HBM that a ring's flows all touch (in at one rank, out at the next) no longer makes the whole
 ring one problem, so a flow's end re-solves its neighbours, not every flow.
 
-The clock is a heap of (time, sequence, what); `EventClock.run` hands each instant's events to
-their callbacks in order and then lets the network settle that instant's changes.
+The clock is a heap of (time, tie, what); `EventClock.run` hands each instant's events to their
+callbacks and then lets the network settle that instant's changes. An instant is every event
+within INSTANT_RTOL (relative) of its first, handled at that first one's time, in the order of
+keys their owners give (the engine: channel, then begin before end), not in the order their
+times or their scheduling happened to fall: flows that end 1e-12 us apart (rounding apart) end
+together, and a change of rounding's size reorders nothing. Every collection the rates are
+computed from is walked in insertion order (dicts, not sets of flows, whose order is their
+addresses'), the order the compiled core walks its lists in: both engines do the same
+arithmetic in the same order.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
@@ -28,6 +36,19 @@ from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
 # a link whose flows' summed best rates stay below this share of its capacity cannot fill; far
 # above float noise in the running sums (they gain and lose terms as flows come and go)
 SLACK_MARGIN = 1e-6
+# events within this of an instant's first (relative, and absolute in us below 1 us) are that
+# instant: far above the rounding of a time (1e-16) or of the bytes left (a few ulps), far below
+# anything a schedule or a topology sets apart
+INSTANT_RTOL = 1e-9
+# an event's tie is its key above this many bits of scheduling order: an instant's events run by
+# key; events of one key, in the order they were scheduled
+TIE_BITS = 40
+
+
+def instant_end(t: float) -> float:
+    """The latest time an event joins the instant that opens at `t` (the compiled core
+    computes the same expression)."""
+    return t + INSTANT_RTOL * max(t, 1.0)
 
 
 @dataclass(eq=False, slots=True)
@@ -39,6 +60,7 @@ class Flow:
     t_ref: float = 0.0
     version: int = 0
     ceiling: float = 0.0                  # its rate alone: min over links of capacity / weight
+    key: int = 0                          # its end's key among an instant's events
 
 
 @dataclass
@@ -53,29 +75,38 @@ class LinkUsage:
 
 
 class EventClock:
-    """Time and a heap of (time, seq, callback, argument): callbacks at one instant run in the
-    order they were scheduled; after each instant `settle` runs (the network's rate update),
-    which may schedule more at that same instant."""
+    """Time and a heap of (time, tie, callback, argument), the tie being the event's key (its
+    owner's: see the module's docstring) over its scheduling order. An instant takes every event
+    up to `instant_end` of the first, runs them at the first one's time in tie order (in rounds:
+    what they schedule within the instant runs after them, in tie order again), and then runs
+    `settle` (the network's rate update), which may schedule more for later instants."""
 
     def __init__(self) -> None:
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
         self._seq = 0
 
-    def at(self, time: float, fn: Callable[[Any], None], arg: Any) -> None:
+    def at(self, time: float, fn: Callable[[Any], None], arg: Any, key: int = 0) -> None:
+        """Schedule fn(arg) at `time`; `key` (>= 0) orders it among its instant's events."""
         self._seq += 1
-        heapq.heappush(self._heap, (time, self._seq, fn, arg))
+        heapq.heappush(self._heap, (time, (key << TIE_BITS) | self._seq, fn, arg))
 
     def run(self, settle: Callable[[], None], tick: Callable[[], None] | None = None) -> None:
         """Every instant in time order; `tick` (progress) after every 1024th."""
-        heap, pop = self._heap, heapq.heappop
+        heap, pop, tie = self._heap, heapq.heappop, itemgetter(1)
         instants = 0
         while heap:
             t = heap[0][0]
             self.now = t
-            while heap and heap[0][0] == t:
-                _, _, fn, arg = pop(heap)
-                fn(arg)
+            end = instant_end(t)
+            while heap and heap[0][0] <= end:
+                batch = [pop(heap)]
+                while heap and heap[0][0] <= end:
+                    batch.append(pop(heap))
+                if len(batch) > 1:
+                    batch.sort(key=tie)
+                for _, _, fn, arg in batch:
+                    fn(arg)
             settle()
             instants += 1
             if tick is not None and not instants & 1023:
@@ -98,7 +129,9 @@ class FluidNetwork:
         self.record = record
         self.on_done = on_done
         n = len(capacities)
-        self.flows_on: list[set[Flow]] = [set() for _ in range(n)]
+        # each link's flows, in the order they started (a dict: a set's order is the flows'
+        # addresses', which would make rounding differ from run to run)
+        self.flows_on: list[dict[Flow, None]] = [{} for _ in range(n)]
         # summed weight x ceiling of the flows on each link, and the share below which it is slack
         # (tracing records every link's utilisation, so nothing is left out then)
         self.demand = [0.0] * n
@@ -106,10 +139,12 @@ class FluidNetwork:
         self.slack_below = [c * (1.0 - SLACK_MARGIN) if not record else -1.0 for c in capacities]
         self.usage = LinkUsage([0.0] * n, [0.0] * n, [0] * n, [0.0] * n,
                                [[] for _ in range(n)] if record else None)
-        self._dirty: set[int] = set()
+        self._dirty: dict[int, None] = {}     # links changed this instant, in that order
 
-    def transfer(self, links: tuple[tuple[int, float], ...], nbytes: float, token: object) -> bool:
-        """Start a flow; False when there is nothing to move (it ended at once, no callback)."""
+    def transfer(self, links: tuple[tuple[int, float], ...], nbytes: float, token: object,
+                 key: int = 0) -> bool:
+        """Start a flow; False when there is nothing to move (it ended at once, no callback).
+        `key`: its end's key among the events of the instant it ends in (EventClock.at)."""
         if nbytes <= EPS_BYTES or not links:
             return False
         now, cap = self.clock.now, self.alone
@@ -118,10 +153,10 @@ class FluidNetwork:
             c = cap[lid] / w
             if c < ceiling:
                 ceiling = c
-        flow = Flow(links, float(nbytes), token, t_ref=now, ceiling=ceiling)
+        flow = Flow(links, float(nbytes), token, t_ref=now, ceiling=ceiling, key=key)
         usage, demand, weight = self.usage, self.demand, self.weight
         for lid, w in links:
-            self.flows_on[lid].add(flow)
+            self.flows_on[lid][flow] = None
             weight[lid] += w
             if lid in self.crowded and len(self.flows_on[lid]) == 2:
                 self._set_capacity(lid, self.crowded[lid])
@@ -130,7 +165,7 @@ class FluidNetwork:
                 usage.busy_since[lid] = now
             usage.active[lid] += 1
             demand[lid] += w * ceiling
-            self._dirty.add(lid)
+            self._dirty[lid] = None
         return True
 
     def _set_capacity(self, lid: int, capacity: float) -> None:
@@ -140,11 +175,11 @@ class FluidNetwork:
             self.slack_below[lid] = capacity * (1.0 - SLACK_MARGIN)
 
     # ---- rate computation --------------------------------------------------------------------
-    def _component(self) -> tuple[set[Flow], set[int]]:
+    def _component(self) -> tuple[dict[Flow, None], list[int]]:
         """Flows a change can reach and the links that can fill among theirs: every flow on a
-        changed link, then through links that can fill only."""
-        flows: set[Flow] = set()
-        links: set[int] = set()
+        changed link, then through links that can fill only (both in the order found)."""
+        flows: dict[Flow, None] = {}
+        links: list[int] = []
         seen: set[int] = set()
         demand, slack_below, flows_on = self.demand, self.slack_below, self.flows_on
         stack = list(self._dirty)
@@ -153,10 +188,10 @@ class FluidNetwork:
         while stack:
             lid = stack.pop()
             if demand[lid] > slack_below[lid]:
-                links.add(lid)
+                links.append(lid)
             for f in flows_on[lid]:
                 if f not in flows:
-                    flows.add(f)
+                    flows[f] = None
                     for l2, _ in f.links:
                         if l2 not in seen and demand[l2] > slack_below[l2]:
                             seen.add(l2)
@@ -184,7 +219,7 @@ class FluidNetwork:
             f.rate = rate
             f.version += 1
             if rate > 0:
-                at(now + max(f.remaining, 0.0) / rate, self._finish, (f, f.version))
+                at(now + max(f.remaining, 0.0) / rate, self._finish, (f, f.version), f.key)
         if self.usage.record is not None:
             for lid in links:
                 used = sum(f.rate * w for f in self.flows_on[lid] for l, w in f.links if l == lid)
@@ -198,7 +233,7 @@ class FluidNetwork:
         usage, demand, weight = self.usage, self.demand, self.weight
         for lid, w in flow.links:
             on = self.flows_on[lid]
-            on.discard(flow)
+            del on[flow]
             weight[lid] = weight[lid] - w if on else 0.0
             if lid in self.crowded and len(on) == 1:
                 self._set_capacity(lid, self.alone[lid])
@@ -208,7 +243,7 @@ class FluidNetwork:
                 if usage.record is not None:
                     usage.record[lid].append((now, 0.0))
             demand[lid] = demand[lid] - w * flow.ceiling if on else 0.0   # no drift when idle
-            self._dirty.add(lid)
+            self._dirty[lid] = None
         flow.rate, flow.remaining = 0.0, 0.0
         self.on_done(flow.token)
 
@@ -218,13 +253,17 @@ class FluidNetwork:
 HEAP_ABOVE_LINKS = 64
 
 
-def max_min_rates(flows: set[Flow], links: set[int], cap: list[float],
+def max_min_rates(flows: Collection[Flow], links: Collection[int], cap: list[float],
                   weights: list[float] | None = None,
                   on: Sequence[Collection[Flow]] | None = None) -> dict[Flow, float]:
     """Weighted progressive filling: raise every unfrozen flow's rate together; when a link
     fills, freeze its flows at the current level. Unique max-min fair allocation. Links of a
     flow that are not in `links` do not constrain it (the caller leaves out links that cannot
     fill; every flow has at least one that can: its tightest).
+
+    Links are filled in the order `links` gives them and a link's flows frozen in the order
+    `on` (or `flows`) gives them: the network passes both in the order the compiled core walks
+    them, so the two round alike.
 
     Hot (called at every instant that starts or ends flows): plain dicts and lists. A small
     problem scans its open links per level; a large one (a 4096-GPU step whose flows all cross

@@ -1,15 +1,19 @@
 """The replay loop over flat tables, compiled with numba (on first call, then cached on disk).
 
 The same algorithm as `sim/engine.py` + `sim/fluid.py`, step for step, so the Python engine
-stays its oracle: channels are cursors over their ops, an event heap orders (time, sequence),
-every instant ends with one max-min re-solve of the component its changes can reach, a link that
-cannot fill is left out, and a re-solved rate within RATE_RTOL keeps its pending wake-up.
+stays its oracle: channels are cursors over their ops, an event heap orders (time, sequence), an
+instant is every event within fluid.INSTANT_RTOL of its first, run at that time in (channel,
+begin before end) order, every instant ends with one max-min re-solve of the component its
+changes can reach, a link that cannot fill is left out, and a re-solved rate within RATE_RTOL
+keeps its pending wake-up.
 
 What differs is only representation. A channel runs one op at a time, so it owns at most one
 flow: flow state is per channel, and a flow's place on a link's member list is the node
-`channel * max_links + k` (its k-th link), linked both ways so a flow leaves a link in O(1).
-Scratch marks are stamped with a per-settle counter instead of cleared. Sets the Python code
-iterates in hash order are walked here in discovery order, which moves sums by rounding only.
+`channel * max_links + k` (its k-th link), linked both ways so a flow leaves a link in O(1); a
+list is in the order its flows started (appended at the tail: the head's `node_prev` is the
+tail), as the Python engine's dicts are. Scratch marks are stamped with a per-settle counter
+instead of cleared. What the Python engine keeps in insertion-ordered dicts is walked here in
+the same order, so the two do the same arithmetic in the same order.
 
 Every piece of state lives in the arrays passed in, so the loop can return and be resumed: after
 `stop_instants` instants (the caller reports progress) or when the event heap might overflow
@@ -25,7 +29,7 @@ import numba
 import numpy as np
 
 from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
-from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, SLACK_MARGIN
+from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, INSTANT_RTOL, SLACK_MARGIN
 
 # st[] slots: the loop's scalars (closures may mutate arrays, not the variables they capture)
 HSIZE, SEQ, NDIRTY, NENDED, INSTANTS, STAMP, NREADY, INIT = range(8)
@@ -87,6 +91,25 @@ def _hpop(hk: Any, hs: Any, hp: Any, hv: Any, n: int) -> int:
 
 
 @_jit
+def _sort_round(bp: Any, bv: Any, n: int) -> None:
+    """Sort a round's events (bp: channel * 2 + kind, bv: version) by bp, stably: insertion sort
+    for the few of most instants, a merge sort's order for a ring step's thousands."""
+    if n <= 32:
+        for i in range(1, n):
+            p, v = bp[i], bv[i]
+            j = i - 1
+            while j >= 0 and bp[j] > p:
+                bp[j + 1], bv[j + 1] = bp[j], bv[j]
+                j -= 1
+            bp[j + 1], bv[j + 1] = p, v
+        return
+    order = np.argsort(bp[:n], kind="mergesort")
+    sp, sv = bp[:n][order], bv[:n][order]
+    bp[:n] = sp
+    bv[:n] = sv
+
+
+@_jit
 def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr: Any, dep_idx: Any,
             op_start: Any, op_end: Any, op_ended: Any, wait_head: Any,
             ch_ptr: Any, ch_ops: Any, ch_i: Any, ch_d: Any, ch_wait_next: Any,
@@ -100,10 +123,14 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             ws: Any, rem: Any, left: Any, at: Any,
             hk: Any, hs: Any, hp: Any, hv: Any, fk: Any, fs: Any, fp: Any, fv: Any,
             ready: Any, lstack: Any, act: Any, comp_flows: Any, comp_links: Any, full: Any,
-            st: Any, tnow: Any, stop_instants: int) -> int:
+            st: Any, tnow: Any, stop_instants: int, rate_scale: float = 1.0) -> int:
     """Run the event loop until the heap is empty (DONE), `stop_instants` instants have run
     (PAUSED) or the heap might overflow this instant (GROW). numba compiles it on first call
-    (the closures are inlined)."""
+    (the closures are inlined).
+
+    `rate_scale` multiplies every rate the max-min filling gives, as bench/sim_rounding.py's
+    wrapper of `fluid.max_min_rates` does for the Python engine (how far a change of rounding's
+    size moves the times); left out, it is 1.0, which leaves every rate as it is."""
     n_ch = len(ch_i)
 
     def cur_op(c: int) -> int:
@@ -199,12 +226,16 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         for k in range(a, b):
             lid, w = sh_lid[k], sh_w[k]
             node = c * max_links + (k - a)
-            h = head[lid]
-            node_prev[node] = -1
-            node_next[node] = h
+            h = head[lid]                       # appended at the tail (the head's prev)
+            node_next[node] = -1
             if h >= 0:
+                tail = node_prev[h]
+                node_next[tail] = node
+                node_prev[node] = tail
                 node_prev[h] = node
-            head[lid] = node
+            else:
+                head[lid] = node
+                node_prev[node] = node
             weight[lid] += w
             if crowded[lid] > 0.0 and active[lid] == 1:
                 set_capacity(lid, crowded[lid])
@@ -227,12 +258,15 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             lid, w = sh_lid[k], sh_w[k]
             node = c * max_links + (k - a)
             p, q = node_prev[node], node_next[node]
-            if p >= 0:
-                node_next[p] = q
-            else:
+            h = head[lid]
+            if node == h:                       # p: the tail (the node itself if alone)
                 head[lid] = q
+            else:
+                node_next[p] = q
             if q >= 0:
                 node_prev[q] = p
+            elif node != h:                     # the tail left: the head's prev moves back
+                node_prev[h] = p
             on = active[lid] > 1                    # flows left on the link
             weight[lid] = weight[lid] - w if on else 0.0
             if crowded[lid] > 0.0 and active[lid] == 2:
@@ -417,7 +451,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 level = fl_new[f]
         for j in range(nf):
             f = comp_flows[j]
-            rate = fl_new[f] if fl_rated[f] == stamp else level
+            rate = (fl_new[f] if fl_rated[f] == stamp else level) * rate_scale
             old = fl_rate[f]
             if old > 0 and abs(rate - old) <= RATE_RTOL * old:
                 continue                 # same rate: its pending wake-up is still right
@@ -432,6 +466,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             ready[st[NREADY]] = c
             st[NREADY] += 1
         drain()
+    bp, bv = np.empty(len(hk), np.int64), np.empty(len(hk), np.int64)   # one round's events
     while st[HSIZE] > 0:
         if st[INSTANTS] >= stop_instants:
             return PAUSED
@@ -439,15 +474,22 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             return GROW
         t = hk[0]
         tnow[0] = t
-        while st[HSIZE] > 0 and hk[0] == t:
-            p, v = hp[0], hv[0]
-            st[HSIZE] = _hpop(hk, hs, hp, hv, st[HSIZE])
-            c = p >> 1
-            if p & 1 == BEGIN:
-                if not transfer(c):
-                    finished(c)            # nothing to move: ends at once
-            elif fl_ver[c] == v:
-                finish(c)
+        end = t + INSTANT_RTOL * max(t, 1.0)     # fluid.instant_end
+        while st[HSIZE] > 0 and hk[0] <= end:
+            n = 0                                # a round: what is pending, then in (channel,
+            while st[HSIZE] > 0 and hk[0] <= end:    # begin before end) order, stably
+                bp[n], bv[n] = hp[0], hv[0]
+                n += 1
+                st[HSIZE] = _hpop(hk, hs, hp, hv, st[HSIZE])
+            _sort_round(bp, bv, n)
+            for j in range(n):
+                p, v = bp[j], bv[j]
+                c = p >> 1
+                if p & 1 == BEGIN:
+                    if not transfer(c):
+                        finished(c)            # nothing to move: ends at once
+                elif fl_ver[c] == v:
+                    finish(c)
         settle()
         st[INSTANTS] += 1
     return DONE
