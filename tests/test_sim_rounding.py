@@ -91,6 +91,16 @@ def test_the_scaling_reaches_both_engines() -> None:
             assert 0.5 < moved / -scale < 1.5, (engine, scale, moved)   # faster rates: sooner
 
 
+def assert_moves_by_the_scaling_only(res: dict[tuple[str, float], SimResult]) -> None:
+    """Each engine's times under rates x (1 +- SCALE) within 1e-9 of its own unscaled times,
+    and the two engines equal under each scaling."""
+    for engine in ("python", "compiled"):
+        for scale in (SCALE, -SCALE):
+            assert_close(res[engine, 0.0], res[engine, scale])
+    for scale in (0.0, SCALE, -SCALE):
+        assert_close(res["python", scale], res["compiled", scale])
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**small_plans(1 << 20))
 def test_small_random_plans_move_by_the_scaling_only(**draw: Any) -> None:
@@ -98,12 +108,7 @@ def test_small_random_plans_move_by_the_scaling_only(**draw: Any) -> None:
     than a relative 1e-9, in either engine, and both engines give the same times under the same
     scaling."""
     topo, s = small_plan(draw)
-    res = runs(s, topo, draw["mode"])
-    for engine in ("python", "compiled"):
-        for scale in (SCALE, -SCALE):
-            assert_close(res[engine, 0.0], res[engine, scale])
-    for scale in (0.0, SCALE, -SCALE):
-        assert_close(res["python", scale], res["compiled", scale])
+    assert_moves_by_the_scaling_only(runs(s, topo, draw["mode"]))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -111,12 +116,7 @@ def test_small_random_plans_move_by_the_scaling_only(**draw: Any) -> None:
 def test_random_plans_on_presets_move_by_the_scaling_only(**draw: Any) -> None:
     """Presets bring fabric tiers, calibrated per-op engine caps and shared copy engines."""
     topo, s = preset_plan(draw)
-    res = runs(s, topo, draw["mode"])
-    for engine in ("python", "compiled"):
-        for scale in (SCALE, -SCALE):
-            assert_close(res[engine, 0.0], res[engine, scale])
-    for scale in (0.0, SCALE, -SCALE):
-        assert_close(res["python", scale], res["compiled", scale])
+    assert_moves_by_the_scaling_only(runs(s, topo, draw["mode"]))
 
 
 def test_chains_in_lockstep_stay_together() -> None:
