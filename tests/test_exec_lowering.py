@@ -403,3 +403,16 @@ def test_cta_local_dependencies_need_no_signal():
     assert not push.waits and not reduce.signals
     for seed in range(3):
         check_emulation(s, opts, seed=seed)
+
+
+def test_a_level_with_more_ops_than_ctas_keeps_the_whole_grid():
+    """hier's level of two pushes splits a grid of 4 CTAs in two; on one CTA it cannot split,
+    and both rows run on the whole (one-CTA) grid, in order."""
+    from hiercoll.executor.cuda.lowering import fused_launch
+    s = plan(_topo(2, 2), _spec("all_reduce", 4), "hier").expand()
+    split = [r.ctas for r in fused_launch(lower(s, 0, CudaOptions(
+        ctas=4, single_stream=True, protocol="simple"))).rows if r.count]
+    assert (0, 2) in split and (2, 4) in split
+    one = CudaOptions(ctas=1, single_stream=True, protocol="simple")
+    assert all(r.ctas is None for r in fused_launch(lower(s, 0, one)).rows)
+    check_emulation(s, one, seed=4)

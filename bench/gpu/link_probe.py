@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import statistics
-import struct
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -51,18 +50,20 @@ def _move(src_a, src_b, dst, n, BLOCK: tl.constexpr, TWO: tl.constexpr):
         tl.store(dst + offs, x, mask=m)
 
 
-def _row_table(count: int, dst: int, srcs: list[int], dev: torch.device) -> torch.Tensor:
-    """One reduce row of the simple kernel's table (abi.py's layout), no waits, no signals."""
-    from hiercoll.kernels import abi
-    words = [0] * abi.ROW_WORDS
-    words[abi.F_COUNT] = count
-    words[abi.F_DST] = dst
-    words[abi.F_REDUCE] = 1 if len(srcs) > 1 else 0
-    words[abi.F_SCALE] = struct.unpack("<i", struct.pack("<f", 1.0))[0]
-    words[abi.F_NSRC] = len(srcs)
-    words[abi.F_SRC] = abi.ROW_WORDS
-    words[abi.F_ID] = 0
-    return torch.tensor(words + srcs, dtype=torch.int64, device=dev)
+def _pull_add_table(rank: int, peer: int, count: int, dst: int, peer_delta: int,
+                    dev: torch.device) -> torch.Tensor:
+    """The simple kernel's table (the backend's encoder) for one row: `count` elements of this
+    rank's offset 0 plus the peer's offset 0 into this rank's `dst`; no waits, no signals."""
+    from hiercoll.executor.cuda.lowering import Addr, KernelLaunch, RankProgram, Row, SymmetricLayout
+    from hiercoll.executor.cuda.table import encode
+    row = Row("0.0", count, Addr(rank, dst), (Addr(rank, 0), Addr(peer, 0)), True, False, 1.0,
+              (), ())
+    launch = KernelLaunch((row,), 1, True)
+    program = RankProgram(rank, SymmetricLayout({}, {}, dst + count), 1, None, {0: (launch,)},
+                          KernelLaunch((), 1, True), False)
+    deltas = [0] * (max(rank, peer) + 1)
+    deltas[peer] = peer_delta
+    return torch.tensor(encode(program, deltas, deltas).words, dtype=torch.int64, device=dev)
 
 
 def _graph(fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:
@@ -154,7 +155,7 @@ def main() -> None:
                                    num_warps=warps), args.calls, args.reps)
                 record(name, "bare", nbytes, us, grid=grid, block=block, warps=warps)
         # the row kernel on the same pull-add, at the grids the lowering takes
-        table = _row_table(n, 2 * biggest, [0, delta], dev)
+        table = _pull_add_table(rank, peer, n, 2 * biggest, delta, dev)
         state = KernelState(table=table, data=buf, sig=torch.zeros(64, dtype=torch.int32, device=dev),
                             epoch=torch.zeros(130, dtype=torch.int32, device=dev),
                             err=torch.zeros(4096, dtype=torch.int64, device=dev))

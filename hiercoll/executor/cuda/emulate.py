@@ -191,12 +191,12 @@ class _Emulator:
         """Does CTA `cta` run the row (the kernel's F_CTAS range)? Others skip it whole."""
         return row.ctas is None or row.ctas[0] <= cta < row.ctas[1]
 
-    @staticmethod
-    def _share(row: Row, cta: int, grid: int) -> np.ndarray:
+    @classmethod
+    def _share(cls, row: Row, cta: int, grid: int) -> np.ndarray:
         idx = np.arange(row.count)
+        if not cls._mine(row, cta):
+            return idx[:0]
         if row.ctas is not None:      # the row's own CTAs stride over it
-            if not row.ctas[0] <= cta < row.ctas[1]:
-                return idx[:0]
             cta, grid = cta - row.ctas[0], row.ctas[1] - row.ctas[0]
         return idx[(idx // EMU_BLOCK) % grid == cta]
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from hiercoll.errors import HiercollError
 from hiercoll.executor.cuda.ll import LLPlan, elements_per_word, ll_plan, ll_plan_or_reason
+from hiercoll.executor.order import Levels, levels
 from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
@@ -386,12 +387,11 @@ def _steps(op: Op) -> int:
     return max(1, -(-op.dst.count // STEP_ELEMENTS))
 
 
-def _level_groups(schedule: Schedule, engines: dict[OpRef, Engine]) -> list[list[Op]]:
+def _level_groups(layered: Levels, engines: dict[OpRef, Engine]) -> list[list[Op]]:
     """Per dependency level and rank, its SM ops: independent of each other (no dependency,
     different channels), and adjacent in the single-stream issue order."""
-    from hiercoll.executor.order import levels
     groups: list[list[Op]] = []
-    for level in levels(schedule).levels:
+    for level in layered.levels:
         by_rank: dict[int, list[Op]] = {}
         for op in level:
             if engines[op.ref] == Engine.SM:
@@ -448,13 +448,18 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
         base.append(n)
         n += len(schedule.rank_ops(r))
     engines = {op.ref: _engine(op, itemsize, opts) for op in schedule.ops()}
-    groups = _level_groups(schedule, engines) if opts.single_stream else []
+    layered = levels(schedule) if opts.single_stream else None
+    groups = _level_groups(layered, engines) if layered is not None else []
     grid = _auto_grid(schedule, engines, opts, groups)
     ranges = _cta_ranges(groups, grid)
-    local = _cta_local_pairs(schedule, engines, opts, ranges)
+    # (consumer, producer) pairs the CTAs order by themselves (`_cta_local`): rows of one launch,
+    # so only in single-stream programs without copy-engine or net ops
+    one_launch = (opts.single_stream and not opts.launch_per_op
+                  and all(e == Engine.SM for e in engines.values()))
+    local: set[tuple[OpRef, OpRef]] = set()
     consumers: dict[OpRef, set[int]] = {}
     channel_prev: dict[OpRef, OpRef] = {}
-    issue = _issue_orders(schedule, opts)
+    issue = _issue_orders(schedule, layered)
     sm_prev: dict[OpRef, OpRef] = {}
     for r in range(w):
         prev: dict[int, Op] = {}
@@ -462,7 +467,9 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
         for key, op in issue[r]:
             waiter = _waiter(op, engines)
             for d in op.deps:
-                if (op.ref, d) not in local:
+                if one_launch and d[0] == r and _cta_local(schedule.op(d), op, ranges):
+                    local.add((op.ref, d))
+                else:
                     consumers.setdefault(d, set()).add(waiter)
             p = prev.get(key)
             if p is not None:
@@ -472,10 +479,11 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
             # one CTA walks a launch's rows in order, a CTA barrier between rows: the plan's
             # channel order needs a signal only where several CTAs share the rows, and only
             # from the op before on the same plan channel (other channels' rows on this stream
-            # are independent of it)
+            # are independent of it), unless the CTAs order the two rows themselves
             c = on_channel.get((key, op.channel))
-            if (c is not None and grid > 1 and engines[c.ref] == engines[op.ref] == Engine.SM
-                    and (op.ref, c.ref) not in local):
+            if c is not None and one_launch and _cta_local(c, op, ranges):
+                local.add((op.ref, c.ref))
+            elif c is not None and grid > 1 and engines[c.ref] == engines[op.ref] == Engine.SM:
                 sm_prev[op.ref] = c.ref
                 consumers.setdefault(c.ref, set()).add(waiter)
             prev[key] = op
@@ -485,35 +493,13 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
                    ranges, sm_prev, frozenset(local))
 
 
-def _cta_local_pairs(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptions,
-                     ranges: dict[OpRef, tuple[int, int]]) -> set[tuple[OpRef, OpRef]]:
-    """(consumer, producer) pairs of one rank's SM ops, both rows of one launch (single-stream
-    programs without copy-engine or net ops), whose ordering the CTAs give by themselves: the two
-    rows have the same CTAs and the same count, so CTA c handles element i of both, and every
-    region of one that conflicts with a region of the other (one of them writes it) is the same
-    region, element for element. The CTA barrier between a CTA's rows then orders each element's
-    accesses; the grid-wide signal and wait (a release fence and a round trip, about 2 us on an
-    H200) go. E.g. two_shot's reduce of its shard and the push of that shard to the peers."""
-    if not opts.single_stream or opts.launch_per_op or any(e != Engine.SM for e in engines.values()):
-        return set()
-    out: set[tuple[OpRef, OpRef]] = set()
-    for r in range(schedule.world_size):
-        ops = schedule.rank_ops(r)
-        prev_on_channel: dict[int, Op] = {}
-        for op in ops:
-            producers = [ops[d[1]] for d in op.deps if d[0] == r]
-            c = prev_on_channel.get(op.channel)
-            if c is not None:
-                producers.append(c)
-            for p in producers:
-                if _cta_local(p, op, ranges):
-                    out.add((op.ref, p.ref))
-            prev_on_channel[op.channel] = op
-    return out
-
-
 def _cta_local(p: Op, c: Op, ranges: dict[OpRef, tuple[int, int]]) -> bool:
-    """Can each CTA order `c` after `p` by itself (see `_cta_local_pairs`)?"""
+    """Can each CTA order `c` after `p` (a rank's rows of one launch) by itself? When the two
+    rows have the same CTAs and the same count, CTA c handles element i of both; if every region
+    of one that conflicts with a region of the other (one of them writes it) is the same region,
+    element for element, the CTA barrier between a CTA's rows orders each element's accesses,
+    and the grid-wide signal and wait (a release fence and a round trip, about 2 us on an H200)
+    go. E.g. two_shot's reduce of its shard and the push of that shard to the peers."""
     if p.dst.count != c.dst.count or ranges.get(p.ref) != ranges.get(c.ref):
         return False
     for a, a_writes in ((p.dst, True), *((x, False) for x in p.srcs)):
@@ -524,16 +510,16 @@ def _cta_local(p: Op, c: Op, ranges: dict[OpRef, tuple[int, int]]) -> bool:
 
 
 def _issue_orders(schedule: Schedule,
-                  opts: CudaOptions) -> tuple[tuple[tuple[int, Op], ...], ...]:
+                  layered: Levels | None) -> tuple[tuple[tuple[int, Op], ...], ...]:
     """Per rank, the (stream key, op) pairs in the order they are enqueued: one stream per
-    channel in program order, or (single_stream) one stream in a global topological order, which
-    cannot deadlock while all ranks run, whatever the GPU does with independent branches."""
+    channel in program order, or (single_stream: `layered`, the schedule's levels) one stream in
+    a global topological order, which cannot deadlock while all ranks run, whatever the GPU does
+    with independent branches."""
     w = schedule.world_size
-    if not opts.single_stream:
+    if layered is None:
         return tuple(tuple((op.channel, op) for op in schedule.rank_ops(r)) for r in range(w))
-    from hiercoll.executor.order import levels
     per_rank: list[list[tuple[int, Op]]] = [[] for _ in range(w)]
-    for level in levels(schedule).levels:
+    for level in layered.levels:
         for op in level:
             per_rank[op.rank].append((0, op))
     return tuple(tuple(x) for x in per_rank)
@@ -634,8 +620,7 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                                                          False, 1.0, (), signals),), 1, True))
             continue
         prev = g.sm_prev.get(op.ref)
-        if (prev is not None and prev in in_launch.get(key, ()) and (op.ref, prev) not in g.local
-                and prev not in op.deps):
+        if prev is not None and prev in in_launch.get(key, ()) and prev not in op.deps:
             waits.append(Wait(g.gid(prev), g.per_epoch(prev), f"{prev[0]}.{prev[1]}"))
         pending.setdefault(key, []).append(Row(
             op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
@@ -821,7 +806,6 @@ def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
     the per-pair FIFO matching of NCCL pairs them up and no wait can block an earlier op)."""
     if Engine.NET not in g.engines.values():
         return ()
-    from hiercoll.executor.order import levels
     out: list[Launch] = []
     for level in levels(schedule).levels:
         for op in level:

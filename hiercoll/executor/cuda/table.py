@@ -11,29 +11,8 @@ import struct
 from dataclasses import dataclass
 
 from hiercoll.executor.cuda.lowering import Addr, KernelLaunch, RankProgram, Row
-from hiercoll.kernels.abi import (
-    CTA_SHIFT,
-    F_ACC,
-    F_COUNT,
-    F_CTAS,
-    F_DST,
-    F_ID,
-    F_LL,
-    F_NSIG,
-    F_NSRC,
-    F_NWAIT,
-    F_REDUCE,
-    F_RELAXED,
-    F_SCALE,
-    F_SIG,
-    F_SRC,
-    F_WAIT,
-    ROW_WORDS,
-    TAG_INPUT,
-    TAG_OUTPUT,
-    TAG_SHIFT,
-    RowSpan,
-)
+from hiercoll.kernels import abi
+from hiercoll.kernels.abi import RowSpan
 from hiercoll.schedule import INPUT, OUTPUT
 
 
@@ -57,14 +36,14 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
         launches.extend(x for x in items if isinstance(x, KernelLaunch))
     launches.append(program.end_barrier)
     rows: list[Row] = [r for launch in launches for r in launch.rows]
-    words = [0] * (len(rows) * ROW_WORDS)
+    words = [0] * (len(rows) * abi.ROW_WORDS)
     extra: list[int] = []
     base = len(words)
     producers: list[str] = []
 
     lay = program.layout
-    own = (((lay.offsets[INPUT], lay.sizes.get(INPUT, 0), TAG_INPUT),
-            (lay.offsets[OUTPUT], lay.sizes.get(OUTPUT, 0), TAG_OUTPUT))
+    own = (((lay.offsets[INPUT], lay.sizes.get(INPUT, 0), abi.TAG_INPUT),
+            (lay.offsets[OUTPUT], lay.sizes.get(OUTPUT, 0), abi.TAG_OUTPUT))
            if program.ll_half else ())     # only LL programs tag (abi.TAG_*)
 
     def rel(a: Addr, ll: bool = False) -> int:
@@ -73,28 +52,28 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
         if a.rank == program.rank:      # an LL program's own input/output: tagged (abi.py)
             for start, size, tag in own:
                 if start <= a.offset < start + size:
-                    return (tag << TAG_SHIFT) | (a.offset - start)
+                    return (tag << abi.TAG_SHIFT) | (a.offset - start)
         return data_delta[a.rank] + a.offset
 
     for i, row in enumerate(rows):
-        w = i * ROW_WORDS
-        words[w + F_COUNT] = row.count
-        words[w + F_DST] = rel(row.dst, bool(row.ll & 1)) if row.dst else 0
-        words[w + F_REDUCE] = int(row.reduce)
-        words[w + F_ACC] = int(row.accumulate)
-        words[w + F_SCALE] = float_bits(row.scale)
-        words[w + F_NSRC], words[w + F_SRC] = len(row.srcs), base + len(extra)
+        w = i * abi.ROW_WORDS
+        words[w + abi.F_COUNT] = row.count
+        words[w + abi.F_DST] = rel(row.dst, bool(row.ll & 1)) if row.dst else 0
+        words[w + abi.F_REDUCE] = int(row.reduce)
+        words[w + abi.F_ACC] = int(row.accumulate)
+        words[w + abi.F_SCALE] = float_bits(row.scale)
+        words[w + abi.F_NSRC], words[w + abi.F_SRC] = len(row.srcs), base + len(extra)
         extra.extend(rel(s, bool(row.ll >> (1 + k) & 1)) for k, s in enumerate(row.srcs))
-        words[w + F_LL] = row.ll
-        words[w + F_NWAIT], words[w + F_WAIT] = len(row.waits), base + len(extra)
+        words[w + abi.F_LL] = row.ll
+        words[w + abi.F_NWAIT], words[w + abi.F_WAIT] = len(row.waits), base + len(extra)
         for wt in row.waits:
             extra.extend((sig_delta[program.rank] + wt.slot, wt.per_epoch))
             producers.append(wt.producer)
-        words[w + F_NSIG], words[w + F_SIG] = len(row.signals), base + len(extra)
+        words[w + abi.F_NSIG], words[w + abi.F_SIG] = len(row.signals), base + len(extra)
         extra.extend(sig_delta[s.rank] + s.slot for s in row.signals)
-        words[w + F_RELAXED] = int(row.relaxed)
-        words[w + F_ID] = i
-        words[w + F_CTAS] = row.ctas[0] | row.ctas[1] << CTA_SHIFT if row.ctas else 0
+        words[w + abi.F_RELAXED] = int(row.relaxed)
+        words[w + abi.F_ID] = i
+        words[w + abi.F_CTAS] = row.ctas[0] | row.ctas[1] << abi.CTA_SHIFT if row.ctas else 0
     placed: dict[int, RowSpan] = {}
     first = 0
     for launch in launches:
