@@ -291,12 +291,9 @@ def _refusals(out: dict[str, Any], world: int, tmp: str) -> None:
     from hiercoll.errors import HiercollError
     from hiercoll.topology import load_topology
     from hiercoll.torch import Communicator
-    path = Path(tmp, "eight.json")
-    if not path.exists():
-        try:
-            path.write_text(load_topology("dgx-h100", nodes=1).model_dump_json())
-        except OSError:
-            pass
+    # one file per rank: ranks writing one shared file race (a reader saw it half-written)
+    path = Path(tmp, f"eight{torch.distributed.get_rank()}.json")
+    path.write_text(load_topology("dgx-h100", nodes=1).model_dump_json())
     msgs = []
     for topo in (str(path), "dgx-h100"):
         try:
