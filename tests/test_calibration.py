@@ -256,8 +256,20 @@ def test_the_h200x4_preset_ships_calibrated_with_its_provenance() -> None:
     assert cal.calibration_label().startswith("calibrated 2026")
 
 
+def test_fixed_parameters_keep_their_values_and_the_rest_still_fit() -> None:
+    """--fix: a parameter the rows would bend to stand in for another stays where it is."""
+    base = with_values(hc.load_topology("h200x4"), {"costs.ce_threshold_bytes": 1 << 40,
+                                                    "costs.graph.call_us": 5.0})
+    truth = {"costs.graph.call_us": 15.0, "costs.launch_us": base.costs.launch_us}
+    cases = _synthetic(base, truth)
+    result = fit(cases, base, holdout=0.0, only=[*truth], fixed=["costs.launch_us"])
+    assert "costs.launch_us" not in result.fitted and "costs.launch_us" not in result.unconstrained
+    assert result.topology.costs.launch_us == base.costs.launch_us
+    assert result.fitted["costs.graph.call_us"] == pytest.approx(15.0, rel=0.02)
+
+
 @pytest.mark.parametrize("case", ["empty", "unknown_collective", "world", "shape", "wrong",
-                                  "one_gpu", "holdout"])
+                                  "one_gpu", "holdout", "fix"])
 def test_bad_calibration_input_is_one_line_exit_2(tmp_path: Path, case: str) -> None:
     good = {"collective": "all_reduce", "algorithm": "ring", "backend": "cuda", "mode": "eager",
             "world_size": 4, "topology": "h200x4", "dtype": "bf16", "nbytes": 8192,
@@ -282,6 +294,9 @@ def test_bad_calibration_input_is_one_line_exit_2(tmp_path: Path, case: str) -> 
         extra = ["--nodes", "1"]
     elif case == "one_gpu":
         path.write_text(json.dumps({"rows": [good | {"one_gpu": True}]}))
+    elif case == "fix":
+        path.write_text(json.dumps({"rows": [good]}))
+        extra = ["--fix", "costs.launch_us,costs.nope"]
     else:
         path.write_text(json.dumps({"rows": [good]}))
         extra = ["--holdout", "1.5"]

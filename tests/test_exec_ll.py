@@ -1,4 +1,4 @@
-"""The LL lowering (executor/cuda/ll.py) and its kernel (kernels/ll.py) on CPU: which plans take
+"""The LL lowering (ll_protocol.py) and its kernel (kernels/ll.py) on CPU: which plans take
 it, that every rank's program is right over several calls under random interleavings (the
 emulator), that the emulator catches the two hazards its rules remove, the kernel's data path in
 Triton's interpreter across ranks, and the memory operations the Hopper build uses."""
@@ -11,7 +11,7 @@ from helpers import check_emulation, random_group_cast, random_group_reduce, run
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda import emulate as emu
-from hiercoll.executor.cuda import ll as ll_mod
+from hiercoll import ll_protocol as ll_mod
 from hiercoll.executor.cuda.lowering import CudaOptions, fused_launch, ll_applies, lower
 from hiercoll.executor.cuda.table import encode
 from hiercoll.kernels.abi import F_DST, F_LL, ROW_WORDS
@@ -140,7 +140,7 @@ from hiercoll.schedule import INPUT, OUTPUT
 
 def groups(s, prog):
     """A rank's rows cut where the dependency level changes (unpacking last)."""
-    from hiercoll.executor.cuda.ll import _dep_levels
+    from hiercoll.ll_protocol import _dep_levels
     level = _dep_levels(s)
     top = max(level.values()) + 1
     keys = [top if row.op.endswith(":unpack") else level[tuple(map(int, row.op.split(".")))]

@@ -319,3 +319,36 @@ def test_bench_refuses_a_graph_of_no_calls() -> None:
     line = one_error_line(run_cli("bench", "-c", "all_reduce", "-t", "h200x4", "--sizes", "8KiB",
                                   "--graph-calls", "0"))
     assert "--graph-calls: 0" in line
+
+
+def test_a_calibrated_copy_accepts_the_rows_its_base_was_measured_on(tmp_path: Path) -> None:
+    """Rows name a topology file by a path that does not resolve here; `compare` against a
+    calibrated copy of that file refused them (the copy's fingerprint differs from the rows');
+    the calibration block keeps the base's fingerprint, so they are this machine's rows."""
+    import hiercoll as hc
+    from hiercoll.calibration.compat import check_rows
+    from hiercoll.calibration.measurements import load_measurements
+    from hiercoll.calibration.workflow import calibrate, load_rows, write_topology
+    from tests.helpers import ROOT
+    name = "bench/gpu/topologies/h200-2node-x2.yaml"
+    base = hc.load_topology(str(ROOT / name))
+    rows = [{"collective": "all_reduce", "algorithm": a, "backend": "cuda", "mode": "graph",
+             "world_size": 4, "topology": "elsewhere/h200-2node-x2.yaml",
+             "topology_fingerprint": base.fingerprint(), "dtype": "bf16", "nbytes": n,
+             "p50_us": t, "params": {}}
+            for a, n, t in (("ring", 1 << 20, 40.0), ("ring", 1 << 24, 160.0),
+                            ("hier", 1 << 20, 45.0), ("hier", 1 << 24, 150.0))]
+    bench = tmp_path / "rows.json"
+    bench.write_text(json.dumps({"rows": rows}))
+    fitted = calibrate(load_rows([bench], base), base, 0.0, [str(bench)]).topology
+    assert fitted.calibration is not None and fitted.calibration.base_fingerprint == base.fingerprint()
+    path = tmp_path / "calibrated.yaml"
+    write_topology(fitted, path)
+    again = hc.load_topology(str(path))
+    assert again.fingerprint() != base.fingerprint()
+    check_rows(load_measurements([bench]), again)          # accepted: no error
+    other = base.model_copy(update={"name": "other"})
+    other = hc.Topology.model_validate(other.model_dump() | {"costs": other.costs.model_dump()
+                                                             | {"launch_us": 7.0}})
+    with pytest.raises(hc.HiercollError, match="does not load from here"):
+        check_rows(load_measurements([bench]), other)

@@ -25,13 +25,14 @@ ALLOWED: dict[str, set[str]] = {
     "schedule": {"collectives", "errors"},
     "schedule_io": {"collectives", "errors", "schedule"},
     "schedule_arrays": {"schedule"},      # the IR's ops as arrays (the compiled simulator's input)
+    "ll_protocol": {"schedule"},          # which plans the LL protocol runs (executor, simulator)
     "kernels": set(),
-    "sim": BASE | {"collectives", "schedule", "schedule_arrays", "topology"},
+    "sim": BASE | {"collectives", "schedule", "schedule_arrays", "ll_protocol", "topology"},
     "planner": BASE | {"collectives", "schedule", "schedule_io", "schedule_arrays", "topology",
                        "sim"},
     "plan_file": BASE | {"collectives", "schedule", "schedule_io", "topology", "planner"},
-    "executor": BASE | {"collectives", "schedule", "kernels", "sim"},
-    "calibration": BASE | {"collectives", "schedule", "topology", "sim", "planner"},
+    "executor": BASE | {"collectives", "schedule", "kernels", "sim", "ll_protocol"},
+    "calibration": BASE | {"collectives", "schedule", "topology", "sim", "planner", "ll_protocol"},
     "workloads": BASE | {"collectives", "schedule", "topology", "sim", "planner"},
     "harness": BASE | {"collectives", "schedule", "topology", "planner", "plan_file", "executor",
                        "kernels"},

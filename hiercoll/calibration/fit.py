@@ -25,6 +25,7 @@ from hiercoll.topology import Topology
 
 # |d log(time) / d log(param)| summed over rows below this: the data does not see the parameter
 UNCONSTRAINED_SENSITIVITY = 1e-3
+FIT_TOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -102,18 +103,21 @@ def size_ranks(cases: Sequence[Case]) -> list[int]:
 def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
         only: Sequence[str] | None = None,
         progress: Callable[[int], None] | None = None,
-        held: Sequence[bool] | None = None) -> FitResult:
+        held: Sequence[bool] | None = None, fixed: Sequence[str] = ()) -> FitResult:
     """Fit `base`'s applicable parameters (or `only` those paths) to `cases`.
 
     With both eager and graph rows the fit has two stages: the device's costs from the graph
     rows (a replayed call has no host in it), then the host's eager costs from the eager rows
     with the device held. One joint fit would let host noise (one Python thread launching every
-    rank, one-GPU runs) bend the device's numbers."""
+    rank, one-GPU runs) bend the device's numbers. `fixed` parameters keep `base`'s values (a
+    user's knowledge the rows cannot add to, or a term the rows would bend to stand in for
+    another)."""
     if not cases:
         raise HiercollError("calibrate: no measurement rows to fit")
     held = list(held) if held is not None else split_holdout(cases, holdout)
     train = [c for c, h in zip(cases, held, strict=True) if not h]
-    params = [p for p in applicable(base) if only is None or p.path in only]
+    params = [p for p in applicable(base)
+              if (only is None or p.path in only) and p.path not in fixed]
     if not _both_kinds(train):       # NCCL's own costs only where they can differ from ours
         params = [p for p in params if not p.path.startswith("costs.library.")]
     by_mode = {mode: [c for c in train if c.measurement.mode == mode] for mode in ("graph", "eager")}
@@ -132,7 +136,8 @@ def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
                           progress)
         fitted |= found
         evaluations = n
-    unconstrained = {p.path: p.get(base) for p in applicable(base) if p.path not in fitted}
+    unconstrained = {p.path: p.get(base) for p in applicable(base)
+                     if p.path not in fitted and p.path not in fixed}
     topo = with_values(base, fitted)
     result = [RowError(c, predict_us(c, topo, base), h) for c, h in zip(cases, held, strict=True)]
     return FitResult(topo, fitted, unconstrained, result, evaluations)
@@ -165,8 +170,11 @@ def _solve(train: Sequence[Case], base: Topology, start: Topology, params: Seque
         topo = with_values(start, _values(params, x))
         return np.log([predict_us(c, topo, base) for c in train]) - measured
 
+    # tolerances of 1e-6 on log-times: a fit that moves predictions by a millionth is done
+    # (scipy's 1e-8 spent thousands more simulations on nothing a report shows)
     sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", x_scale="jac",
-                        diff_step=1e-3, max_nfev=200 * max(1, len(params)))
+                        diff_step=1e-3, ftol=FIT_TOL, xtol=FIT_TOL,
+                        max_nfev=200 * max(1, len(params)))
     sensitivity = np.abs(sol.jac).sum(axis=0) if sol.jac is not None else np.zeros(len(params))
     found = {p.path: _round(v) for p, v, s in zip(params, _values(params, sol.x).values(),
                                                    sensitivity, strict=True)
@@ -189,7 +197,9 @@ def _data_starts(train: Sequence[Case]) -> dict[str, float]:
 
 def _start(p: FitParam, base: Topology) -> float:
     value = p.get(base)
-    return START.get(p.path, p.lo) if value is None else value
+    if value is None or (value == 0.0 and p.path in START):     # unset, or a term left off
+        return START.get(p.path, p.lo)
+    return value
 
 
 def _mode_of(p: FitParam) -> str | None:

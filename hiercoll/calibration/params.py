@@ -48,6 +48,11 @@ PARAMS: tuple[FitParam, ...] = (
        "host time per copy-engine op in eager mode (fence launch, copy, signal launch)"),
     _p("costs.launch_us", "us", 0.01, 200.0,
        "per op on the device: kernel or row start, signal wait round trip"),
+    _p("costs.sync_us", "us", 0.01, 200.0,
+       "per call of the cuda backend's simple protocol: its start and end barriers (rows whose "
+       "lowering knobs say which protocol ran)"),
+    _p("costs.ll_unpack_us", "us", 0.01, 200.0,
+       "per LL call whose receivers unpack pushes into their output (all-gather, all-to-all)"),
     _p("costs.ce_launch_us", "us", 0.01, 200.0,
        "per copy-engine op on the device: fence kernel, copy start, signal kernel"),
     _p("intra.latency_us", "us", 0.01, 100.0, "one-hop latency of a transfer inside a node"),
@@ -66,6 +71,8 @@ PARAMS: tuple[FitParam, ...] = (
        "most one copy-engine copy moves; unset: only links limit it"),
     _p("costs.library.launch_us", "us", 0.01, 200.0,
        "NCCL's own per-op cost (a ring step's start and wait): the library model's launch_us"),
+    _p("costs.library.intra_efficiency", "fraction", 0.01, 1.0,
+       "fraction of the intra-node bandwidth NCCL's kernels reach"),
     _p("costs.library.graph_call_us", "us", 0.05, 5000.0,
        "NCCL's own per-call cost replayed from a CUDA graph"),
     _p("costs.library.eager_call_us", "us", 0.05, 5000.0,
@@ -75,9 +82,11 @@ PARAMS: tuple[FitParam, ...] = (
        "unset: no such limit"),
 )
 # Where a parameter is unset (None: no limit) the fit starts here.
-START = {"costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0,
+START = {"costs.sync_us": 2.0, "costs.ll_unpack_us": 1.0,
+         "costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0,
          "costs.ce_concurrent_gbps": 200.0, "costs.library.launch_us": 2.0,
-         "costs.library.graph_call_us": 5.0, "costs.library.eager_call_us": 20.0}
+         "costs.library.graph_call_us": 5.0, "costs.library.eager_call_us": 20.0,
+         "costs.library.intra_efficiency": 1.0}
 BY_PATH = {p.path: p for p in PARAMS}
 
 

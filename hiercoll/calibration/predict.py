@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from hiercoll.calibration.measurements import Measurement
 from hiercoll.collectives import CollectiveSpec, valid_nbytes
 from hiercoll.errors import HiercollError
+from hiercoll.ll_protocol import CallProtocol, call_protocol, ll_limit_bytes
 from hiercoll.planner import plan
 from hiercoll.planner.library_model import choose_fastest, library_candidates, sm_only
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
@@ -32,6 +33,7 @@ class Case:
     # library rows: every plan NCCL's model chooses among (ring, tree); the prediction takes
     # the fastest under the costs being evaluated, so calibrate's fit and compare choose alike
     candidates: tuple[Schedule, ...] = ()
+    protocol: CallProtocol | None = None     # cuda rows: the protocol their lowering ran
 
     @property
     def plan_label(self) -> str:
@@ -64,7 +66,32 @@ def build_case(m: Measurement, topology: Topology) -> Case:
             schedule = plan(topology, spec, m.algorithm, dict(m.params) or None)
         except HiercollError as exc:
             raise HiercollError(f"{m.source}: cannot re-plan this row ({exc})") from None
-    return Case(m, lowered(schedule, topology, m.lowering))
+    protocol = protocol_of(schedule, topology, m.lowering)
+    ll = protocol is not None and protocol.ll
+    return Case(m, schedule if ll else lowered(schedule, topology, m.lowering),
+                protocol=protocol)
+
+
+def _ce_threshold(topology: Topology, knobs: Mapping[str, object]) -> int:
+    threshold = knobs.get("ce_threshold_bytes")
+    if not isinstance(threshold, int) or isinstance(threshold, bool):
+        return topology.costs.ce_threshold_bytes
+    return threshold
+
+
+def protocol_of(schedule: Schedule, topology: Topology,
+                knobs: Mapping[str, object]) -> CallProtocol | None:
+    """The protocol a cuda bench row's lowering ran `schedule` with (the backend's own rule,
+    `ll_protocol`: LL where its knobs allow and the plan qualifies), or None for a row without
+    a protocol knob (another backend, or a bench from before the LL lowering)."""
+    asked = knobs.get("protocol")
+    if not isinstance(asked, str):
+        return None
+    ll_bytes = knobs.get("ll_threshold_bytes")
+    limit = ll_limit_bytes(asked, bool(knobs.get("fuse", True)), bool(knobs.get("launch_per_op")),
+                           ll_bytes if isinstance(ll_bytes, int) else 0,
+                           _ce_threshold(topology, knobs))
+    return call_protocol(schedule, limit, peer_inter=knobs.get("inter_transport", "peer") == "peer")
 
 
 def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object]) -> Schedule:
@@ -73,10 +100,8 @@ def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object])
     every other row."""
     if not knobs.get("forward") or knobs.get("launch_per_op"):
         return schedule
-    threshold = knobs.get("ce_threshold_bytes")
-    if not isinstance(threshold, int) or isinstance(threshold, bool):
-        threshold = topology.costs.ce_threshold_bytes
-    return forward_on_sms(schedule, threshold, inter_peer=knobs.get("inter_transport") == "peer")
+    return forward_on_sms(schedule, _ce_threshold(topology, knobs),
+                          inter_peer=knobs.get("inter_transport") == "peer")
 
 
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
@@ -91,4 +116,5 @@ def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
 
 
 def _time(schedule: Schedule, case: Case, timed_on: Topology, base: Topology) -> float:
-    return simulate(schedule, base, costs_from=timed_on, call_mode=case.measurement.mode).time_us
+    return simulate(schedule, base, costs_from=timed_on, call_mode=case.measurement.mode,
+                    protocol=case.protocol).time_us

@@ -35,9 +35,10 @@ def load_rows(paths: Sequence[str | Path], topology: Topology, *,
 
 
 def calibrate(cases: Sequence[Case], base: Topology, holdout: float,
-              sources: Sequence[str], progress: Callable[[int], None] | None = None) -> FitResult:
+              sources: Sequence[str], progress: Callable[[int], None] | None = None,
+              fixed: Sequence[str] = ()) -> FitResult:
     """Fit, then stamp the fitted topology with its provenance (sources, date, values, errors)."""
-    result = fit(cases, base, holdout, progress=progress)
+    result = fit(cases, base, holdout, progress=progress, fixed=fixed)
     held = result.ratios(held_out=True)
     cal = Calibration(
         date_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -45,7 +46,9 @@ def calibrate(cases: Sequence[Case], base: Topology, holdout: float,
         unconstrained=sorted(result.unconstrained), rows=len(cases),
         fit_geomean_error=geomean_error(result.ratios(held_out=False)),
         holdout_geomean_error=geomean_error(held) if held else None,
-        worst_error=worst_error(result.ratios()))
+        worst_error=worst_error(result.ratios()),
+        base_fingerprint=(base.calibration.base_fingerprint if base.calibration is not None
+                          and base.calibration.base_fingerprint else base.fingerprint()))
     topo = result.topology.model_copy(update={"calibration": cal,
                                               "name": f"{base.name}-calibrated"})
     return dataclasses.replace(result, topology=topo)

@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "and NCCL's library model apart")
     p.add_argument("--holdout", type=float, default=0.3,
                    help="share of each plan's sizes kept out of the fit to measure its error")
+    p.add_argument("--fix", default="", metavar="PATH[,PATH...]",
+                   help="parameters to keep at the topology's values, not fit (e.g. "
+                   "costs.sm_op_gbps: what you know, or a term the rows would bend to stand in "
+                   "for another)")
     p.add_argument("--md", default=None, help="write the error report as Markdown")
     p.add_argument("--png", default=None, help="write measured vs predicted as a log-log PNG")
     add_json_flag(p)
@@ -80,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
     from hiercoll.files import write_atomic
     if not 0 <= args.holdout < 1:
         raise HiercollError(f"--holdout: {args.holdout} must be in [0, 1)")
+    fixed = [f.strip() for f in args.fix.split(",") if f.strip()]
+    unknown = [f for f in fixed if f not in BY_PATH]
+    if unknown:
+        raise HiercollError(f"--fix: {', '.join(unknown)} is not a calibration parameter; give "
+                            f"some of {', '.join(BY_PATH)}")
     topology, cases = load_cases(args)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=args.json) as bar:
@@ -90,13 +99,14 @@ def run(args: argparse.Namespace) -> int:
             bar.update(task, description=f"fitting {len(cases)} rows: {n} simulations")
             if piped and n % PIPED_EVERY == 0:     # a piped fit is not silent for minutes
                 err_console.print(f"calibrate: {n} simulations", markup=False, highlight=False)
-        result = calibrate(cases, topology, args.holdout, args.measurements, progress=progress)
+        result = calibrate(cases, topology, args.holdout, args.measurements, progress=progress,
+                           fixed=fixed)
     if args.output:
         write_topology(result.topology, args.output)
     cv = []
     if args.folds is not None:
         from hiercoll.calibration.crossval import cross_validate
-        cv = cross_validate(cases, topology, args.folds)
+        cv = cross_validate(cases, topology, args.folds, fixed=fixed)
     s = summary(result.rows)
     title = f"calibration of {topology.name} on {len(cases)} rows"
     lines = [f"`hiercoll calibrate {' '.join(args.measurements)} -t {args.topology}`",

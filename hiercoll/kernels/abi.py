@@ -18,7 +18,7 @@ ROW_WORDS = 15
 # the launch). Rows of one dependency level split the grid so they run side by side (lowering
 # `_cta_ranges`); a CTA outside a row's range skips it (no wait, no data, no signal).
 CTA_SHIFT = 16
-# F_LL (LL programs, executor/cuda/ll.py): bit 0, the destination is in the LL area; bit 1 + s,
+# F_LL (LL programs, ll_protocol.py): bit 0, the destination is in the LL area; bit 1 + s,
 # source s is. An LL address is an int32 offset from this rank's signal allocation (parity 0;
 # parity 1 adds the program's `ll_half`), a plain one an element offset from its data. In an LL
 # program a plain address of the rank's own input or output carries a tag (bits TAG_SHIFT up) and

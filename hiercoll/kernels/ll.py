@@ -1,4 +1,4 @@
-"""The LL kernel: walks an LL program's rows (executor/cuda/ll.py says which plans and why).
+"""The LL kernel: walks an LL program's rows (ll_protocol.py says which plans and why).
 
 Everything moves as 32-bit data words (two bf16/fp16 elements, or one fp32). A push stores each
 word with the call's epoch in its high half as one 8-byte store into the receiver's LL area

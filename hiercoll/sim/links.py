@@ -54,6 +54,7 @@ class Network:
     fold: int | None = None
     itemsize: int = 1        # bytes per element of the schedule (which copies go to copy engines)
     levels: bool = False     # folded by level shifts (fold = one node), not translations
+    wire_factor: float = 1.0   # bytes on the wire per byte moved (2 under LL: a flag per word)
     links: list[LinkInfo] = field(default_factory=list)
     _ids: dict[LinkKey, int] = field(default_factory=dict)
     _paths: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
@@ -125,7 +126,7 @@ class Network:
         path = self._intra(a, b) if self.topology.same_node(a, b) else self._inter(a, b)
         merged: dict[int, float] = {}
         for lid, w in path:
-            merged[lid] = merged.get(lid, 0.0) + w
+            merged[lid] = merged.get(lid, 0.0) + w * self.wire_factor
         out = tuple(merged.items())
         self._paths[key] = out
         return out

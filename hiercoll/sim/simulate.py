@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from hiercoll.errors import HiercollError
 from hiercoll.gcpause import without_cyclic_gc
+from hiercoll.ll_protocol import WIRE_FACTOR, CallProtocol
 from hiercoll.schedule import Op, OpRef, Schedule, predecessor_map
 from hiercoll.schedule_arrays import native_op_arrays, op_arrays_from_ops
 from hiercoll.sim.bounds import lower_bound
@@ -33,7 +34,7 @@ CallMode = Literal["eager", "graph"]
 def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
              record: bool = False, *, costs_from: Topology | None = None,
              call_mode: CallMode = "eager", progress: Progress | None = None,
-             engine: Engine | None = None) -> SimResult:
+             engine: Engine | None = None, protocol: CallProtocol | None = None) -> SimResult:
     """Time `schedule` on `topology`. `mode="auto"` folds ranks that a verified translation
     symmetry makes identical (the result says so); `"exact"` simulates every rank; `"trusted"`
     folds on the planner's declaration without re-checking it (the auto-picker's inner loop:
@@ -50,15 +51,21 @@ def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
     compiled core (`sim/compiled`, needs numba: the `sim` extra) for runs of
     `compiled.AUTO_MIN_OPS` ops or more, the Python engine below that or without numba.
     `python` is the reference the compiled core is tested against; `compiled` insists on numba.
-    `record` traces are the Python engine's alone, whatever is asked."""
+    `record` traces are the Python engine's alone, whatever is asked.
+
+    `protocol`: how the cuda backend will run the call, where that is known (a bench row's
+    lowering knobs: `ll_protocol.call_protocol`): simple pays `costs.sync_us` (its start and end
+    barriers) on the device; LL none, its pushes put WIRE_FACTOR times their bytes on the wire,
+    and a call whose receivers unpack pushes pays `costs.ll_unpack_us`; None times the schedule
+    with none of these (any other backend)."""
     with without_cyclic_gc():
         return _simulate(schedule, topology, mode, record, costs_from=costs_from, call_mode=call_mode,
-                         progress=progress, engine=engine)
+                         progress=progress, engine=engine, protocol=protocol)
 
 
 def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, *,
               costs_from: Topology | None, call_mode: CallMode, progress: Progress | None,
-              engine: Engine | None) -> SimResult:
+              engine: Engine | None, protocol: CallProtocol | None) -> SimResult:
     schedule.refuse_library_call("simulate")
     if schedule.meta.topology_fingerprint != topology.fingerprint():
         raise HiercollError("simulate: the schedule was planned for another topology "
@@ -74,7 +81,8 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     schedule.check_walk("simulating it" + (f" folded onto {fold} ranks" if fold else " unfolded"),
                         len(ranks))
     net = Network(topology, fold, itemsize=schedule.spec.dtype.itemsize,
-                  levels=bool(sym and sym.levels))
+                  levels=bool(sym and sym.levels),
+                  wire_factor=WIRE_FACTOR if protocol is not None and protocol.ll else 1.0)
     isz = schedule.spec.dtype.itemsize
     run: CompiledRun | None = None
     if requested_engine(engine) != "python" and not record:
@@ -106,6 +114,9 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
         op_start, op_end = OpTimes(t.ranks, t.lens, run.op_start), OpTimes(t.ranks, t.lens, run.op_end)
         device_us = float(run.op_end.max()) if num_ops else 0.0
         launches = launch_counts(t)
+    if protocol is not None:
+        device_us += (topology.costs.ll_unpack_us * protocol.unpacks if protocol.ll
+                      else topology.costs.sync_us)
     end = call_time_us(schedule, topology, ranks, device_us, call_mode, launches)
     copies = schedule.world_size // fold if fold else 1
     links = [LinkStat(name=info.name, tier=info.tier.value, bytes=usage.bytes[i],

@@ -201,6 +201,9 @@ class LibraryCosts(_Strict):
                                         "(host launch), us")
     graph_call_us: float | None = Field(default=None, ge=0, description="per library call "
                                         "replayed from a CUDA graph, us")
+    intra_efficiency: float | None = Field(default=None, gt=0, le=1.0, description="fraction of "
+                                           "the intra-node bandwidth NCCL's kernels reach (its "
+                                           "protocols stage through buffers ours do not)")
 
 
 class Costs(_Strict):
@@ -210,6 +213,12 @@ class Costs(_Strict):
 
     launch_us: float = Field(default=2.0, ge=0, description="per op on the device: kernel or row "
                              "start, signal wait round trip (us)")
+    sync_us: float = Field(default=0.0, ge=0, description="per call of the cuda backend's "
+                           "simple protocol (us): its start and end barriers, a signal and a wait "
+                           "across the ranks each; LL calls have none (simulate's `protocol`)")
+    ll_unpack_us: float = Field(default=0.0, ge=0, description="per LL call whose receivers "
+                                "unpack pushed words into their output (all-gather, all-to-all): "
+                                "the pass that polls each word for the call's epoch (us)")
     ce_launch_us: float | None = Field(default=None, ge=0, description="per copy-engine op on "
                                        "the device (us): its fence kernel, the copy's start, its "
                                        "signal kernel; None: launch_us")
@@ -250,6 +259,8 @@ class Costs(_Strict):
         return self.model_copy(update={
             "ce_threshold_bytes": NO_COPY_ENGINE_BYTES,
             "launch_us": self.launch_us if lib.launch_us is None else lib.launch_us,
+            "intra_efficiency": (self.intra_efficiency if lib.intra_efficiency is None
+                                 else lib.intra_efficiency),
             "eager": self.eager if lib.eager_call_us is None else self.eager.model_copy(
                 update={"call_us": lib.eager_call_us}),
             "graph": self.graph if lib.graph_call_us is None else self.graph.model_copy(
@@ -296,6 +307,9 @@ class Calibration(BaseModel):
     fit_geomean_error: float | None = None
     holdout_geomean_error: float | None = None
     worst_error: float | None = None
+    base_fingerprint: str | None = Field(default=None, description="fingerprint of the "
+                                         "uncalibrated topology the fit started from: rows "
+                                         "measured on it still belong to this machine")
 
 
 # The most ranks a topology may have: 2^20, several times the largest GPU clusters (~10^5 GPUs).
@@ -509,6 +523,8 @@ class Topology(_Strict):
         for mode in ("eager", "graph"):
             if costs[mode].get("ce_issue_us") == 0.0:
                 costs[mode].pop("ce_issue_us")   # added later: files hash as they did
+        if costs["library"].get("intra_efficiency") is None:
+            costs["library"].pop("intra_efficiency", None)     # added later, likewise
         for key, default in _COST_DEFAULTS.items():
             if costs.get(key) == default:
                 costs.pop(key)          # likewise for cost terms left at their defaults
@@ -535,7 +551,8 @@ class Topology(_Strict):
         return f"calibrated {c.date_utc[:10]} on {c.rows} rows{err}"
 
 
-_COST_DEFAULTS = {"intra_efficiency": 1.0, "nic_efficiency": 1.0, "pull_efficiency": 1.0,
+_COST_DEFAULTS = {"sync_us": 0.0, "ll_unpack_us": 0.0,
+                  "intra_efficiency": 1.0, "nic_efficiency": 1.0, "pull_efficiency": 1.0,
                   "sm_op_gbps": None,
                   "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20, "ce_launch_us": None,
                   "ce_concurrent_gbps": None,

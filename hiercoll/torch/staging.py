@@ -4,7 +4,7 @@ call on the caller's tensors is then the faster choice.
 Why: the auto-picker ranks plans by times measured on their own symmetric buffers (zero-copy),
 and NCCL by its call on the caller's tensors. Through the communicator, a plan that peers read
 from or write into (the simple lowering) must copy the caller's input into the pool and the
-result back out; an LL plan does not (executor/cuda/ll.py: no peer touches its input or output).
+result back out; an LL plan does not (ll_protocol.py: no peer touches its input or output).
 A measured pick of a simple plan that wins by less than its copies loses through the
 communicator.
 """

@@ -27,9 +27,9 @@ from enum import StrEnum
 from typing import Any
 
 from hiercoll.errors import HiercollError
-from hiercoll.executor.cuda.ll import LLPlan, elements_per_word, ll_plan, ll_plan_or_reason
 from hiercoll.executor.order import Levels, levels
 from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS
+from hiercoll.ll_protocol import LLPlan, elements_per_word, ll_limit_bytes, ll_plan, ll_plan_or_reason
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
 
@@ -109,7 +109,7 @@ class CudaOptions:
     protocol: Protocol = _knob(
         Protocol.AUTO, "--protocol", "cuda: auto: LL (flags in the data, no barriers) for "
         "plans that push each region once, up to --ll-threshold, else simple; simple or ll "
-        "force one (ll where the plan qualifies: executor/cuda/ll.py)")
+        "force one (ll where the plan qualifies: ll_protocol.py)")
     ll_threshold_bytes: int = _knob(
         256 << 10, "--ll-threshold", "cuda: --protocol auto takes LL when no op of the plan "
         "moves more than this", size=True)
@@ -662,12 +662,10 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
 def ll_applies(schedule: Schedule, opts: CudaOptions) -> LLPlan | None:
     """The LL plan `lower` runs `schedule` with under `opts`, or None (simple). Memoised like
     `lowered_schedule`: every rank asks."""
-    if opts.protocol == Protocol.SIMPLE or opts.launch_per_op or (
-            opts.protocol == Protocol.AUTO and not opts.fuse):
-        return None      # --no-fuse asks for the multi-launch form; a per-op profile too
-    # auto: never where the simple lowering would put a copy on the copy engine
-    limit = (min(opts.ll_threshold_bytes, opts.ce_threshold_bytes - 1)
-             if opts.protocol == Protocol.AUTO else 1 << 62)
+    limit = ll_limit_bytes(str(opts.protocol), opts.fuse, opts.launch_per_op,
+                           opts.ll_threshold_bytes, opts.ce_threshold_bytes)
+    if limit is None:
+        return None
     peer = opts.inter_transport == InterTransport.PEER
     plan: LLPlan | None = _per_schedule(_LL_PLANS, (limit, peer), schedule,
                                         lambda: ll_plan(schedule, limit, peer_inter=peer))

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpRef, Region, Schedule, Transport
 
+WIRE_FACTOR = 2.0           # bytes an LL push puts on the wire per data byte (4 + 4 of a word)
 MAX_LL_SOURCES = 30         # the table's LL bitmask has one bit per source (and one for dst)
 
 
@@ -69,6 +70,37 @@ class LLPlan:
 def elements_per_word(itemsize: int) -> int:
     """Data elements in the 4 data bytes of one LL word."""
     return 4 // itemsize
+
+
+@dataclass(frozen=True)
+class CallProtocol:
+    """How the cuda backend runs one call, as the simulator times it: `ll` calls have no
+    barriers and put WIRE_FACTOR bytes on the wire per byte pushed; `unpacks`: an LL call whose
+    receivers copy pushed words out of their LL area into the output (all-gather, all-to-all),
+    a pass after the pushes land that polls every word for the call's epoch."""
+
+    ll: bool
+    unpacks: bool = False
+
+
+SIMPLE = CallProtocol(ll=False)
+
+
+def call_protocol(schedule: Schedule, max_bytes: int | None, peer_inter: bool = True) -> CallProtocol:
+    """The protocol `schedule` runs with an LL limit of `max_bytes` (None: simple asked)."""
+    plan = None if max_bytes is None else ll_plan(schedule, max_bytes, peer_inter)
+    return SIMPLE if plan is None else CallProtocol(ll=True, unpacks=bool(plan.unpacked))
+
+
+def ll_limit_bytes(protocol: str, fuse: bool, launch_per_op: bool, ll_threshold_bytes: int,
+                   ce_threshold_bytes: int) -> int | None:
+    """The largest op (bytes) the cuda lowering may run as LL under these knobs, or None where
+    they ask for the simple protocol. Here, not in the backend, because the simulator times a
+    call by the protocol it will run (an LL call has no barriers and doubles its wire bytes)."""
+    if protocol == "simple" or launch_per_op or (protocol == "auto" and not fuse):
+        return None      # --no-fuse asks for the multi-launch form; a per-op profile too
+    # auto: never where the simple lowering would put a copy on the copy engine
+    return min(ll_threshold_bytes, ce_threshold_bytes - 1) if protocol == "auto" else 1 << 62
 
 
 def ll_plan(schedule: Schedule, max_bytes: int, peer_inter: bool = True) -> LLPlan | None:

@@ -1,0 +1,89 @@
+"""The simulator times a call by the protocol the cuda backend runs it with (ll_protocol):
+simple calls pay their barriers, LL calls none but twice their bytes on the wire, and an LL call
+whose receivers unpack pushes pays that pass. Calibration reads the protocol off a bench row's
+lowering knobs with the backend's own rule."""
+
+from __future__ import annotations
+
+import pytest
+
+import hiercoll as hc
+from hiercoll.calibration.measurement import Measurement
+from hiercoll.calibration.predict import build_case, protocol_of
+from hiercoll.ll_protocol import SIMPLE, WIRE_FACTOR, CallProtocol, call_protocol
+from tests.helpers import ROOT
+
+TOPO = str(ROOT / "bench/gpu/topologies/h200x2.yaml")
+KNOBS = {"protocol": "auto", "fuse": True, "launch_per_op": False, "forward": True,
+         "ll_threshold_bytes": 262144, "ce_threshold_bytes": 1 << 40, "inter_transport": "peer"}
+
+
+def _costed(**costs: float) -> hc.Topology:
+    topo = hc.load_topology(TOPO)
+    return hc.Topology.model_validate(topo.model_dump() | {"costs": topo.costs.model_dump() | costs})
+
+
+def _plan(topo: hc.Topology, kind: str, nbytes: int, algorithm: str = "direct") -> hc.Schedule:
+    return hc.plan(topo, hc.CollectiveSpec(kind=kind, world_size=2, dtype="bf16", nbytes=nbytes),
+                   algorithm)
+
+
+def test_a_simple_call_pays_its_barriers_and_an_ll_call_does_not() -> None:
+    topo = _costed(sync_us=3.25, ll_unpack_us=0.0)
+    s = _plan(topo, "reduce_scatter", 1 << 20)
+    base = hc.simulate(s, topo, call_mode="graph").time_us
+    assert hc.simulate(s, topo, call_mode="graph", protocol=SIMPLE).time_us == pytest.approx(base + 3.25)
+    ll = hc.simulate(s, topo, call_mode="graph", protocol=CallProtocol(ll=True)).time_us
+    assert ll > base            # twice the bytes on the wire, no barrier
+
+
+def test_ll_puts_twice_the_bytes_on_the_wire_and_unpacking_costs_its_pass() -> None:
+    topo = _costed(ll_unpack_us=1.5)
+    s = _plan(topo, "all_gather", 1 << 16)
+    plain = hc.simulate(s, topo, call_mode="graph")
+    ll = hc.simulate(s, topo, call_mode="graph", protocol=CallProtocol(ll=True))
+    unpack = hc.simulate(s, topo, call_mode="graph", protocol=CallProtocol(ll=True, unpacks=True))
+    wire = {l.name: l.bytes for l in plain.links if l.tier == "intra" and l.bytes}
+    assert wire
+    for l in ll.links:
+        if l.name in wire:
+            assert l.bytes == pytest.approx(WIRE_FACTOR * wire[l.name])
+    assert unpack.time_us == pytest.approx(ll.time_us + 1.5)
+
+
+@pytest.mark.parametrize(("kind", "nbytes", "algorithm", "knobs", "want"), [
+    ("all_gather", 8192, "direct", {}, CallProtocol(ll=True, unpacks=True)),
+    ("reduce_scatter", 8192, "direct", {}, CallProtocol(ll=True, unpacks=False)),
+    ("all_gather", 1 << 20, "direct", {}, SIMPLE),              # past the LL threshold
+    ("all_gather", 8192, "direct", {"protocol": "simple"}, SIMPLE),
+    ("all_gather", 8192, "direct", {"fuse": False}, SIMPLE),     # auto + no fuse: multi-launch
+    ("all_gather", 8192, "direct", {"ll_threshold_bytes": 0}, SIMPLE),
+    ("all_gather", 1 << 20, "direct", {"protocol": "ll"}, CallProtocol(ll=True, unpacks=True)),
+])
+def test_the_row_knobs_give_the_backends_protocol(kind: str, nbytes: int, algorithm: str,
+                                                  knobs: dict, want: CallProtocol) -> None:
+    topo = hc.load_topology(TOPO)
+    s = _plan(topo, kind, nbytes, algorithm)
+    assert protocol_of(s, topo, KNOBS | knobs) == want
+
+
+def test_a_row_without_a_protocol_knob_is_timed_without_one_and_an_ll_row_as_planned() -> None:
+    topo = hc.load_topology(TOPO)
+    s = _plan(topo, "all_gather", 8192)
+    assert protocol_of(s, topo, {}) is None
+    row = dict(source="x#0", tool="hiercoll-bench", collective="all_gather", algorithm="direct",
+               world_size=2, dtype="bf16", nbytes=8192, mode="graph", time_us=6.0, statistic="p50")
+    assert build_case(Measurement(**row), topo).protocol is None
+    case = build_case(Measurement(**row, lowering=KNOBS), topo)
+    assert case.protocol == CallProtocol(ll=True, unpacks=True)
+    # LL runs the plan as written (pushes), not the forwarded one the simple lowering runs
+    assert call_protocol(case.schedule, 1 << 20).ll
+
+
+def test_the_new_cost_terms_leave_fingerprints_alone() -> None:
+    """Rows carry their topology's fingerprint: terms added at their defaults must hash as
+    before, or every committed bench row would stop matching its topology."""
+    topo = hc.load_topology(TOPO)
+    moved = _costed(sync_us=0.0, ll_unpack_us=0.0)
+    assert moved.fingerprint() == topo.fingerprint()
+    assert _costed(sync_us=1.0).fingerprint() != topo.fingerprint()
