@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
         cv = cross_validate(cases, topology, args.folds, fixed=fixed)
     s = summary(result.rows)
     title = f"calibration of {topology.name} on {len(cases)} rows"
-    lines = [f"`hiercoll calibrate {' '.join(args.measurements)} -t {args.topology}`",
+    flags = "".join([f" --fix {','.join(fixed)}" if fixed else "",
+                     f" --folds {args.folds}" if args.folds is not None else ""])
+    lines = [f"`hiercoll calibrate {' '.join(args.measurements)} -t {args.topology}{flags}`",
              headline(s),
              "fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.fitted.items()),
              "not constrained by these rows (kept): " + (", ".join(sorted(result.unconstrained))

@@ -34,6 +34,13 @@ _NODE_TYPES: dict[str, dict[str, Any]] = {
         # to the three peers at once moved 199 GB/s per GPU in all, one put alone 380
         "costs": {"ce_concurrent_gbps": 199.0},
     },
+    # one node of 2 H200s (the 2-GPU machines the device tool lends): bench/gpu/topologies/h200x2.yaml
+    "h200x2": {
+        "gpus_per_node": 2,
+        "gpu": {"name": "H200", "hbm_gbps": 4800.0, "num_sms": 132, "memory_gib": 141.0},
+        "intra": {"kind": "nvswitch", "gbps": 380.5, "latency_us": 1.0},
+        "inter": _RAILS_8 | {"num_nics": 2, "nic_affinity": [0, 1]},
+    },
     "dgx-h100": {
         "gpus_per_node": 8,
         "gpu": {"name": "H100", "hbm_gbps": 3350.0, "num_sms": 132, "memory_gib": 80.0},
@@ -128,7 +135,7 @@ _NODE_TYPES: dict[str, dict[str, Any]] = {
     },
 }
 
-DEFAULT_NODES = {"h200x4": 1, "one-gpu-h200x4": 1, "h100-rail-3tier": 512}
+DEFAULT_NODES = {"h200x4": 1, "h200x2": 1, "one-gpu-h200x4": 1, "h100-rail-3tier": 512}
 
 
 def preset_names() -> list[str]:
@@ -138,7 +145,7 @@ def preset_names() -> list[str]:
 # Presets whose costs were fitted to measurements (`python bench/calibration.py`): the
 # calibrated topology file ships with the package and the preset takes its costs, latencies
 # and provenance; `uncalibrated=True` gives the defaults back (what a re-calibration starts from).
-CALIBRATED = {"h200x4": "h200x4.calibrated.yaml",
+CALIBRATED = {"h200x4": "h200x4.calibrated.yaml", "h200x2": "h200x2.calibrated.yaml",
               "one-gpu-h200x4": "one-gpu-h200x4.calibrated.yaml"}
 
 
