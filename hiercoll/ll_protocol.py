@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpRef, Region, Schedule, Transport
 
+DEFAULT_LL_THRESHOLD_BYTES = 256 << 10     # the cuda backend's --ll-threshold default
 WIRE_FACTOR = 2.0           # bytes an LL push puts on the wire per data byte (4 + 4 of a word)
 MAX_LL_SOURCES = 30         # the table's LL bitmask has one bit per source (and one for dst)
 
@@ -90,6 +91,13 @@ def call_protocol(schedule: Schedule, max_bytes: int | None, peer_inter: bool = 
     """The protocol `schedule` runs with an LL limit of `max_bytes` (None: simple asked)."""
     plan = None if max_bytes is None else ll_plan(schedule, max_bytes, peer_inter)
     return SIMPLE if plan is None else CallProtocol(ll=True, unpacks=bool(plan.unpacked))
+
+
+def default_call_protocol(schedule: Schedule, ce_threshold_bytes: int) -> CallProtocol:
+    """The protocol the cuda backend runs `schedule` with at its default knobs (protocol auto,
+    fused, LL threshold DEFAULT_LL_THRESHOLD_BYTES, peer mappings across nodes)."""
+    return call_protocol(schedule, ll_limit_bytes("auto", True, False, DEFAULT_LL_THRESHOLD_BYTES,
+                                                  ce_threshold_bytes))
 
 
 def ll_limit_bytes(protocol: str, fuse: bool, launch_per_op: bool, ll_threshold_bytes: int,

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from helpers import check_emulation, random_group_cast, random_group_reduce, run_interpreted
 
+from hiercoll import ll_protocol as ll_mod
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda import emulate as emu
-from hiercoll import ll_protocol as ll_mod
 from hiercoll.executor.cuda.lowering import CudaOptions, fused_launch, ll_applies, lower
 from hiercoll.executor.cuda.table import encode
 from hiercoll.kernels.abi import F_DST, F_LL, ROW_WORDS

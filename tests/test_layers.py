@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "kernels": set(),
     "sim": BASE | {"collectives", "schedule", "schedule_arrays", "ll_protocol", "topology"},
     "planner": BASE | {"collectives", "schedule", "schedule_io", "schedule_arrays", "topology",
-                       "sim"},
+                       "sim", "ll_protocol"},
     "plan_file": BASE | {"collectives", "schedule", "schedule_io", "topology", "planner"},
     "executor": BASE | {"collectives", "schedule", "kernels", "sim", "ll_protocol"},
     "calibration": BASE | {"collectives", "schedule", "topology", "sim", "planner", "ll_protocol"},

@@ -87,3 +87,25 @@ def test_the_new_cost_terms_leave_fingerprints_alone() -> None:
     moved = _costed(sync_us=0.0, ll_unpack_us=0.0)
     assert moved.fingerprint() == topo.fingerprint()
     assert _costed(sync_us=1.0).fingerprint() != topo.fingerprint()
+
+
+def test_the_auto_picker_times_plans_by_the_protocol_where_the_topology_prices_it() -> None:
+    """h200x2 ships costs fitted on our executor (sync_us, ll_unpack_us): the auto-picker times
+    a candidate as the cuda backend runs it at its default knobs. Topologies without those
+    terms are timed as before (no protocol, no walk over a large plan's ops)."""
+    from hiercoll.planner.search.autopick import SimCache, backend_protocol, simulate_candidate
+    from hiercoll.planner.search.candidates import Candidate
+    topo = hc.load_topology("h200x2")
+    assert topo.costs.sync_us > 0
+    for nbytes, want_ll in ((8192, True), (64 << 20, False)):
+        spec = hc.CollectiveSpec(kind="all_gather", world_size=2, dtype="bf16", nbytes=nbytes)
+        s = hc.plan(topo, spec, "direct")
+        proto = backend_protocol(topo, s)
+        assert proto is not None and proto.ll == want_ll
+        got = simulate_candidate(topo, spec, Candidate("direct", {}), SimCache(None), s,
+                                 call_mode="graph")
+        assert got.time_us == pytest.approx(
+            hc.simulate(s, topo, call_mode="graph", protocol=proto).time_us)
+    plain = hc.load_topology("dgx-h100", 1)
+    spec = hc.CollectiveSpec(kind="all_gather", world_size=8, dtype="bf16", nbytes=8192)
+    assert backend_protocol(plain, hc.plan(plain, spec, "direct")) is None

@@ -26,6 +26,11 @@ from hiercoll.topology import Topology
 # |d log(time) / d log(param)| summed over rows below this: the data does not see the parameter
 UNCONSTRAINED_SENSITIVITY = 1e-3
 FIT_TOL = 1e-6
+# steps per parameter (scipy's nfev: Jacobian evaluations not counted) before the fit stops
+# where it is: the 2-GPU fit of 11 costs converged in 170 simulations; a fit still moving
+# after this many crawls along kinks of the max() terms (a 4-GPU fit ran 7600 simulations
+# without meeting the tolerances)
+MAX_NFEV_PER_PARAM = 10
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,7 @@ def _solve(train: Sequence[Case], base: Topology, start: Topology, params: Seque
     # (scipy's 1e-8 spent thousands more simulations on nothing a report shows)
     sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", x_scale="jac",
                         diff_step=1e-3, ftol=FIT_TOL, xtol=FIT_TOL,
-                        max_nfev=200 * max(1, len(params)))
+                        max_nfev=MAX_NFEV_PER_PARAM * max(1, len(params)))
     sensitivity = np.abs(sol.jac).sum(axis=0) if sol.jac is not None else np.zeros(len(params))
     found = {p.path: _round(v) for p, v, s in zip(params, _values(params, sol.x).values(),
                                                    sensitivity, strict=True)

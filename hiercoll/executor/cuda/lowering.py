@@ -29,7 +29,14 @@ from typing import Any
 from hiercoll.errors import HiercollError
 from hiercoll.executor.order import Levels, levels
 from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS
-from hiercoll.ll_protocol import LLPlan, elements_per_word, ll_limit_bytes, ll_plan, ll_plan_or_reason
+from hiercoll.ll_protocol import (
+    DEFAULT_LL_THRESHOLD_BYTES,
+    LLPlan,
+    elements_per_word,
+    ll_limit_bytes,
+    ll_plan,
+    ll_plan_or_reason,
+)
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
 
@@ -111,7 +118,7 @@ class CudaOptions:
         "plans that push each region once, up to --ll-threshold, else simple; simple or ll "
         "force one (ll where the plan qualifies: ll_protocol.py)")
     ll_threshold_bytes: int = _knob(
-        256 << 10, "--ll-threshold", "cuda: --protocol auto takes LL when no op of the plan "
+        DEFAULT_LL_THRESHOLD_BYTES, "--ll-threshold", "cuda: --protocol auto takes LL when no op of the plan "
         "moves more than this", size=True)
     forward: bool = _knob(
         True, "--no-forward", "cuda: keep every copy as planned (by default a reader of a "

@@ -28,6 +28,7 @@ from hiercoll.collectives import GROUPED, CollectiveSpec, Kind, valid_nbytes
 from hiercoll.errors import HiercollError, format_validation_error
 from hiercoll.files import write_atomic
 from hiercoll.gcpause import without_cyclic_gc
+from hiercoll.ll_protocol import CallProtocol, default_call_protocol
 from hiercoll.planner.registry import max_ops, plan
 from hiercoll.planner.search.candidates import (
     Candidate,
@@ -177,11 +178,23 @@ def simulate_candidate(topology: Topology, spec: CollectiveSpec, cand: Candidate
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
-        res = simulate(schedule or plan(topology, spec, cand.algorithm, cand.params), topology,
-                       mode="trusted", call_mode=call_mode)
+        sched = schedule or plan(topology, spec, cand.algorithm, cand.params)
+        res = simulate(sched, topology, mode="trusted", call_mode=call_mode,
+                       protocol=backend_protocol(topology, sched))
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2])
+
+
+def backend_protocol(topology: Topology, schedule: Schedule) -> CallProtocol | None:
+    """The protocol the cuda backend runs `schedule` with at its default knobs, where the
+    topology prices protocols (costs fitted on our own executor: `sync_us`, `ll_unpack_us`);
+    None elsewhere: nothing to apply there, and no walk over every op of a 4096-GPU plan.
+    (Such a topology's fingerprint holds those costs, so cached times keep apart.)"""
+    costs = topology.costs
+    if not (costs.sync_us or costs.ll_unpack_us):
+        return None
+    return default_call_protocol(schedule, costs.ce_threshold_bytes)
 
 
 def _mode_suffix(call_mode: CallMode) -> str:
@@ -378,8 +391,9 @@ def _retime(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: Si
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
-        res = simulate(schedule or plan(topology, spec, cand.algorithm, cand.params), topology,
-                       mode="trusted", costs_from=variant, call_mode=call_mode)
+        sched = schedule or plan(topology, spec, cand.algorithm, cand.params)
+        res = simulate(sched, topology, mode="trusted", costs_from=variant, call_mode=call_mode,
+                       protocol=backend_protocol(variant, sched))
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2])
