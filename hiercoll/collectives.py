@@ -10,6 +10,7 @@ their sizes from the splits; their S is the largest per-rank output.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -115,17 +116,32 @@ class GroupSplits(BaseModel):
         if bad.any():
             s, d = (int(v) for v in np.argwhere(bad)[0])
             raise ValueError(f"counts[{s}][{d}] = {m[s, d]}; element counts are >= 0 and < 2**63")
-        rows = m.astype(np.int64).tolist()
+        dense = m.astype(np.int64)
+        rows = dense.tolist()
         world = len(rows)
         split, rank_splits = Split.model_construct, RankSplits.model_construct
         # one [p] list per rank, shared by the splits naming p (frozen models; nothing in
         # hiercoll mutates a split's peers: W^2 lists would cost more than the rest)
         peer = [[p] for p in range(world)]
         with without_cyclic_gc():
-            return cls.model_construct(ranks=[
+            out = cls.model_construct(ranks=[
                 rank_splits(input=[split(size=rows[r][d], peers=peer[d]) for d in range(world)],
                             output=[split(size=rows[s][r], peers=peer[s]) for s in range(world)])
                 for r in range(world)])
+        _DENSE_COUNTS[id(out)] = dense
+        weakref.finalize(out, _DENSE_COUNTS.pop, id(out), None)
+        return out
+
+
+# GroupSplits made by `from_counts` -> their matrix, checked there: validation and pair streams
+# read it instead of W^2 splits. Beside the model, not in it: a private attribute would make
+# these splits unequal to the same splits loaded from a file.
+_DENSE_COUNTS: dict[int, np.ndarray] = {}
+
+
+def dense_counts(splits: GroupSplits) -> np.ndarray | None:
+    """counts[s][d] of splits `GroupSplits.from_counts` made, or None."""
+    return _DENSE_COUNTS.get(id(splits))
 
 
 def transpose(splits: GroupSplits) -> GroupSplits:
@@ -280,6 +296,9 @@ def _offsets(splits: list[Split]) -> list[int]:
 
 
 def _validate_splits(kind: Kind, world: int, splits: GroupSplits) -> None:
+    dense = dense_counts(splits)
+    if dense is not None and dense.shape == (world, world):
+        return      # from_counts checked the matrix; one peer per split, sent == got by layout
     if len(splits.ranks) != world:
         raise ValueError(f"splits.ranks: {len(splits.ranks)} entries for world size {world}; "
                          "give one {input, output} entry per rank")
@@ -357,6 +376,9 @@ def _zip_ranges(src: list[tuple[int, int]], dst: list[tuple[int, int]]) -> list[
 def _pair_streams(world: int, splits: GroupSplits) -> dict[tuple[int, int], PairStream]:
     """(src, dst) -> what src sends dst, for every pair that exchanges data. Each rank's splits
     are read once per side (O(W x splits)); pairs in (src, dst) order."""
+    dense = dense_counts(splits)
+    if dense is not None and dense.shape == (world, world):
+        return _dense_pair_streams(dense)
     received = [_ranges_by_peer(splits.ranks[d].output) for d in range(world)]
     out: dict[tuple[int, int], PairStream] = {}
     for s in range(world):
@@ -364,6 +386,19 @@ def _pair_streams(world: int, splits: GroupSplits) -> dict[tuple[int, int], Pair
         for d in sorted(sent):
             segs = _zip_ranges(sent[d], received[d].get(s, []))
             out[(s, d)] = PairStream(s, d, tuple(segs), sum(x.count for x in segs))
+    return out
+
+
+def _dense_pair_streams(counts: np.ndarray) -> dict[tuple[int, int], PairStream]:
+    """`_pair_streams` of from_counts' layout, from the matrix: s's input is laid out by
+    destination and d's output by source, so each pair is one segment at the two prefix sums."""
+    src_off = np.cumsum(counts, axis=1) - counts       # where s's piece for d starts in s's input
+    dst_off = np.cumsum(counts, axis=0) - counts       # where s's piece lands in d's output
+    s_idx, d_idx = np.nonzero(counts)                  # (src, dst) ascending, as the general path
+    out: dict[tuple[int, int], PairStream] = {}
+    for s, d, so, do, c in zip(s_idx.tolist(), d_idx.tolist(), src_off[s_idx, d_idx].tolist(),
+                               dst_off[s_idx, d_idx].tolist(), counts[s_idx, d_idx].tolist()):
+        out[(s, d)] = PairStream(s, d, (Segment(so, do, c),), c)
     return out
 
 

@@ -154,6 +154,22 @@ def test_from_counts_equals_splits_built_by_hand_and_round_trips():
     assert GroupSplits.model_validate(fast.model_dump()) == fast
 
 
+@pytest.mark.parametrize("kind", ["group_cast", "group_reduce"])
+def test_from_counts_pair_streams_read_off_the_matrix_equal_the_general_walk(kind):
+    """from_counts' splits keep their matrix beside them: validation and pair streams read it
+    instead of W^2 splits; the same splits loaded from a file (no matrix) must agree."""
+    from hiercoll.collectives import dense_counts
+    counts = np.random.default_rng().integers(0, 4, (6, 6))
+    counts[2, 3] = 0
+    fast = GroupSplits.from_counts(counts)
+    plain = GroupSplits.model_validate(fast.model_dump())
+    assert dense_counts(fast) is not None and dense_counts(plain) is None
+    a = CollectiveSpec(kind=kind, world_size=6, dtype="fp32", splits=fast)
+    b = CollectiveSpec(kind=kind, world_size=6, dtype="fp32", splits=plain)
+    assert list(a.pair_streams.items()) == list(b.pair_streams.items())
+    assert a == b          # the matrix beside the model does not change what the model is
+
+
 def test_from_counts_means_all_to_all_v():
     """Rank d's output piece from s is s's input at s's packed offset for d (MPI_Alltoallv)."""
     rng = np.random.default_rng()

@@ -39,10 +39,7 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
     may share links and are merged. The engine links are the op's own."""
     links: tuple[tuple[int, float], ...]
     if op.kind == OpKind.COPY:
-        a, b = op.srcs[0].rank, op.dst.rank
-        ha, hb = net.hbm(a), net.hbm(b)
-        links = (((ha, 2.0),) if ha == hb else ((ha, 1.0), (hb, 1.0))) + net.net_path(a, b)
-        latency = net.latency_us(a, b)
+        links, latency = copy_links(net, op.srcs[0].rank, op.dst.rank)
     else:
         weights: dict[int, float] = {}
 
@@ -74,6 +71,14 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
     return links, latency
 
 
+def copy_links(net: Network, a: int, b: int) -> tuple[tuple[tuple[int, float], ...], float]:
+    """(links with weights, latency) of a copy from GPU a to GPU b: a's HBM, the path, b's HBM
+    (one HBM twice where a == b), before any engine link."""
+    ha, hb = net.hbm(a), net.hbm(b)
+    links = (((ha, 2.0),) if ha == hb else ((ha, 1.0), (hb, 1.0))) + net.net_path(a, b)
+    return links, net.latency_us(a, b)
+
+
 def on_copy_engine(op: Op, itemsize: int, threshold_bytes: int) -> bool:
     """Whether the cuda backend runs `op` on a copy engine: a copy to or from a peer of at least
     the threshold (`lowering._engine` calls this, so both agree)."""
@@ -101,6 +106,7 @@ class LinkCache:
         self._capped = net.topology.costs.engine_links()
         self._by_shape: dict[OpShape, tuple[tuple[tuple[int, float], ...], float]] = {}
         self._alone: dict[tuple[OpShape, bool], tuple[float, float]] = {}
+        self._pairs: dict[tuple[int, int], tuple[tuple[tuple[int, float], ...], float]] = {}
 
     def _shape(self, op: Op) -> OpShape:
         srcs = (op.srcs[0].rank,) if len(op.srcs) == 1 else tuple(s.rank for s in op.srcs)
@@ -111,6 +117,18 @@ class LinkCache:
         hit = self._by_shape.get(shape)
         if hit is None:
             hit = self._by_shape[shape] = op_links(self.net, op)
+        return hit
+
+    def pair_copy(self, a: int, b: int) -> tuple[tuple[tuple[int, float], ...], float] | None:
+        """A copy's (links, latency) from its two GPUs alone, where nothing else decides them
+        (no engine caps, no shared copy engines): a dense all-to-all-v has a million copies of
+        distinct ranks, and a stand-in op per copy cost more than its path. None where the
+        engine decides too (ask with the op)."""
+        if self._capped:
+            return None
+        hit = self._pairs.get((a, b))
+        if hit is None:
+            hit = self._pairs[(a, b)] = copy_links(self.net, a, b)
         return hit
 
     def channel_key(self, op: Op) -> tuple[int, bool] | None:

@@ -132,8 +132,10 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
 
     def new_key(row: int, on_ce: bool) -> int:
         """A new key, first met at `row`: one stand-in op asks its links; returns its number."""
-        op = a.protos[int(a.proto[row])].op(int(a.channel[row]), int(a.count[row]))
-        links, latency = cached(op)
+        proto = a.protos[int(a.proto[row])]
+        pair = cached.pair_copy(proto.srcs[0], proto.dst) if proto.kind == OpKind.COPY else None
+        links, latency = pair if pair is not None else cached(
+            proto.op(int(a.channel[row]), int(a.count[row])))
         sid = shape_of.get(id(links))
         if sid is None:
             sid = shape_of[id(links)] = len(sh_ptr) - 1
