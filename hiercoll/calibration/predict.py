@@ -34,6 +34,7 @@ class Case:
     # the fastest under the costs being evaluated, so calibrate's fit and compare choose alike
     candidates: tuple[Schedule, ...] = ()
     protocol: CallProtocol | None = None     # cuda rows: the protocol their lowering ran
+    planned: Schedule | None = None          # LL rows: the plan as written (what LL runs)
 
     @property
     def plan_label(self) -> str:
@@ -68,8 +69,8 @@ def build_case(m: Measurement, topology: Topology) -> Case:
             raise HiercollError(f"{m.source}: cannot re-plan this row ({exc})") from None
     protocol = protocol_of(schedule, topology, m.lowering)
     ll = protocol is not None and protocol.ll
-    return Case(m, schedule if ll else lowered(schedule, topology, m.lowering),
-                protocol=protocol)
+    return Case(m, lowered(schedule, topology, m.lowering), protocol=protocol,
+                planned=schedule if ll else None)
 
 
 def _ce_threshold(topology: Topology, knobs: Mapping[str, object]) -> int:
@@ -116,5 +117,11 @@ def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
 
 
 def _time(schedule: Schedule, case: Case, timed_on: Topology, base: Topology) -> float:
+    """A row's time under `timed_on`'s costs: by the protocol it ran where those costs price
+    protocols (fitted with them: `Costs.prices_protocols`), else as before protocols were
+    modelled (costs fitted without these terms rank plans as they were fitted to)."""
+    protocol = case.protocol if timed_on.costs.prices_protocols() else None
+    if protocol is not None and protocol.ll and case.planned is not None:
+        schedule = case.planned
     return simulate(schedule, base, costs_from=timed_on, call_mode=case.measurement.mode,
-                    protocol=case.protocol).time_us
+                    protocol=protocol).time_us

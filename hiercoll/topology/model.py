@@ -272,6 +272,11 @@ class Costs(_Strict):
             return ModeCosts(call_us=self.graph.call_us)
         return self.eager
 
+    def prices_protocols(self) -> bool:
+        """Whether these costs were fitted with the cuda protocols' terms (`sync_us`,
+        `ll_unpack_us`): only then does the simulator time a call by the protocol it runs."""
+        return self.sync_us > 0 or self.ll_unpack_us > 0
+
     def engine_links(self) -> bool:
         """Whether an op's links depend on the engine that runs it (per-op caps, or a GPU's copy
         engines shared by concurrent copies)."""

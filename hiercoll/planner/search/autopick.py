@@ -191,10 +191,9 @@ def backend_protocol(topology: Topology, schedule: Schedule) -> CallProtocol | N
     topology prices protocols (costs fitted on our own executor: `sync_us`, `ll_unpack_us`);
     None elsewhere: nothing to apply there, and no walk over every op of a 4096-GPU plan.
     (Such a topology's fingerprint holds those costs, so cached times keep apart.)"""
-    costs = topology.costs
-    if not (costs.sync_us or costs.ll_unpack_us):
+    if not topology.costs.prices_protocols():
         return None
-    return default_call_protocol(schedule, costs.ce_threshold_bytes)
+    return default_call_protocol(schedule, topology.costs.ce_threshold_bytes)
 
 
 def _mode_suffix(call_mode: CallMode) -> str:
