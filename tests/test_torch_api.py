@@ -362,6 +362,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     try:
         comm = Communicator()
         out["topology"] = [comm.topology.num_nodes, comm.topology.gpus_per_node]
+        out["sync_us"] = comm.topology.costs.sync_us
         _collectives(comm, None, rank, out, "world")
         if world == 4:
             tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
@@ -456,6 +457,16 @@ def test_patch_routes_supported_calls_and_falls_back_otherwise(w2: list[dict[str
         assert r["other_group_ok"] is True
         assert p == {"routed": r["patch_calls"], "fell_back": 0, "value_ok": True,
                      "int_ok": True, "restored": True}
+
+
+def test_auto_takes_the_costs_fitted_on_our_executor_for_two_gpus_a_node(
+        w2: list[dict[str, Any]], w4: list[dict[str, Any]]) -> None:
+    """topology='auto' on one node of 2: the h200x2 preset's costs (fitted on our own runs,
+    protocol terms included); 2 nodes x 2 (w4) too; other shapes keep h200x4's."""
+    from hiercoll.topology import load_topology
+    want = load_topology("h200x2").costs.sync_us
+    assert want > 0
+    assert all(r["sync_us"] == want for r in w2 + w4), [r["sync_us"] for r in w2 + w4]
 
 
 def test_a_topology_of_another_size_is_refused_in_one_line(w2: list[dict[str, Any]],

@@ -19,6 +19,8 @@ from hiercoll.topology import Topology, load_topology, preset
 from hiercoll.topology.presets import preset_names
 
 AUTO_NODE = "h200x4"       # node type "auto" borrows its costs from (the calibrated one)
+# ... unless a preset of the group's GPUs per node ships costs fitted on our own executor
+AUTO_NODE_BY_GPUS = {2: "h200x2"}
 
 _DTYPES = {t: d for d, t in TORCH_DTYPE.items()}     # torch's dtype -> ours
 
@@ -30,7 +32,8 @@ def global_ranks(group: Any) -> list[int]:
 
 def auto_topology(group: Any) -> Topology:
     """Nodes from LOCAL_WORLD_SIZE (torchrun's ranks per node; default: one node): the group's
-    ranks grouped by node, which must hold the same number of them. Costs of an H200 node."""
+    ranks grouped by node, which must hold the same number of them. Costs of an H200 node: of
+    `h200x2` for two GPUs a node (fitted on our own executor's runs), else of `h200x4`."""
     ranks = global_ranks(group)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) or max(ranks) + 1
     per_node: dict[int, int] = {}
@@ -41,7 +44,7 @@ def auto_topology(group: Any) -> Topology:
         raise HiercollError(f"topology='auto': the group's ranks {ranks} are spread unevenly over "
                             f"nodes of {local} (LOCAL_WORLD_SIZE); pass topology= a file for it")
     gpus, nodes = counts.pop(), len(per_node)
-    data = preset(AUTO_NODE).model_dump(mode="json")
+    data = preset(AUTO_NODE_BY_GPUS.get(gpus, AUTO_NODE)).model_dump(mode="json")
     data.update(name=f"auto-{nodes}x{gpus}", num_nodes=nodes, gpus_per_node=gpus)
     data["inter"] = dict(data["inter"], num_nics=gpus, nic_affinity=list(range(gpus)))
     return Topology.model_validate(data)
