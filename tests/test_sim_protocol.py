@@ -130,3 +130,27 @@ def test_the_auto_picker_times_plans_by_the_protocol_where_the_topology_prices_i
     plain = hc.load_topology("dgx-h100", 1)
     spec = hc.CollectiveSpec(kind="all_gather", world_size=8, dtype="bf16", nbytes=8192)
     assert backend_protocol(plain, hc.plan(plain, spec, "direct")) is None
+
+
+def test_nccls_model_takes_the_faster_of_its_protocols_once_fitted_with_them() -> None:
+    """costs.library.sync_us set: NCCL's model times its ring as Simple (that cost on top) and
+    as LL (twice the bytes on the wire) and takes the faster, as NCCL's tuner picks a protocol
+    by size; unset, one protocol as before (h200x4's shipped costs)."""
+    from hiercoll.calibration.predict import predict_us
+    from hiercoll.planner.library_model import library_protocols, sm_only
+    topo = hc.load_topology(TOPO)
+    assert library_protocols(topo) == (None,)
+    lib = hc.Topology.model_validate(topo.model_dump() | {"costs": topo.costs.model_dump() | {
+        "library": topo.costs.library.model_dump() | {"sync_us": 10.0}}})
+    assert library_protocols(lib) == (SIMPLE, CallProtocol(ll=True))
+    for nbytes, want_ll in ((8192, True), (256 << 20, False)):
+        row = dict(source="x#0", tool="hiercoll-bench", collective="all_gather", algorithm="nccl",
+                   world_size=2, dtype="bf16", nbytes=nbytes, mode="graph", time_us=6.0,
+                   statistic="p50")
+        case = build_case(Measurement(**row), topo)
+        timed = sm_only(lib)
+        simple, ll = (hc.simulate(case.schedule, topo, costs_from=timed, call_mode="graph",
+                                  protocol=p).time_us for p in (SIMPLE, CallProtocol(ll=True)))
+        assert (ll < simple) == want_ll
+        assert predict_us(case, lib, topo) == pytest.approx(min(simple, ll))
+    assert lib.fingerprint() != topo.fingerprint()

@@ -73,6 +73,8 @@ PARAMS: tuple[FitParam, ...] = (
        "NCCL's own per-op cost (a ring step's start and wait): the library model's launch_us"),
     _p("costs.library.intra_efficiency", "fraction", 0.01, 1.0,
        "fraction of the intra-node bandwidth NCCL's kernels reach"),
+    _p("costs.library.sync_us", "us", 0.01, 200.0,
+       "NCCL's Simple protocol's per-call cost on top of its LL's (set: the model times both)"),
     _p("costs.library.graph_call_us", "us", 0.05, 5000.0,
        "NCCL's own per-call cost replayed from a CUDA graph"),
     _p("costs.library.eager_call_us", "us", 0.05, 5000.0,
@@ -86,7 +88,7 @@ START = {"costs.sync_us": 2.0, "costs.ll_unpack_us": 1.0,
          "costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0,
          "costs.ce_concurrent_gbps": 200.0, "costs.library.launch_us": 2.0,
          "costs.library.graph_call_us": 5.0, "costs.library.eager_call_us": 20.0,
-         "costs.library.intra_efficiency": 1.0}
+         "costs.library.intra_efficiency": 1.0, "costs.library.sync_us": 5.0}
 BY_PATH = {p.path: p for p in PARAMS}
 
 

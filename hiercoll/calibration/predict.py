@@ -17,7 +17,12 @@ from hiercoll.collectives import CollectiveSpec, valid_nbytes
 from hiercoll.errors import HiercollError
 from hiercoll.ll_protocol import CallProtocol, call_protocol, ll_limit_bytes
 from hiercoll.planner import plan
-from hiercoll.planner.library_model import choose_fastest, library_candidates, sm_only
+from hiercoll.planner.library_model import (
+    choose_fastest,
+    library_candidates,
+    library_protocols,
+    sm_only,
+)
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.sim import simulate
 from hiercoll.sim.forwarding import forward_on_sms
@@ -110,9 +115,13 @@ def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
     (a variant of `base` with other bandwidths/latencies/costs), in the row's mode."""
     if case.measurement.algorithm == LIBRARY_ALGORITHM:     # NCCL: SM kernels, no copy engine
         timed_on = sm_only(timed_on)
-    if len(case.candidates) > 1:           # NCCL's choice, made with these costs
-        return float(choose_fastest(list(case.candidates), lambda s: _time(s, case, timed_on,
-                                                                              base))[1] or 0.0)
+        variants = [(s, p) for s in (case.candidates or (case.schedule,))
+                    for p in library_protocols(timed_on)]
+        if len(variants) == 1:
+            return _simulated(variants[0][0], case, timed_on, base, variants[0][1])
+        # NCCL's choice (plan and protocol), made with these costs
+        _, best = choose_fastest(variants, lambda v: _simulated(v[0], case, timed_on, base, v[1]))
+        return float(best or 0.0)
     return _time(case.schedule, case, timed_on, base)
 
 
@@ -123,5 +132,10 @@ def _time(schedule: Schedule, case: Case, timed_on: Topology, base: Topology) ->
     protocol = case.protocol if timed_on.costs.prices_protocols() else None
     if protocol is not None and protocol.ll and case.planned is not None:
         schedule = case.planned
+    return _simulated(schedule, case, timed_on, base, protocol)
+
+
+def _simulated(schedule: Schedule, case: Case, timed_on: Topology, base: Topology,
+               protocol: CallProtocol | None) -> float:
     return simulate(schedule, base, costs_from=timed_on, call_mode=case.measurement.mode,
                     protocol=protocol).time_us

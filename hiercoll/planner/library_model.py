@@ -25,8 +25,10 @@ topology's calibrated costs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from hiercoll.collectives import CollectiveSpec, Kind
+from hiercoll.ll_protocol import SIMPLE, CallProtocol
 from hiercoll.planner.registry import plan
 from hiercoll.schedule import Schedule
 from hiercoll.sim.simulate import CallMode
@@ -59,7 +61,7 @@ def library_model_timed(topology: Topology, spec: CollectiveSpec,
     schedule, time_us = _candidates_and_choice(topology, spec, call_mode)
     if time_us is None:
         time_us = simulate(schedule, topology, mode="trusted", costs_from=sm_only(topology),
-                           call_mode=call_mode).time_us
+                           call_mode=call_mode, protocol=library_protocols(topology)[0]).time_us
     return schedule, time_us
 
 
@@ -88,8 +90,17 @@ def library_candidates(topology: Topology, spec: CollectiveSpec) -> list[Schedul
     return [ring, tree]
 
 
-def choose_fastest(candidates: list[Schedule], time_of: Callable[[Schedule], float],
-                   ) -> tuple[Schedule, float | None]:
+def library_protocols(topology: Topology) -> tuple[CallProtocol | None, ...]:
+    """NCCL's protocols its model chooses among: where `costs.library.sync_us` is fitted, Simple
+    (that per-call cost on top) and LL (no such cost, twice the bytes on the wire), the faster
+    taken as NCCL's tuner takes it; else one protocol, unmodelled (costs fitted without it)."""
+    return (None,) if topology.costs.library.sync_us is None else (SIMPLE, CallProtocol(ll=True))
+
+
+T = TypeVar("T")
+
+
+def choose_fastest(candidates: list[T], time_of: Callable[[T], float]) -> tuple[T, float | None]:
     """The one rule for NCCL's choice: the candidate `time_of` says is fastest (None: one
     candidate, nothing was timed)."""
     if len(candidates) == 1:
@@ -102,5 +113,7 @@ def _candidates_and_choice(topology: Topology, spec: CollectiveSpec,
     """The model's plan, and its simulated time where choosing it took a simulation."""
     from hiercoll.sim import simulate
     timed = sm_only(topology)
-    return choose_fastest(library_candidates(topology, spec), lambda s: simulate(
-        s, topology, costs_from=timed, call_mode=call_mode).time_us)
+    variants = [(s, p) for s in library_candidates(topology, spec) for p in library_protocols(topology)]
+    (schedule, _), time_us = choose_fastest(variants, lambda v: simulate(
+        v[0], topology, costs_from=timed, call_mode=call_mode, protocol=v[1]).time_us)
+    return schedule, time_us

@@ -204,6 +204,10 @@ class LibraryCosts(_Strict):
     intra_efficiency: float | None = Field(default=None, gt=0, le=1.0, description="fraction of "
                                            "the intra-node bandwidth NCCL's kernels reach (its "
                                            "protocols stage through buffers ours do not)")
+    sync_us: float | None = Field(default=None, ge=0, description="per call of NCCL's Simple "
+                                  "protocol on top of its LL's, us; set, the library model "
+                                  "times both protocols (LL: twice the bytes on the wire) and "
+                                  "takes the faster, as NCCL's tuner does; None: one, unmodelled")
 
 
 class Costs(_Strict):
@@ -261,6 +265,8 @@ class Costs(_Strict):
             "launch_us": self.launch_us if lib.launch_us is None else lib.launch_us,
             "intra_efficiency": (self.intra_efficiency if lib.intra_efficiency is None
                                  else lib.intra_efficiency),
+            "sync_us": lib.sync_us or 0.0, "ll_unpack_us": 0.0,     # NCCL's, not our kernels'
+
             "eager": self.eager if lib.eager_call_us is None else self.eager.model_copy(
                 update={"call_us": lib.eager_call_us}),
             "graph": self.graph if lib.graph_call_us is None else self.graph.model_copy(
@@ -528,8 +534,9 @@ class Topology(_Strict):
         for mode in ("eager", "graph"):
             if costs[mode].get("ce_issue_us") == 0.0:
                 costs[mode].pop("ce_issue_us")   # added later: files hash as they did
-        if costs["library"].get("intra_efficiency") is None:
-            costs["library"].pop("intra_efficiency", None)     # added later, likewise
+        for key in ("intra_efficiency", "sync_us"):            # added later, likewise
+            if costs["library"].get(key) is None:
+                costs["library"].pop(key, None)
         for key, default in _COST_DEFAULTS.items():
             if costs.get(key) == default:
                 costs.pop(key)          # likewise for cost terms left at their defaults
