@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpRef, Region, Schedule, Transport
 
+PROTOCOLS = ("auto", "simple", "ll")      # the cuda backend's --protocol choices
 DEFAULT_LL_THRESHOLD_BYTES = 256 << 10     # the cuda backend's --ll-threshold default
 WIRE_FACTOR = 2.0           # bytes an LL push puts on the wire per data byte (4 + 4 of a word)
 MAX_LL_SOURCES = 30         # the table's LL bitmask has one bit per source (and one for dst)

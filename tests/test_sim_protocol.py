@@ -154,3 +154,15 @@ def test_nccls_model_takes_the_faster_of_its_protocols_once_fitted_with_them() -
         assert (ll < simple) == want_ll
         assert predict_us(case, lib, topo) == pytest.approx(min(simple, ll))
     assert lib.fingerprint() != topo.fingerprint()
+
+
+def test_a_row_with_a_protocol_the_backend_does_not_run_is_refused_in_one_line() -> None:
+    """An unknown protocol used to be timed as LL (anything but auto and simple was)."""
+    from hiercoll.errors import HiercollError
+    from hiercoll.executor.cuda.lowering import Protocol
+    from hiercoll.ll_protocol import PROTOCOLS
+    assert PROTOCOLS == tuple(p.value for p in Protocol)
+    topo = hc.load_topology(TOPO)
+    s = _plan(topo, "all_gather", 8192)
+    with pytest.raises(HiercollError, match=r"lowering.protocol: 'fast' is not one"):
+        protocol_of(s, topo, KNOBS | {"protocol": "fast"})

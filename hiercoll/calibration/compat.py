@@ -67,7 +67,7 @@ def check_rows(rows: Sequence[Measurement], topology: Topology) -> None:
                                 f"{'one-gpu-h200x4' if m.one_gpu else 'h200x4'})")
         theirs = row_shape(m)
         if isinstance(theirs, _Unloadable):
-            if m.topology_fingerprint not in _fingerprints(topology):
+            if m.topology_fingerprint not in (topology.fingerprint(), topology.base_fingerprint()):
                 raise HiercollError(f"{m.source}: measured on topology {m.topology!r}, which "
                                     f"does not load from here ({theirs.split(': ', 1)[-1]}); "
                                     "run from the directory the row's path is relative to, "
@@ -76,10 +76,3 @@ def check_rows(rows: Sequence[Measurement], topology: Topology) -> None:
             raise HiercollError(f"{m.source}: measured on topology {m.topology_fingerprint} "
                                 f"({m.topology or '?'}), whose shape differs from "
                                 "--topology's; calibrate a topology of that machine")
-
-
-def _fingerprints(topology: Topology) -> tuple[str, ...]:
-    """The fingerprints rows of this machine may carry: its own, and for a calibrated file the
-    base it was fitted from (rows measured before the calibration)."""
-    base = topology.calibration.base_fingerprint if topology.calibration is not None else None
-    return (topology.fingerprint(),) if base is None else (topology.fingerprint(), base)

@@ -175,8 +175,8 @@ def _solve(train: Sequence[Case], base: Topology, start: Topology, params: Seque
         topo = with_values(start, _values(params, x))
         return np.log([predict_us(c, topo, base) for c in train]) - measured
 
-    # tolerances of 1e-6 on log-times: a fit that moves predictions by a millionth is done
-    # (scipy's 1e-8 spent thousands more simulations on nothing a report shows)
+    # tolerances of 1e-6 on log-times: predictions moving by a millionth are what the reports
+    # round away (what bounds a crawling fit is MAX_NFEV_PER_PARAM)
     sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", x_scale="jac",
                         diff_step=1e-3, ftol=FIT_TOL, xtol=FIT_TOL,
                         max_nfev=MAX_NFEV_PER_PARAM * max(1, len(params)))

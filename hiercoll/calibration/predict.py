@@ -15,12 +15,18 @@ from dataclasses import dataclass
 from hiercoll.calibration.measurements import Measurement
 from hiercoll.collectives import CollectiveSpec, valid_nbytes
 from hiercoll.errors import HiercollError
-from hiercoll.ll_protocol import CallProtocol, call_protocol, ll_limit_bytes
+from hiercoll.ll_protocol import (
+    DEFAULT_LL_THRESHOLD_BYTES,
+    PROTOCOLS,
+    CallProtocol,
+    call_protocol,
+    ll_limit_bytes,
+)
 from hiercoll.planner import plan
 from hiercoll.planner.library_model import (
     choose_fastest,
     library_candidates,
-    library_protocols,
+    library_variants,
     sm_only,
 )
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
@@ -91,11 +97,15 @@ def protocol_of(schedule: Schedule, topology: Topology,
     `ll_protocol`: LL where its knobs allow and the plan qualifies), or None for a row without
     a protocol knob (another backend, or a bench from before the LL lowering)."""
     asked = knobs.get("protocol")
-    if not isinstance(asked, str):
+    if asked is None:
         return None
+    if asked not in PROTOCOLS:
+        raise HiercollError(f"lowering.protocol: {asked!r} is not one the cuda backend runs "
+                            f"({', '.join(PROTOCOLS)}); fix the bench row")
     ll_bytes = knobs.get("ll_threshold_bytes")
-    limit = ll_limit_bytes(asked, bool(knobs.get("fuse", True)), bool(knobs.get("launch_per_op")),
-                           ll_bytes if isinstance(ll_bytes, int) else 0,
+    limit = ll_limit_bytes(str(asked), bool(knobs.get("fuse", True)),
+                           bool(knobs.get("launch_per_op")),
+                           ll_bytes if isinstance(ll_bytes, int) else DEFAULT_LL_THRESHOLD_BYTES,
                            _ce_threshold(topology, knobs))
     return call_protocol(schedule, limit, peer_inter=knobs.get("inter_transport", "peer") == "peer")
 
@@ -115,8 +125,7 @@ def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
     (a variant of `base` with other bandwidths/latencies/costs), in the row's mode."""
     if case.measurement.algorithm == LIBRARY_ALGORITHM:     # NCCL: SM kernels, no copy engine
         timed_on = sm_only(timed_on)
-        variants = [(s, p) for s in (case.candidates or (case.schedule,))
-                    for p in library_protocols(timed_on)]
+        variants = library_variants(timed_on, case.candidates or (case.schedule,))
         if len(variants) == 1:
             return _simulated(variants[0][0], case, timed_on, base, variants[0][1])
         # NCCL's choice (plan and protocol), made with these costs

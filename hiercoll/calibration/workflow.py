@@ -47,8 +47,7 @@ def calibrate(cases: Sequence[Case], base: Topology, holdout: float,
         fit_geomean_error=geomean_error(result.ratios(held_out=False)),
         holdout_geomean_error=geomean_error(held) if held else None,
         worst_error=worst_error(result.ratios()),
-        base_fingerprint=(base.calibration.base_fingerprint if base.calibration is not None
-                          and base.calibration.base_fingerprint else base.fingerprint()))
+        base_fingerprint=base.base_fingerprint())
     topo = result.topology.model_copy(update={"calibration": cal,
                                               "name": f"{base.name}-calibrated"})
     return dataclasses.replace(result, topology=topo)

@@ -24,7 +24,7 @@ topology's calibrated costs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from hiercoll.collectives import CollectiveSpec, Kind
@@ -97,6 +97,12 @@ def library_protocols(topology: Topology) -> tuple[CallProtocol | None, ...]:
     return (None,) if topology.costs.library.sync_us is None else (SIMPLE, CallProtocol(ll=True))
 
 
+def library_variants(topology: Topology, candidates: Sequence[Schedule],
+                     ) -> list[tuple[Schedule, CallProtocol | None]]:
+    """Every (plan, protocol) NCCL's model chooses among under `topology`'s costs."""
+    return [(s, p) for s in candidates for p in library_protocols(topology)]
+
+
 T = TypeVar("T")
 
 
@@ -113,7 +119,7 @@ def _candidates_and_choice(topology: Topology, spec: CollectiveSpec,
     """The model's plan, and its simulated time where choosing it took a simulation."""
     from hiercoll.sim import simulate
     timed = sm_only(topology)
-    variants = [(s, p) for s in library_candidates(topology, spec) for p in library_protocols(topology)]
+    variants = library_variants(topology, library_candidates(topology, spec))
     (schedule, _), time_us = choose_fastest(variants, lambda v: simulate(
         v[0], topology, costs_from=timed, call_mode=call_mode, protocol=v[1]).time_us)
     return schedule, time_us

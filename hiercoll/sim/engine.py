@@ -113,6 +113,8 @@ class LinkCache:
         return (op.kind, op.rank, op.dst.rank, op.accumulate, srcs, self.channel_key(op))
 
     def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
+        if op.kind == OpKind.COPY and not self._capped:     # its two GPUs alone decide
+            return self._pair(op.srcs[0].rank, op.dst.rank)
         shape = self._shape(op)
         hit = self._by_shape.get(shape)
         if hit is None:
@@ -121,11 +123,13 @@ class LinkCache:
 
     def pair_copy(self, a: int, b: int) -> tuple[tuple[tuple[int, float], ...], float] | None:
         """A copy's (links, latency) from its two GPUs alone, where nothing else decides them
-        (no engine caps, no shared copy engines): a dense all-to-all-v has a million copies of
-        distinct ranks, and a stand-in op per copy cost more than its path. None where the
-        engine decides too (ask with the op)."""
-        if self._capped:
-            return None
+        (no engine caps, no shared copy engines), cached per pair for every copy op: a dense
+        all-to-all-v has a million copies of distinct ranks, and the compiled tables ask here
+        without building a stand-in op per copy. None where the engine decides too (ask with
+        the op)."""
+        return None if self._capped else self._pair(a, b)
+
+    def _pair(self, a: int, b: int) -> tuple[tuple[tuple[int, float], ...], float]:
         hit = self._pairs.get((a, b))
         if hit is None:
             hit = self._pairs[(a, b)] = copy_links(self.net, a, b)

@@ -266,7 +266,6 @@ class Costs(_Strict):
             "intra_efficiency": (self.intra_efficiency if lib.intra_efficiency is None
                                  else lib.intra_efficiency),
             "sync_us": lib.sync_us or 0.0, "ll_unpack_us": 0.0,     # NCCL's, not our kernels'
-
             "eager": self.eager if lib.eager_call_us is None else self.eager.model_copy(
                 update={"call_us": lib.eager_call_us}),
             "graph": self.graph if lib.graph_call_us is None else self.graph.model_copy(
@@ -541,6 +540,13 @@ class Topology(_Strict):
             if costs.get(key) == default:
                 costs.pop(key)          # likewise for cost terms left at their defaults
         return _hash(data)
+
+    def base_fingerprint(self) -> str:
+        """The fingerprint of the uncalibrated machine this topology was fitted from (its own
+        where it was never calibrated, or calibrated before the base was recorded): rows measured
+        there belong to this machine and to every calibration of it."""
+        base = self.calibration.base_fingerprint if self.calibration is not None else None
+        return base or self.fingerprint()
 
     def shape_fingerprint(self) -> str:
         """Hash of what a measurement's plan depends on: ranks, nodes, the kinds of fabric and

@@ -65,11 +65,12 @@ class Engine(StrEnum):
 
 
 class Protocol(StrEnum):
-    """How a plan's edges carry data and order (ll.py says why there are two)."""
+    """How a plan's edges carry data and order (ll_protocol.py says why there are two; its
+    PROTOCOLS lists these values for the simulator's side)."""
 
-    AUTO = "auto"       # LL where the plan qualifies (ll.py) and is small (ll_threshold_bytes)
+    AUTO = "auto"       # LL where the plan qualifies (ll_protocol) and is small (ll_threshold_bytes)
     SIMPLE = "simple"   # data, then a release signal; consumers acquire; barriers around a call
-    LL = "ll"           # flags in the data words, no signal, no barrier (plans ll.py admits)
+    LL = "ll"           # flags in the data words, no signal, no barrier (plans ll_protocol admits)
 
 
 class InterTransport(StrEnum):
