@@ -7,6 +7,8 @@ import json
 import os
 import platform
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,17 @@ def stamp(command: str) -> dict[str, Any]:
             "machine": f"{os.environ.get('HIERCOLL_MACHINE', 'cpu-dev')} {platform.machine()}, {os.cpu_count()} cores, "
                        f"{platform.python_implementation()} {platform.python_version()}",
             "git_sha": sha}
+
+
+def timed(acc: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn, adding its CPU seconds to acc[name] on every call."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[name] = acc.get(name, 0.0) + time.process_time() - t
+    return wrapper
 
 
 def write_results(name: str, payload: dict[str, Any], markdown: str) -> None:

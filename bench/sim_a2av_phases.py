@@ -15,27 +15,16 @@ import importlib
 import random
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import command_line, provenance, stamp, write_results  # noqa: E402
+from common import command_line, provenance, stamp, timed, write_results  # noqa: E402
 
 WRAPPED = {"op arrays": "native_op_arrays", "tables": "tables_from_arrays",
            "replay": "run_compiled", "lower bound": "lower_bound"}
-
-
-def _timed(spent: dict[str, float], label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t = time.process_time()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            spent[label] = spent.get(label, 0.0) + time.process_time() - t
-    return wrapper
 
 
 def measure(gpus: int) -> dict[str, Any]:
@@ -63,7 +52,7 @@ def measure(gpus: int) -> dict[str, Any]:
     lap("plan")
     inner: dict[str, float] = {}
     for label, name in WRAPPED.items():
-        setattr(sim_mod, name, _timed(inner, label, getattr(sim_mod, name)))
+        setattr(sim_mod, name, timed(inner, label, getattr(sim_mod, name)))
     res = hc.simulate(schedule, topo, mode="exact")
     lap("simulate")
     rest = phases["simulate"] - sum(inner.values())

@@ -15,25 +15,13 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from common import command_line, provenance, stamp, write_results
+from common import command_line, provenance, stamp, timed, write_results
 
 GPUS = (256, 512, 1024)
 # compiled-ops: the compiled core fed from built Op lists (every family without an array form)
 ENGINES = ("python", "compiled-ops", "compiled")
-
-
-def timed(acc: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """fn, adding its CPU seconds to acc[name] on every call."""
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t = time.process_time()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            acc[name] = acc.get(name, 0.0) + time.process_time() - t
-    return wrapper
 
 
 def one(gpus: int, engine: str, nbytes: int) -> dict[str, Any]:
