@@ -22,8 +22,9 @@ import triton
 import triton.language as tl
 from torch.distributed._symmetric_memory import _nvshmem_triton as nvs
 
-SIGNAL_ADD = 5
-CMP_GE = 3
+SIGNAL_ADD = tl.constexpr(10)   # nvshmemx_signal_op_t (torch 2.11 docstrings say 5: wrong)
+CMP_GE = tl.constexpr(5)       # nvshmem_cmp_type (the docstrings say 3: that is LE)
+
 
 
 @nvs.requires_nvshmem
@@ -35,7 +36,7 @@ def probe_put(dst, src, nbytes, chunk, sig, pe, third_sig, third_pe, HAS_THIRD: 
     nvs.putmem_signal_block(dst + lo, src + lo, size, sig, 1, SIGNAL_ADD, pe)
     if HAS_THIRD:
         nvs.quiet()
-        nvs.putmem_signal_block(dst, src, 0, third_sig, 1, SIGNAL_ADD, third_pe)
+        nvs.putmem_signal_block(dst, src, lo * 0, third_sig, 1, SIGNAL_ADD, third_pe)
 
 
 @nvs.requires_nvshmem
@@ -49,6 +50,19 @@ def probe_wait(slot_ptr, target):
 def probe_pe(out):
     tl.store(out, nvs.my_pe())
     tl.store(out + 1, nvs.n_pes())
+
+
+def _settle(stage: str, rank: int, limit_s: float = 15.0) -> None:
+    """Wait for the GPU with a time limit: a hung stage is named and the process leaves."""
+    ev = torch.cuda.Event()
+    ev.record()
+    t0 = time.perf_counter()
+    while not ev.query():
+        if time.perf_counter() - t0 > limit_s:
+            print(f"rank {rank}: HUNG at {stage}", flush=True)
+            os._exit(3)
+        time.sleep(0.001)
+    print(f"rank {rank}: {stage} done", flush=True)
 
 
 def main() -> None:
@@ -99,6 +113,18 @@ def _exercise(rec: dict, rank: int, world: int, dev: torch.device) -> None:
     torch.cuda.synchronize()
     rec["my_pe_n_pes"] = pe.tolist()
     peer = (rank + 1) % world
+    # one put, then the wait, then the third-party signal, each settled on its own
+    probe_put[(1,)](data.data_ptr() + (n // 2) * 2, data.data_ptr(), 4096, 4096,
+                    sig.data_ptr() + 8, peer, sig.data_ptr() + 16, rank, HAS_THIRD=False)
+    _settle("first put", rank)
+    probe_wait[(1,)](sig[2:], 1)
+    _settle("first wait", rank)
+    probe_put[(1,)](data.data_ptr() + (n // 2) * 2, data.data_ptr(), 4096, 4096,
+                    sig.data_ptr() + 8, peer, sig.data_ptr() + 16, rank, HAS_THIRD=True)
+    _settle("put + third", rank)
+    rec["first_sig"] = sig[:8].tolist()
+    print(rank, rec["first_sig"], flush=True)
+    dist.barrier()
     dst_off = n // 2        # bytes of bf16 elements: half the allocation is the landing zone
     isz = 2
     results = []
@@ -128,7 +154,7 @@ def _exercise(rec: dict, rank: int, world: int, dev: torch.device) -> None:
                                    sig.data_ptr() + third * 4, rank, HAS_THIRD=True)
                 probe_wait[(1,)](sig[slot:], (it + 1) * grid)
             end.record()
-            torch.cuda.synchronize()
+            _settle(f"{nbytes} B x {grid} CTAs", rank)
             us = start.elapsed_time(end) * 1e3 / iters
             # the peer's data landed in my landing zone: compare with what the peer holds
             mine = data[dst_off:dst_off + count].clone()

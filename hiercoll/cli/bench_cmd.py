@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.one_gpu:
         return _run_one_gpu(cases, modes, choice, args)
     from hiercoll.harness.launch import init_from_env, peer_failures, shutdown
-    launch = init_from_env(device_type(args.backend))
+    launch = init_from_env(device_type(args.backend), nvshmem=choice.nvshmem)
     if launch.device.type != "cuda" and "graph" in modes:
         modes = [m for m in modes if m != "graph"]
     rows: list[dict[str, Any]] = []

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from hiercoll.harness.launch import init_from_env, peer_failures, shutdown
     from hiercoll.harness.prepare import prepare_for_mode
     from hiercoll.harness.stress import stress
-    launch = init_from_env(device_type(args.backend), args.timeout)
+    launch = init_from_env(device_type(args.backend), args.timeout, nvshmem=choice.nvshmem)
     try:
         with peer_failures(launch.rank):
             check_launch(target.schedule, launch.world_size, fingerprint)

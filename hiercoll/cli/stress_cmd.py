@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 _write_reports(args, reports)
         return _summarise(args, reports)
     from hiercoll.harness.launch import init_from_env, peer_failures, shutdown
-    launch = init_from_env(device_type(args.backend), args.timeout)
+    launch = init_from_env(device_type(args.backend), args.timeout, nvshmem=choice.nvshmem)
     reports = []
     try:
         with peer_failures(launch.rank):

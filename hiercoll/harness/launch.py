@@ -46,8 +46,12 @@ def set_safe_cuda_env() -> None:
 DEFAULT_TIMEOUT_S = 300.0      # `--timeout`: torch's own default is 30 minutes
 
 
-def init_from_env(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Launch:
+def init_from_env(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  nvshmem: bool = False) -> Launch:
     """Join (or create) the default process group from torchrun's variables.
+
+    `nvshmem` (`--inter-transport nvshmem`): every symmetric allocation of the process is NVSHMEM
+    memory, chosen here, before any (the peers' rows or a plan) is made.
 
     `timeout_s` bounds every collective and point-to-point wait (the gloo backend names the op
     and the peer when one expires) and the joining itself.
@@ -89,6 +93,9 @@ def init_from_env(device_type: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Lau
                          type(exc).__name__)
             raise HiercollError(f"rank {rank}: joining the process group of {world} ranks failed "
                                 f"or timed out (--timeout {timeout_s:g} s): {first}") from None
+    if nvshmem and device_type == "cuda":
+        from hiercoll.executor.cuda.symm import use_nvshmem
+        use_nvshmem(device)
     started()
     return Launch(rank, world, local_rank, device, pg_backend)
 

@@ -28,6 +28,11 @@ class BackendChoice:
             return {}
         return self.cuda | ({"single_stream": True} if Mode(mode) == Mode.GRAPH else {})
 
+    @property
+    def nvshmem(self) -> bool:
+        """Does this choice put inter-node copies on NVSHMEM (the process's allocations must)?"""
+        return self.name == BackendName.CUDA and str(self.cuda.get("inter_transport")) == "nvshmem"
+
     def with_tuning(self, executor: dict[str, Any]) -> BackendChoice:
         """The tuning file's knobs for the plan (`TuningEntry.executor`) where the user left
         the flag at its default; a flag given another value wins."""

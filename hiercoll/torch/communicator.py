@@ -112,6 +112,9 @@ class Communicator:
         self._device = (torch.device("cuda", torch.cuda.current_device()) if on_gpu
                         else torch.device("cpu"))
         self._symmetric = self._backend == BackendName.CUDA
+        if self._symmetric and str((cuda_options or {}).get("inter_transport")) == "nvshmem":
+            from hiercoll.executor.cuda.symm import use_nvshmem
+            use_nvshmem(self._device)      # before the pools' first allocation
         self._choice = BackendChoice(self._backend if self._backend != BackendName.NCCL
                                      else BackendName.GLOO if not on_gpu else BackendName.CUDA,
                                      dict(cuda_options or {}))

@@ -21,7 +21,9 @@ from hiercoll.executor.cuda.lowering import (
     CallStep,
     CopyLaunch,
     CudaOptions,
+    InterTransport,
     KernelLaunch,
+    PutLaunch,
     RankProgram,
     RecvLaunch,
     SendLaunch,
@@ -31,7 +33,7 @@ from hiercoll.executor.cuda.lowering import (
     lower,
     spin_limit_for,
 )
-from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
+from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, use_nvshmem
 from hiercoll.executor.cuda.table import Table, encode
 from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
 from hiercoll.executor.torch_dtypes import torch_dtype
@@ -49,6 +51,20 @@ class _Copy:
     src: torch.Tensor
 
 
+@dataclass
+class _Put:
+    """A PutLaunch's kernel arguments: local symmetric addresses (NVSHMEM maps them to the
+    peer's), the 64-bit signal slots' addresses and their PEs (global ranks)."""
+
+    dst: int
+    src: int
+    nbytes: int
+    chunk: int
+    sigs: torch.Tensor      # int64 addresses, the receiver's first
+    pes: torch.Tensor       # int32
+    grid: int
+
+
 @dataclass(kw_only=True)
 class CudaPrepared(Prepared):
     """A rank's prepared call: everything `enqueue` needs, all present once built."""
@@ -62,6 +78,7 @@ class CudaPrepared(Prepared):
     copies: dict[int, _Copy]                  # id(CopyLaunch) -> views
     net_stream: torch.cuda.Stream | None      # only with NCCL-transport inter-node ops
     net_views: dict[int, torch.Tensor]        # id(Send/Recv) -> view
+    puts: dict[int, _Put] = field(default_factory=dict)   # id(PutLaunch) -> its arguments
     spin_limit: int
     reduce_op: str
     bound: dict[int, BoundLaunch] = field(default_factory=dict)   # id(KernelLaunch) -> launch
@@ -105,6 +122,8 @@ class CudaBackend:
         check_launch(schedule, world)
         rank = dist.get_rank(group)
         device = torch.device("cuda", torch.cuda.current_device())
+        if self.options.inter_transport == InterTransport.NVSHMEM:
+            use_nvshmem(device)       # before the allocations (the pool's owner did it earlier)
         program = lower(schedule, rank, self.options)
         dtype = torch_dtype(schedule.spec.dtype)
         if buffers is None:
@@ -112,8 +131,8 @@ class CudaBackend:
             signals: SymmetricBuffer = allocate(program.num_slots, torch.int32, device, group)
         else:
             data, signals = buffers(program.layout.total, dtype, program.num_slots)
-        prepared = build_prepared(schedule, program, data, signals, world, self.options, device)
-        prepared.group = group
+        prepared = build_prepared(schedule, program, data, signals, world, self.options, device,
+                                  group)
         torch.cuda.synchronize()
         dist.barrier(group)
         return prepared
@@ -127,7 +146,8 @@ class CudaBackend:
 
     @staticmethod
     def net_hook(prepared: CudaPrepared, main: torch.cuda.Stream) -> None:
-        """The net stream: wait rows, NCCL sends/receives in the global order, signal rows."""
+        """The net stream: wait rows, NCCL sends/receives in the global order, signal rows; or
+        (NVSHMEM) wait rows and this rank's puts."""
         assert prepared.net_stream is not None
         net = prepared.net_stream
         net.wait_stream(main)
@@ -135,6 +155,8 @@ class CudaBackend:
             for item in prepared.program.net:
                 if isinstance(item, KernelLaunch):
                     _kernel(prepared, item, net)
+                elif isinstance(item, PutLaunch):
+                    _put(prepared.puts[id(item)])
                 elif isinstance(item, SendLaunch):
                     _wait(dist.isend(prepared.net_views[id(item)],
                                      _global_rank(prepared.group, item.peer), prepared.group))
@@ -188,7 +210,7 @@ BufferSource = Callable[[int, torch.dtype, int], tuple[SymmetricBuffer, Symmetri
 
 def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuffer,
                    signals: SymmetricBuffer, world: int, options: CudaOptions,
-                   device: torch.device) -> CudaPrepared:
+                   device: torch.device, group: Any = None) -> CudaPrepared:
     """Everything after the allocations: the row table on the device, streams, copy-engine views,
     net views, and the kernels compiled (so no rank sits in the JIT while its peers spin)."""
     from hiercoll.kernels.program import KernelState, bind_launch, warm_up
@@ -216,10 +238,14 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
             net_views[id(item)] = data.tensor[item.src.offset:item.src.offset + item.count]
         elif isinstance(item, RecvLaunch):
             net_views[id(item)] = data.tensor[item.dst.offset:item.dst.offset + item.count]
+    puts = {id(item): _put_args(item, data, signals, itemsize, device, group)
+            for item in program.net if isinstance(item, PutLaunch)}
     notes = list(program.notes)
-    if program.net:
+    if any(isinstance(x, SendLaunch) for x in program.net):
         notes.append(f"{sum(isinstance(x, SendLaunch) for x in program.net)} "
                      "inter-node sends through NCCL send/recv")
+    if puts:
+        notes.append(f"{len(puts)} inter-node puts through NVSHMEM put-with-signal")
     notes.append(f"grid {_grid(program)} CTAs; {sum(map(len, program.streams.values()))}"
                  f" launches on {len(program.streams)} stream(s); {len(copies)} copy-engine copies")
     prepared = CudaPrepared(
@@ -230,6 +256,8 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         copies=copies,
         net_stream=torch.cuda.Stream(device=device) if program.net else None,
         net_views=net_views,
+        puts=puts,
+        group=group,
         spin_limit=spin_limit_for(options.debug_timeout_ms),
         reduce_op=schedule.spec.reduce_op.value,
         copy_channels=frozenset(ch for ch, items in program.streams.items()
@@ -360,6 +388,32 @@ def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
 
 def _copy(c: _Copy) -> None:
     c.dst.copy_(c.src, non_blocking=True)
+
+
+def _put_args(item: PutLaunch, data: SymmetricBuffer, signals: SymmetricBuffer, itemsize: int,
+              device: torch.device, group: Any) -> _Put:
+    from hiercoll.kernels.nvshmem_put import put_chunk_bytes, put_kernel
+    put_kernel()       # registered with NVSHMEM before the first launch
+    base, sig = data.tensor.data_ptr(), signals.tensor.data_ptr()
+    nbytes = item.count * itemsize
+    # the signal word is 64-bit: an odd slot would straddle two int32 slots' 8-byte word
+    if any((sig + 4 * s.slot) % 8 for s in item.signals):
+        raise HiercollError(f"nvshmem put {item.op}: its signal slot is not 8-byte aligned "
+                            "(the signal allocation must start on an 8-byte boundary)")
+    return _Put(base + item.dst.offset * itemsize, base + item.src.offset * itemsize, nbytes,
+                put_chunk_bytes(nbytes, item.ctas),
+                torch.tensor([sig + 4 * s.slot for s in item.signals], dtype=torch.int64,
+                             device=device),
+                torch.tensor([_global_rank(group, s.rank) for s in item.signals],
+                             dtype=torch.int32, device=device),
+                item.ctas)
+
+
+def _put(p: _Put) -> None:
+    """Launch one put on the current stream (Triton's JIT dispatch: a few microseconds of host
+    time per put in eager mode; a CUDA graph replays it for free)."""
+    from hiercoll.kernels.nvshmem_put import put_kernel
+    put_kernel()[(p.grid,)](p.dst, p.src, p.nbytes, p.chunk, p.sigs, p.pes, len(p.pes))
 
 
 def _kernel(prepared: CudaPrepared, launch: KernelLaunch, stream: torch.cuda.Stream,

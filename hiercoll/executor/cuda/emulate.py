@@ -23,6 +23,7 @@ from hiercoll.executor.cuda.lowering import (
     CudaOptions,
     KernelLaunch,
     Launch,
+    PutLaunch,
     RankProgram,
     RecvLaunch,
     Row,
@@ -140,6 +141,10 @@ class _Emulator:
             self.ranks[item.dst.rank].data[item.dst.offset:item.dst.offset + item.count] = src
             rk.stream_pos[ch] += 1
             return True
+        if isinstance(item, PutLaunch):
+            self._put(r, item)
+            rk.stream_pos[ch] += 1
+            return True
         if ch not in rk.ctas:
             rk.ctas[ch], rk.cta_epoch[ch] = [0] * item.grid, rk.epoch
         if not self._cta_steps(r, rk, item, rk.ctas[ch], rk.cta_epoch[ch]):
@@ -172,6 +177,17 @@ class _Emulator:
         rk.stream_pos[NET] += 1
         peer.stream_pos[NET] += 1
         return True
+
+    def _put(self, r: int, item: PutLaunch) -> None:
+        """An NVSHMEM put: the data lands in the peer's allocation, then every target's 64-bit
+        slot gains one per CTA (its low int32 word, which waits read; the high word stays 0)."""
+        src = self.ranks[r].data[item.src.offset:item.src.offset + item.count]
+        self.ranks[item.peer].data[item.dst.offset:item.dst.offset + item.count] = src
+        for s in item.signals:
+            if s.slot % 2:
+                raise VerificationError(f"nvshmem put {item.op}: slot {s.slot} is not the low "
+                                        "word of a 64-bit signal")
+            self.ranks[s.rank].sig[s.slot] += item.ctas
 
     def _cta_steps(self, r: int, rk: _Rank, launch: KernelLaunch, pcs: list[int], epoch: int) -> bool:
         """One random CTA of `launch` that can run its next row does so; False if none can."""

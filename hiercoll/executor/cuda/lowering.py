@@ -61,7 +61,7 @@ COPY_ENGINE_OFF = 1 << 40    # the default copy-engine threshold: no copy reache
 class Engine(StrEnum):
     SM = "sm"       # Triton kernel: loads/stores through peer mappings
     CE = "ce"       # copy engine: peer_view.copy_()
-    NET = "net"     # inter-node transport: NCCL send/recv between the two owners
+    NET = "net"     # inter-node transport: NCCL send/recv, or an NVSHMEM put-with-signal
 
 
 class Protocol(StrEnum):
@@ -78,6 +78,19 @@ class InterTransport(StrEnum):
 
     PEER = "peer"   # like intra-node ops, through peer mappings (all GPUs in one NVLink domain)
     NCCL = "nccl"   # send/recv on a per-rank net stream, in one global order (no peer mapping)
+    NVSHMEM = "nvshmem"   # the sender's put-with-signal on its net stream (no receiver work)
+
+
+# An NVSHMEM put runs on this many CTAs per this many bytes, up to NVSHMEM_MAX_CTAS: measured on
+# 2 x H200 (results/gpu/nvshmem-probe), one CTA's block put moves 5-11 GB/s, 32 CTAs 272 GB/s at
+# 16 MiB and 64 CTAs 278 GB/s at 64 MiB (the copy engine: 350-380)
+NVSHMEM_BYTES_PER_CTA = 512 * 1024
+NVSHMEM_MAX_CTAS = 64
+
+
+def nvshmem_put_ctas(nbytes: int) -> int:
+    """CTAs of one put: each moves a contiguous chunk and signals once (ADD 1)."""
+    return max(1, min(NVSHMEM_MAX_CTAS, -(-nbytes // NVSHMEM_BYTES_PER_CTA)))
 
 
 def _knob(default: object, flag: str, help: str, size: bool = False) -> Any:
@@ -103,8 +116,9 @@ class CudaOptions:
         0.0, "--debug-timeout-ms", "cuda: abort a signal wait after this long and report "
         "rank/op/peer")
     inter_transport: InterTransport = _knob(
-        InterTransport.PEER, "--inter-transport", "cuda: inter-node ops through peer mappings "
-        "(one NVLink domain) or NCCL send/recv between the owners")
+        InterTransport.PEER, "--inter-transport", "cuda: inter-node copies through peer mappings "
+        "(one NVLink domain), NCCL send/recv between the owners, or NVSHMEM put-with-signal "
+        "from the sender (torch's NVSHMEM symmetric-memory backend)")
     single_stream: bool = _knob(
         False, "--single-stream", "cuda: one stream per rank in a global dependency order (no "
         "kernel can wait on a sibling branch of its own CUDA graph)")
@@ -264,7 +278,26 @@ class RecvLaunch:
     peer: int
 
 
-Launch = KernelLaunch | CopyLaunch | SendLaunch | RecvLaunch
+@dataclass(frozen=True)
+class PutLaunch:
+    """NVSHMEM (`--inter-transport nvshmem`): `count` elements at `src` (this rank) into `dst` of
+    rank `peer`'s symmetric allocation, on `ctas` CTAs; each CTA puts its chunk and adds 1 to
+    `peer`'s slot `signals[0]` once its chunk has landed (put-with-signal: NVSHMEM delivers the
+    data before the signal), then, after a quiet (every chunk of this CTA complete), adds 1 to
+    the slot of every other rank in `signals` (consumers that read the data through `peer`'s
+    mapping, or this rank's channel successor). Slots are 64-bit NVSHMEM signals: two int32
+    slots, the count in the first (little-endian), the second always 0."""
+
+    op: str
+    src: Addr
+    dst: Addr
+    count: int
+    peer: int
+    signals: tuple[Signal, ...]
+    ctas: int
+
+
+Launch = KernelLaunch | CopyLaunch | SendLaunch | RecvLaunch | PutLaunch
 
 
 @dataclass(frozen=True)
@@ -348,12 +381,26 @@ class _Global:
     sm_prev: dict[OpRef, OpRef] = field(default_factory=dict)   # SM op before on its channel
     # (consumer, producer) pairs ordered by the CTAs themselves (`_cta_local`): no signal, no wait
     local: frozenset[tuple[OpRef, OpRef]] = frozenset()
+    # NVSHMEM puts: their 64-bit signal slots (even int32 indices after the barrier slots) and CTAs
+    net_slots: dict[OpRef, int] = field(default_factory=dict)
+    put_ctas: dict[OpRef, int] = field(default_factory=dict)
 
     def gid(self, ref: OpRef) -> int:
         return self.base[ref[0]] + ref[1]
 
+    def slot(self, ref: OpRef) -> int:
+        """The signal slot consumers of `ref` wait on: its global id, or an NVSHMEM put's own."""
+        return self.net_slots.get(ref, self.gid(ref))
+
+    def num_slots(self, world: int) -> int:
+        """int32 slots of the signal allocation: one per op, the two barriers' (one per rank
+        each, plus one), and two per NVSHMEM put."""
+        return max([self.num_ops + 2 * world + 1, *(s + 2 for s in self.net_slots.values())])
+
     def per_epoch(self, ref: OpRef) -> int:
         """Signals an op sends per call: one per CTA that runs it."""
+        if ref in self.put_ctas:
+            return self.put_ctas[ref]
         if self.engines[ref] != Engine.SM:
             return 1
         lo, hi = self.ranges.get(ref, (0, self.grid))
@@ -383,7 +430,7 @@ def symmetric_layout(schedule: Schedule) -> SymmetricLayout:
 
 
 def _engine(op: Op, itemsize: int, opts: CudaOptions) -> Engine:
-    if (opts.inter_transport == InterTransport.NCCL and op.transport == Transport.INTER
+    if (opts.inter_transport != InterTransport.PEER and op.transport == Transport.INTER
             and op.kind == OpKind.COPY):
         return Engine.NET
     # the simulator's rule, so what it times on a copy engine runs on one
@@ -496,9 +543,18 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
                 consumers.setdefault(c.ref, set()).add(waiter)
             prev[key] = op
             on_channel[(key, op.channel)] = op
+    net_slots: dict[OpRef, int] = {}
+    put_ctas: dict[OpRef, int] = {}
+    if opts.inter_transport == InterTransport.NVSHMEM:
+        first = n + 2 * w + 1
+        first += first % 2          # 8-byte aligned: NVSHMEM signals are 64-bit
+        for op in schedule.ops():
+            if engines[op.ref] == Engine.NET:
+                net_slots[op.ref] = first + 2 * len(net_slots)
+                put_ctas[op.ref] = nvshmem_put_ctas(op.dst.count * itemsize)
     return _Global(tuple(base), n, grid, engines,
                    {k: frozenset(v) for k, v in consumers.items()}, channel_prev, issue,
-                   ranges, sm_prev, frozenset(local))
+                   ranges, sm_prev, frozenset(local), net_slots, put_ctas)
 
 
 def _cta_local(p: Op, c: Op, ranges: dict[OpRef, tuple[int, int]]) -> bool:
@@ -632,7 +688,7 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
             continue
         prev = g.sm_prev.get(op.ref)
         if prev is not None and prev in in_launch.get(key, ()) and prev not in op.deps:
-            waits.append(Wait(g.gid(prev), g.per_epoch(prev), f"{prev[0]}.{prev[1]}"))
+            waits.append(Wait(g.slot(prev), g.per_epoch(prev), f"{prev[0]}.{prev[1]}"))
         pending.setdefault(key, []).append(Row(
             op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
             op.kind == OpKind.REDUCE, op.accumulate, op.scale, tuple(waits), signals,
@@ -651,16 +707,21 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
             op.transport == Transport.INTER for op in schedule.rank_ops(rank)):
         notes.append("inter-node ops run through peer mappings (all ranks share one NVLink "
                      "domain here); no RDMA transport is used")
-    if opts.inter_transport == InterTransport.NCCL and any(
+    if opts.inter_transport == InterTransport.NVSHMEM and any(
+            op.transport == Transport.INTER and op.kind == OpKind.COPY
+            for op in schedule.ops() if op.srcs[0].rank == rank):
+        notes.append("inter-node copies from this rank run as NVSHMEM put-with-signal (the "
+                     "receiver does no work; its consumers wait on the put's signal)")
+    if opts.inter_transport != InterTransport.PEER and any(
             op.transport == Transport.INTER and op.kind == OpKind.REDUCE
             for op in schedule.rank_ops(rank)):
         notes.append("inter-node reduce ops (reduce here, store on the other node) still run "
-                     "through peer mappings; only copies use NCCL send/recv")
+                     f"through peer mappings; only copies use {opts.inter_transport.value}")
     net = _net_stream(schedule, g, layout, rank)
     streams = {ch: v for ch, v in streams.items() if v}
     if _fusable(g, opts):
         return _fused(g, w, rank, layout, streams, schedule.spec.accumulates_output, notes)
-    return RankProgram(rank, layout, g.num_ops + 2 * w + 1,
+    return RankProgram(rank, layout, g.num_slots(w),
                        _barrier(g, w, rank, 0, "start") if w > 1 else None,
                        {ch: tuple(v) for ch, v in sorted(streams.items())},
                        _barrier(g, w, rank, 1, "end"), schedule.spec.accumulates_output,
@@ -792,27 +853,28 @@ def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,
                   for items in streams.values() for x in items)
     launch = KernelLaunch(tuple(rows), g.grid, aligned)
     notes = [*notes, "fused: one kernel per call (barriers are rows of it)"]
-    return RankProgram(rank, layout, g.num_ops + 2 * w + 1, None, {0: (launch,)},
+    return RankProgram(rank, layout, g.num_slots(w), None, {0: (launch,)},
                        KernelLaunch((), 1, True), copy_in_output, tuple(notes), (), True)
 
 
 def _waits(g: _Global, op: Op) -> list[Wait]:
-    waits = [Wait(g.gid(d), g.per_epoch(d), f"{d[0]}.{d[1]}") for d in op.deps
+    waits = [Wait(g.slot(d), g.per_epoch(d), f"{d[0]}.{d[1]}") for d in op.deps
              if (op.ref, d) not in g.local]
     p = g.explicit_prev(op.ref)
     if p is not None:
-        waits.append(Wait(g.gid(p), g.per_epoch(p), f"{p[0]}.{p[1]}"))
+        waits.append(Wait(g.slot(p), g.per_epoch(p), f"{p[0]}.{p[1]}"))
     return waits
 
 
 def _signals(g: _Global, op: Op) -> tuple[Signal, ...]:
-    return tuple(Signal(c, g.gid(op.ref)) for c in sorted(g.consumers.get(op.ref, ())))
+    return tuple(Signal(c, g.slot(op.ref)) for c in sorted(g.consumers.get(op.ref, ())))
 
 
 def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
                 rank: int) -> tuple[Launch, ...]:
     """This rank's sends and receives, in one global order that extends every dependency (so
-    the per-pair FIFO matching of NCCL pairs them up and no wait can block an earlier op)."""
+    the per-pair FIFO matching of NCCL pairs them up and no wait can block an earlier op). With
+    NVSHMEM, only the sender has work: a wait row for the put's dependencies, then the put."""
     if Engine.NET not in g.engines.values():
         return ()
     out: list[Launch] = []
@@ -821,6 +883,10 @@ def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
             if g.engines[op.ref] != Engine.NET:
                 continue
             src, dst = op.srcs[0], op.dst
+            if op.ref in g.net_slots:
+                if src.rank == rank:
+                    out.extend(_put(g, layout, op))
+                continue
             if src.rank == rank:
                 out.append(KernelLaunch((Row(f"{op.id}:wait", 0, None, (), False, False, 1.0,
                                              tuple(_waits(g, op)), ()),), 1, True))
@@ -830,6 +896,22 @@ def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
                 out.append(KernelLaunch((Row(f"{op.id}:signal", 0, None, (), False, False, 1.0,
                                              (), _signals(g, op)),), 1, True))
     return tuple(out)
+
+
+def _put(g: _Global, layout: SymmetricLayout, op: Op) -> tuple[Launch, ...]:
+    """The sender's NVSHMEM put of `op`, behind a wait row for what it reads (none: no launch).
+    The receiver is signalled first (with the data); every other consumer after."""
+    src, dst = op.srcs[0], op.dst
+    waits = tuple(_waits(g, op))
+    targets = sorted(g.consumers.get(op.ref, ()), key=lambda c: (c != dst.rank, c))
+    if dst.rank not in targets:
+        targets.insert(0, dst.rank)
+    put = PutLaunch(op.id, layout.addr(src), layout.addr(dst), op.dst.count, dst.rank,
+                    tuple(Signal(c, g.slot(op.ref)) for c in targets), g.put_ctas[op.ref])
+    if not waits:
+        return (put,)
+    return (KernelLaunch((Row(f"{op.id}:wait", 0, None, (), False, False, 1.0, waits, ()),),
+                         1, True), put)
 
 
 def _barrier(g: _Global, world: int, rank: int, which: int, name: str,

@@ -19,6 +19,29 @@ from hiercoll.errors import HiercollError
 # rendezvous pairs different buffers (pytorch #190977: silent corruption). Deliberately a module
 # list, not per-backend state: a sweep drops backends, the memory must not go with them.
 _KEEP_ALIVE: list[Any] = []
+_ALLOCATIONS = 0     # symmetric allocations this process made (the backend is fixed after one)
+
+
+def use_nvshmem(device: torch.device) -> None:
+    """Make this process's symmetric allocations NVSHMEM memory (torch's NVSHMEM backend), what
+    `--inter-transport nvshmem` puts into and signals. Once per process, before its first
+    symmetric allocation: torch cannot change the backend after one. NVSHMEM memory is peer-mapped
+    on one node like the CUDA backend's, so every other plan of the process runs on it too."""
+    import torch.distributed._symmetric_memory as symm_mem
+    available = getattr(symm_mem, "is_nvshmem_available", None)
+    if available is None or not available():
+        raise HiercollError("inter_transport nvshmem: this torch has no NVSHMEM (torch.distributed."
+                            "_symmetric_memory.is_nvshmem_available() is False); install the "
+                            "nvidia-nvshmem wheel torch was built with, or use --inter-transport "
+                            "nccl")
+    if symm_mem.get_backend(device) == "NVSHMEM":
+        return
+    if _ALLOCATIONS:
+        raise HiercollError("inter_transport nvshmem: this process already made symmetric "
+                            "allocations with torch's CUDA backend, which cannot change after "
+                            "the first; ask for nvshmem in the process's first plan or "
+                            "Communicator")
+    symm_mem.set_backend("NVSHMEM")
 
 
 class SymmetricBuffer(Protocol):
@@ -59,6 +82,8 @@ def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any,
     every rank of the world must make the same number of rendezvous over its life (one
     communicator per TP group on every rank, used alike), or a later rendezvous hangs."""
     import torch.distributed._symmetric_memory as symm_mem
+    global _ALLOCATIONS
+    _ALLOCATIONS += 1
     tensor = symm_mem.empty(numel, dtype=dtype, device=device)
     tensor.zero_()
     pg = group or dist.group.WORLD

@@ -1,0 +1,60 @@
+"""The put of `--inter-transport nvshmem` (lowering.PutLaunch): NVSHMEM put-with-signal from the
+sender's net stream, the inter-node step of a plan with no work on the receiving rank.
+
+Why a kernel of its own: NVSHMEM device calls need the binary linked with NVSHMEM's device library
+and its module registered with NVSHMEM after the JIT built it (torch's `requires_nvshmem` does
+both); the row kernels stay free of that, so every other transport runs without NVSHMEM.
+
+Memory ordering. Each CTA puts one contiguous chunk with `nvshmemx_putmem_signal_block`: NVSHMEM
+delivers the chunk before it adds 1 to the receiver's 64-bit signal (on NVLink a store loop, a
+system-scope fence, then the atomic; over RDMA the NIC orders them). Consumers poll the signal's
+low 32-bit word with relaxed system-scope loads and then take an acquire fence in every
+consuming thread (the row kernel's wait), the same rule as every other signal of the plan.
+Third parties (a consumer that reads the data through the receiver's mapping, or this rank's
+channel successor) hear of the put only after `nvshmem_quiet`, which completes every chunk the
+CTA put at its target: a zero-byte put-with-signal then carries their signal.
+
+`SIGNAL_ADD` is NVSHMEM's `nvshmemx_signal_op_t` value. torch 2.11's binding docstrings give 5
+(SET 0, CMP_GE 3); those are other operations (CMP 3 is LE): measured on the device, a put with
+5 left the signal unusable and a wait with 3 returned at once (results/gpu/nvshmem-probe).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import triton
+import triton.language as tl
+
+SIGNAL_ADD = tl.constexpr(10)
+_nvs: Any = None      # torch's NVSHMEM Triton bindings, bound by `put_kernel` (a Triton global)
+
+
+@triton.jit
+def hiercoll_nvshmem_put(dst, src, nbytes, chunk, sigs, pes, n_sig):
+    lo = tl.program_id(0).to(tl.int64) * chunk
+    size = tl.maximum(tl.minimum(chunk, nbytes - lo), 0)
+    _nvs.putmem_signal_block(dst + lo, src + lo, size, tl.load(sigs), 1, SIGNAL_ADD,
+                             tl.load(pes))
+    if n_sig > 1:
+        _nvs.quiet()
+        for i in range(1, n_sig):
+            _nvs.putmem_signal_block(dst, src, lo * 0, tl.load(sigs + i), 1, SIGNAL_ADD,
+                                     tl.load(pes + i))
+
+
+@functools.cache
+def put_kernel() -> Any:
+    """The put kernel, registered with NVSHMEM (raises where torch has no NVSHMEM device
+    library: callers check `symm.use_nvshmem` first)."""
+    global _nvs
+    from torch.distributed._symmetric_memory import _nvshmem_triton
+    _nvs = _nvshmem_triton
+    return _nvshmem_triton.requires_nvshmem(hiercoll_nvshmem_put)
+
+
+def put_chunk_bytes(nbytes: int, ctas: int) -> int:
+    """Bytes per CTA: the put split evenly, rounded up to 16 (vector-aligned chunks)."""
+    chunk = -(-nbytes // max(ctas, 1))
+    return max(16, -(-chunk // 16) * 16)
