@@ -32,6 +32,7 @@ from hiercoll.executor.cuda.lowering import (
     launch_label,
     lower,
     spin_limit_for,
+    warm_slot,
 )
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, use_nvshmem
 from hiercoll.executor.cuda.table import Table, encode
@@ -265,6 +266,8 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
     if not program.fused and len(program.streams) == 1 and not prepared.copy_channels \
             and not program.net:
         (prepared.inline_channel,) = program.streams
+    if puts:
+        _warm_up_put(program, data, signals, device, group)
     compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit)
     for launch, bump, fused in _kernel_launches(program):
         bound = bind_launch(kernel, table.launches[id(launch)], compiled,
@@ -407,6 +410,18 @@ def _put_args(item: PutLaunch, data: SymmetricBuffer, signals: SymmetricBuffer, 
                 torch.tensor([_global_rank(group, s.rank) for s in item.signals],
                              dtype=torch.int32, device=device),
                 item.ctas)
+
+
+def _warm_up_put(program: RankProgram, data: SymmetricBuffer, signals: SymmetricBuffer,
+                 device: torch.device, group: Any) -> None:
+    """Build the put kernel (and register it with NVSHMEM) before any call: one zero-byte put to
+    this rank's own warm-up slot, which nothing waits on."""
+    me = _global_rank(group, program.rank)
+    sig = signals.tensor.data_ptr() + 4 * warm_slot(program)
+    base = data.tensor.data_ptr()
+    _put(_Put(base, base, 0, 16, torch.tensor([sig], dtype=torch.int64, device=device),
+              torch.tensor([me], dtype=torch.int32, device=device), 1))
+    torch.cuda.synchronize(device)
 
 
 def _put(p: _Put) -> None:

@@ -88,6 +88,13 @@ NVSHMEM_BYTES_PER_CTA = 512 * 1024
 NVSHMEM_MAX_CTAS = 64
 
 
+def warm_slot(program: RankProgram) -> int:
+    """The 64-bit slot (no consumer waits on it) a program with NVSHMEM puts signals when its put
+    kernel is built and run once at prepare time: the first put of a call must not sit in the JIT
+    while its consumers' waits run out (the first 2-GPU run's debug timeouts)."""
+    return program.num_slots - 2
+
+
 def nvshmem_put_ctas(nbytes: int) -> int:
     """CTAs of one put: each moves a contiguous chunk and signals once (ADD 1)."""
     return max(1, min(NVSHMEM_MAX_CTAS, -(-nbytes // NVSHMEM_BYTES_PER_CTA)))
@@ -394,8 +401,11 @@ class _Global:
 
     def num_slots(self, world: int) -> int:
         """int32 slots of the signal allocation: one per op, the two barriers' (one per rank
-        each, plus one), and two per NVSHMEM put."""
-        return max([self.num_ops + 2 * world + 1, *(s + 2 for s in self.net_slots.values())])
+        each, plus one), two per NVSHMEM put and, with puts, a last pair the put kernel's
+        warm-up signals (`warm_slot`)."""
+        if not self.net_slots:
+            return self.num_ops + 2 * world + 1
+        return max(self.net_slots.values()) + 4
 
     def per_epoch(self, ref: OpRef) -> int:
         """Signals an op sends per call: one per CTA that runs it."""
