@@ -31,7 +31,10 @@ SIGNAL_ADD = tl.constexpr(10)
 _nvs: Any = None      # torch's NVSHMEM Triton bindings, bound by `put_kernel` (a Triton global)
 
 
-@triton.jit
+# one binary for every put: Triton would otherwise build a variant per argument value class (a
+# count of 1, a multiple of 16), and a variant first met by a call is built while its consumers
+# wait (a 2-GPU run's debug timeouts: the warm-up had built the one-signal variant only)
+@triton.jit(do_not_specialize=["dst", "src", "nbytes", "chunk", "n_sig"])
 def hiercoll_nvshmem_put(dst, src, nbytes, chunk, sigs, pes, n_sig):
     lo = tl.program_id(0).to(tl.int64) * chunk
     size = tl.maximum(tl.minimum(chunk, nbytes - lo), 0)
