@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hiercoll.collectives import (
+    CollectiveSpec,
     GroupSplits,
     RankSplits,
     Split,
@@ -40,6 +41,21 @@ def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     return lines[0]
+
+
+def h200_topology(nodes: int, gpus: int) -> Topology:
+    """The h200x4 preset's GPUs and links on `nodes` x `gpus` (one NIC per GPU): what the cuda
+    lowering tests plan on."""
+    from hiercoll.topology import preset
+    data = preset("h200x4").model_dump(mode="json")
+    data.update(name=f"test{nodes}x{gpus}", num_nodes=nodes, gpus_per_node=gpus)
+    data["inter"] = dict(data["inter"], num_nics=gpus, nic_affinity=list(range(gpus)))
+    return Topology.model_validate(data)
+
+
+def bf16_spec(kind: str, world: int, count_per_rank: int = 37) -> CollectiveSpec:
+    """`kind` over `world` ranks, `count_per_rank` bf16 elements a rank."""
+    return CollectiveSpec(kind=kind, world_size=world, nbytes=2 * world * count_per_rank)
 
 
 def small_topology(nodes: int, gpus: int, nics: int | None = None, kind: str = "nvswitch") -> Topology:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import check_emulation
+from helpers import bf16_spec, check_emulation, h200_topology
 
-from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda import emulate as emu
 from hiercoll.executor.cuda.lowering import (
@@ -37,18 +36,8 @@ from hiercoll.kernels.abi import (
     WAIT_WORDS,
 )
 from hiercoll.planner import applicable, plan
-from hiercoll.topology import Topology, preset
 
-
-def _topo(nodes: int, gpus: int) -> Topology:
-    data = preset("h200x4").model_dump(mode="json")
-    data.update(name=f"test{nodes}x{gpus}", num_nodes=nodes, gpus_per_node=gpus)
-    data["inter"] = dict(data["inter"], num_nics=gpus, nic_affinity=list(range(gpus)))
-    return Topology.model_validate(data)
-
-
-def _spec(kind: str, world: int, count_per_rank: int = 37) -> CollectiveSpec:
-    return CollectiveSpec(kind=kind, world_size=world, nbytes=2 * world * count_per_rank)
+_topo, _spec = h200_topology, bf16_spec
 
 
 def test_layout_is_the_same_on_every_rank_and_aligned():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import check_emulation, random_group_cast, random_group_reduce
+from helpers import bf16_spec, check_emulation, h200_topology, random_group_cast, random_group_reduce
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
@@ -23,20 +23,11 @@ from hiercoll.executor.cuda.lowering import (
     nvshmem_put_ctas,
 )
 from hiercoll.planner import applicable, plan
-from hiercoll.topology import Topology, preset
 
 NVS = CudaOptions(ctas=2, inter_transport="nvshmem")
 
 
-def _topo(nodes: int, gpus: int) -> Topology:
-    data = preset("h200x4").model_dump(mode="json")
-    data.update(name=f"test{nodes}x{gpus}", num_nodes=nodes, gpus_per_node=gpus)
-    data["inter"] = dict(data["inter"], num_nics=gpus, nic_affinity=list(range(gpus)))
-    return Topology.model_validate(data)
-
-
-def _spec(kind: str, world: int, count_per_rank: int = 37) -> CollectiveSpec:
-    return CollectiveSpec(kind=kind, world_size=world, nbytes=2 * world * count_per_rank)
+_topo, _spec = h200_topology, bf16_spec
 
 
 def test_inter_node_copies_become_puts_on_the_sender_only():
