@@ -75,7 +75,7 @@ def copy_links(net: Network, a: int, b: int) -> tuple[tuple[tuple[int, float], .
     """(links with weights, latency) of a copy from GPU a to GPU b: a's HBM, the path, b's HBM
     (one HBM twice where a == b), before any engine link."""
     ha, hb = net.hbm(a), net.hbm(b)
-    links = (((ha, 2.0),) if ha == hb else ((ha, 1.0), (hb, 1.0))) + net.net_path(a, b)
+    links = (((ha, 2.0),) if ha == hb else ((ha, 1.0), (hb, 1.0))) + net.path(a, b)
     return links, net.latency_us(a, b)
 
 

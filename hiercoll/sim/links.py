@@ -121,15 +121,18 @@ class Network:
         """Network links (no HBM) from GPU a to GPU b, with weights (1 per link use)."""
         key = (a, b)
         hit = self._paths.get(key)
-        if hit is not None:
-            return hit
+        if hit is None:
+            hit = self._paths[key] = self.path(a, b)
+        return hit
+
+    def path(self, a: int, b: int) -> tuple[tuple[int, float], ...]:
+        """`net_path` without its cache: for callers that cache per pair themselves (a dense
+        all-to-all-v's million copies: a second million-entry dict cost a third of its tables)."""
         path = self._intra(a, b) if self.topology.same_node(a, b) else self._inter(a, b)
         merged: dict[int, float] = {}
         for lid, w in path:
             merged[lid] = merged.get(lid, 0.0) + w * self.wire_factor
-        out = tuple(merged.items())
-        self._paths[key] = out
-        return out
+        return tuple(merged.items())
 
     def _intra(self, a: int, b: int) -> list[tuple[int, float]]:
         t, f = self.topology, self.topology.intra
