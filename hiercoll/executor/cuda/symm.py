@@ -29,7 +29,7 @@ def use_nvshmem(device: torch.device) -> None:
     on one node like the CUDA backend's, so every other plan of the process runs on it too."""
     import torch.distributed._symmetric_memory as symm_mem
     available = getattr(symm_mem, "is_nvshmem_available", None)
-    if available is None or not available():
+    if available is None or not hasattr(symm_mem, "set_backend") or not available():
         raise HiercollError("inter_transport nvshmem: this torch has no NVSHMEM (torch.distributed."
                             "_symmetric_memory.is_nvshmem_available() is False); install the "
                             "nvidia-nvshmem wheel torch was built with, or use --inter-transport "
