@@ -67,7 +67,7 @@ def test_inter_node_copies_become_puts_on_the_sender_only():
 
 
 def test_put_ctas_and_chunks_cover_the_bytes_and_every_cta_signals():
-    from hiercoll.kernels.nvshmem_put import put_chunk_bytes
+    from hiercoll.executor.cuda.lowering import put_chunk_bytes
     for nbytes in (2, 16, 4096, 512 * 1024, 512 * 1024 + 2, 3 << 20, 64 << 20, 1 << 30,
                    (1 << 30) + 6):
         ctas = nvshmem_put_ctas(nbytes)
@@ -181,3 +181,29 @@ def test_the_option_is_validated_and_named_in_the_cli():
     assert CudaOptions(inter_transport="nvshmem").inter_transport.value == "nvshmem"
     with pytest.raises(HiercollError, match="peer, nccl, nvshmem"):
         CudaOptions(inter_transport="ibgda")
+
+
+def test_a_put_whose_signal_word_is_not_8_byte_aligned_is_refused_in_one_line():
+    """The lowering gives puts even slots; the signal allocation itself must start on an 8-byte
+    boundary (a pool view at a 4-byte offset would make every 64-bit signal straddle two slots)."""
+    from dataclasses import dataclass
+
+    import torch
+
+    from hiercoll.executor.cuda.backend import _put_args
+    from hiercoll.executor.cuda.lowering import Addr, Signal
+
+    @dataclass
+    class Buf:
+        tensor: torch.Tensor
+
+    data = Buf(torch.zeros(64, dtype=torch.bfloat16))
+    put = PutLaunch("0.1", Addr(0, 0), Addr(1, 16), 16, 1, (Signal(1, 4), Signal(0, 4)), 1)
+    sig = torch.zeros(16, dtype=torch.int32)
+    assert sig.data_ptr() % 8 == 0
+    ok = _put_args(put, data, Buf(sig), 2, torch.device("cpu"), None)
+    assert ok.sigs.tolist() == [sig.data_ptr() + 16] * 2 and ok.pes.tolist() == [1, 0]
+    assert ok.nbytes == 32 and ok.dst - ok.src == 32
+    with pytest.raises(HiercollError, match="not 8-byte aligned") as err:
+        _put_args(put, data, Buf(sig[1:]), 2, torch.device("cpu"), None)
+    assert "\n" not in str(err.value)

@@ -55,9 +55,3 @@ def put_kernel() -> Any:
     from torch.distributed._symmetric_memory import _nvshmem_triton
     _nvs = _nvshmem_triton
     return _nvshmem_triton.requires_nvshmem(hiercoll_nvshmem_put)
-
-
-def put_chunk_bytes(nbytes: int, ctas: int) -> int:
-    """Bytes per CTA: the put split evenly, rounded up to 16 (vector-aligned chunks)."""
-    chunk = -(-nbytes // max(ctas, 1))
-    return max(16, -(-chunk // 16) * 16)

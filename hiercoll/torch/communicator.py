@@ -112,12 +112,12 @@ class Communicator:
         self._device = (torch.device("cuda", torch.cuda.current_device()) if on_gpu
                         else torch.device("cpu"))
         self._symmetric = self._backend == BackendName.CUDA
-        if self._symmetric and str((cuda_options or {}).get("inter_transport")) == "nvshmem":
-            from hiercoll.executor.cuda.symm import use_nvshmem
-            use_nvshmem(self._device)      # before the pools' first allocation
         self._choice = BackendChoice(self._backend if self._backend != BackendName.NCCL
                                      else BackendName.GLOO if not on_gpu else BackendName.CUDA,
                                      dict(cuda_options or {}))
+        if self._symmetric and self._choice.nvshmem:
+            from hiercoll.executor.cuda.symm import use_nvshmem
+            use_nvshmem(self._device)      # before the pools' first allocation
         # by backend and options, as the harness's PrepareCache: tuned knobs differ per plan
         self._backends: dict[tuple[BackendName, tuple[tuple[str, Any], ...]], Backend] = {}
         self.pool = BufferPool(self._device, self._group, self._symmetric, max_pool_bytes)

@@ -31,6 +31,7 @@ from hiercoll.executor.cuda.lowering import (
     fused_launch,
     launch_label,
     lower,
+    put_chunk_bytes,
     spin_limit_for,
     warm_slot,
 )
@@ -242,11 +243,9 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
     puts = {id(item): _put_args(item, data, signals, itemsize, device, group)
             for item in program.net if isinstance(item, PutLaunch)}
     notes = list(program.notes)
-    if any(isinstance(x, SendLaunch) for x in program.net):
-        notes.append(f"{sum(isinstance(x, SendLaunch) for x in program.net)} "
-                     "inter-node sends through NCCL send/recv")
-    if puts:
-        notes.append(f"{len(puts)} inter-node puts through NVSHMEM put-with-signal")
+    sends = sum(isinstance(x, SendLaunch) for x in program.net)
+    if sends:
+        notes.append(f"{sends} inter-node sends through NCCL send/recv")
     notes.append(f"grid {_grid(program)} CTAs; {sum(map(len, program.streams.values()))}"
                  f" launches on {len(program.streams)} stream(s); {len(copies)} copy-engine copies")
     prepared = CudaPrepared(
@@ -395,8 +394,6 @@ def _copy(c: _Copy) -> None:
 
 def _put_args(item: PutLaunch, data: SymmetricBuffer, signals: SymmetricBuffer, itemsize: int,
               device: torch.device, group: Any) -> _Put:
-    from hiercoll.kernels.nvshmem_put import put_chunk_bytes, put_kernel
-    put_kernel()       # registered with NVSHMEM before the first launch
     base, sig = data.tensor.data_ptr(), signals.tensor.data_ptr()
     nbytes = item.count * itemsize
     # the signal word is 64-bit: an odd slot would straddle two int32 slots' 8-byte word

@@ -21,7 +21,7 @@ overwrote a slow rank's output before the copy-out.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -86,6 +86,19 @@ class InterTransport(StrEnum):
 # 16 MiB and 64 CTAs 278 GB/s at 64 MiB (the copy engine: 350-380)
 NVSHMEM_BYTES_PER_CTA = 512 * 1024
 NVSHMEM_MAX_CTAS = 64
+
+
+def sync_slots(num_ops: int, world: int) -> int:
+    """The signal slots every simple program has: one per op of the schedule, then the start
+    and end barriers' (one per rank each), plus one."""
+    return num_ops + 2 * world + 1
+
+
+def put_chunk_bytes(nbytes: int, ctas: int) -> int:
+    """Bytes each CTA of a put moves: the put split evenly, rounded up to 16 (vector-aligned
+    chunks); the last CTA's chunk may be shorter, even empty (it still signals)."""
+    chunk = -(-nbytes // max(ctas, 1))
+    return max(16, -(-chunk // 16) * 16)
 
 
 def warm_slot(program: RankProgram) -> int:
@@ -400,11 +413,10 @@ class _Global:
         return self.net_slots.get(ref, self.gid(ref))
 
     def num_slots(self, world: int) -> int:
-        """int32 slots of the signal allocation: one per op, the two barriers' (one per rank
-        each, plus one), two per NVSHMEM put and, with puts, a last pair the put kernel's
-        warm-up signals (`warm_slot`)."""
+        """int32 slots of the signal allocation: `sync_slots`, then two per NVSHMEM put and,
+        with puts, a last pair the put kernel's warm-up signals (`warm_slot`)."""
         if not self.net_slots:
-            return self.num_ops + 2 * world + 1
+            return sync_slots(self.num_ops, world)
         return max(self.net_slots.values()) + 4
 
     def per_epoch(self, ref: OpRef) -> int:
@@ -556,7 +568,7 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
     net_slots: dict[OpRef, int] = {}
     put_ctas: dict[OpRef, int] = {}
     if opts.inter_transport == InterTransport.NVSHMEM:
-        first = n + 2 * w + 1
+        first = sync_slots(n, w)
         first += first % 2          # 8-byte aligned: NVSHMEM signals are 64-bit
         for op in schedule.ops():
             if engines[op.ref] == Engine.NET:
@@ -688,13 +700,10 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
             continue
         if g.engines[op.ref] == Engine.CE:
             flush(key)
-            fence = KernelLaunch((Row(f"{op.id}:wait", 0, None, (), False, False, 1.0,
-                                      tuple(waits), ()),), 1, True)
-            streams[key].append(fence)
+            streams[key].append(_wait_launch(op.id, waits))
             streams[key].append(CopyLaunch(op.id, layout.addr(op.dst),
                                                   layout.addr(op.srcs[0]), op.dst.count))
-            streams[key].append(KernelLaunch((Row(f"{op.id}:signal", 0, None, (), False,
-                                                         False, 1.0, (), signals),), 1, True))
+            streams[key].append(_signal_launch(op.id, signals))
             continue
         prev = g.sm_prev.get(op.ref)
         if prev is not None and prev in in_launch.get(key, ()) and prev not in op.deps:
@@ -717,17 +726,16 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
             op.transport == Transport.INTER for op in schedule.rank_ops(rank)):
         notes.append("inter-node ops run through peer mappings (all ranks share one NVLink "
                      "domain here); no RDMA transport is used")
-    if opts.inter_transport == InterTransport.NVSHMEM and any(
-            op.transport == Transport.INTER and op.kind == OpKind.COPY
-            for op in schedule.ops() if op.srcs[0].rank == rank):
-        notes.append("inter-node copies from this rank run as NVSHMEM put-with-signal (the "
-                     "receiver does no work; its consumers wait on the put's signal)")
     if opts.inter_transport != InterTransport.PEER and any(
             op.transport == Transport.INTER and op.kind == OpKind.REDUCE
             for op in schedule.rank_ops(rank)):
         notes.append("inter-node reduce ops (reduce here, store on the other node) still run "
                      f"through peer mappings; only copies use {opts.inter_transport.value}")
     net = _net_stream(schedule, g, layout, rank)
+    puts = sum(isinstance(x, PutLaunch) for x in net)
+    if puts:
+        notes.append(f"{puts} inter-node copies from this rank run as NVSHMEM put-with-signal "
+                     "(the receiver does no work; its consumers wait on the put's signal)")
     streams = {ch: v for ch, v in streams.items() if v}
     if _fusable(g, opts):
         return _fused(g, w, rank, layout, streams, schedule.spec.accumulates_output, notes)
@@ -898,30 +906,39 @@ def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
                     out.extend(_put(g, layout, op))
                 continue
             if src.rank == rank:
-                out.append(KernelLaunch((Row(f"{op.id}:wait", 0, None, (), False, False, 1.0,
-                                             tuple(_waits(g, op)), ()),), 1, True))
+                out.append(_wait_launch(op.id, _waits(g, op)))
                 out.append(SendLaunch(op.id, layout.addr(src), op.dst.count, dst.rank))
             if dst.rank == rank:
                 out.append(RecvLaunch(op.id, layout.addr(dst), op.dst.count, src.rank))
-                out.append(KernelLaunch((Row(f"{op.id}:signal", 0, None, (), False, False, 1.0,
-                                             (), _signals(g, op)),), 1, True))
+                out.append(_signal_launch(op.id, _signals(g, op)))
     return tuple(out)
+
+
+def _wait_launch(op_id: str, waits: Sequence[Wait]) -> KernelLaunch:
+    """A one-CTA launch that only waits: what orders a copy-engine copy, an NCCL send or an
+    NVSHMEM put (work outside the row kernel) after the op's dependencies."""
+    return KernelLaunch((Row(f"{op_id}:wait", 0, None, (), False, False, 1.0, tuple(waits), ()),),
+                        1, True)
+
+
+def _signal_launch(op_id: str, signals: Sequence[Signal]) -> KernelLaunch:
+    """A one-CTA launch that only signals: announces work outside the row kernel (a copy-engine
+    copy, an NCCL receive) to the op's consumers."""
+    return KernelLaunch((Row(f"{op_id}:signal", 0, None, (), False, False, 1.0, (),
+                             tuple(signals)),), 1, True)
 
 
 def _put(g: _Global, layout: SymmetricLayout, op: Op) -> tuple[Launch, ...]:
     """The sender's NVSHMEM put of `op`, behind a wait row for what it reads (none: no launch).
     The receiver is signalled first (with the data); every other consumer after."""
     src, dst = op.srcs[0], op.dst
-    waits = tuple(_waits(g, op))
+    waits = _waits(g, op)
     targets = sorted(g.consumers.get(op.ref, ()), key=lambda c: (c != dst.rank, c))
     if dst.rank not in targets:
         targets.insert(0, dst.rank)
     put = PutLaunch(op.id, layout.addr(src), layout.addr(dst), op.dst.count, dst.rank,
                     tuple(Signal(c, g.slot(op.ref)) for c in targets), g.put_ctas[op.ref])
-    if not waits:
-        return (put,)
-    return (KernelLaunch((Row(f"{op.id}:wait", 0, None, (), False, False, 1.0, waits, ()),),
-                         1, True), put)
+    return (_wait_launch(op.id, waits), put) if waits else (put,)
 
 
 def _barrier(g: _Global, world: int, rank: int, which: int, name: str,
