@@ -139,9 +139,13 @@ class GroupSplits(BaseModel):
 _DENSE_COUNTS: dict[int, np.ndarray] = {}
 
 
-def dense_counts(splits: GroupSplits) -> np.ndarray | None:
-    """counts[s][d] of splits `GroupSplits.from_counts` made, or None."""
-    return _DENSE_COUNTS.get(id(splits))
+def dense_counts(splits: GroupSplits, world: int | None = None) -> np.ndarray | None:
+    """counts[s][d] of splits `GroupSplits.from_counts` made (of `world` ranks, where given),
+    or None."""
+    dense = _DENSE_COUNTS.get(id(splits))
+    if dense is None or (world is not None and dense.shape != (world, world)):
+        return None
+    return dense
 
 
 def transpose(splits: GroupSplits) -> GroupSplits:
@@ -296,8 +300,7 @@ def _offsets(splits: list[Split]) -> list[int]:
 
 
 def _validate_splits(kind: Kind, world: int, splits: GroupSplits) -> None:
-    dense = dense_counts(splits)
-    if dense is not None and dense.shape == (world, world):
+    if dense_counts(splits, world) is not None:
         return      # from_counts checked the matrix; one peer per split, sent == got by layout
     if len(splits.ranks) != world:
         raise ValueError(f"splits.ranks: {len(splits.ranks)} entries for world size {world}; "
@@ -376,8 +379,8 @@ def _zip_ranges(src: list[tuple[int, int]], dst: list[tuple[int, int]]) -> list[
 def _pair_streams(world: int, splits: GroupSplits) -> dict[tuple[int, int], PairStream]:
     """(src, dst) -> what src sends dst, for every pair that exchanges data. Each rank's splits
     are read once per side (O(W x splits)); pairs in (src, dst) order."""
-    dense = dense_counts(splits)
-    if dense is not None and dense.shape == (world, world):
+    dense = dense_counts(splits, world)
+    if dense is not None:
         return _dense_pair_streams(dense)
     received = [_ranges_by_peer(splits.ranks[d].output) for d in range(world)]
     out: dict[tuple[int, int], PairStream] = {}

@@ -164,6 +164,7 @@ def test_from_counts_pair_streams_read_off_the_matrix_equal_the_general_walk(kin
     fast = GroupSplits.from_counts(counts)
     plain = GroupSplits.model_validate(fast.model_dump())
     assert dense_counts(fast) is not None and dense_counts(plain) is None
+    assert dense_counts(fast, 6) is not None and dense_counts(fast, 7) is None
     a = CollectiveSpec(kind=kind, world_size=6, dtype="fp32", splits=fast)
     b = CollectiveSpec(kind=kind, world_size=6, dtype="fp32", splits=plain)
     assert list(a.pair_streams.items()) == list(b.pair_streams.items())
