@@ -84,6 +84,11 @@ def build_case(m: Measurement, topology: Topology) -> Case:
                 planned=schedule if ll else None)
 
 
+def _inter_peer(knobs: Mapping[str, object]) -> bool:
+    """Whether a row's inter-node copies ran over peer mappings (the cuda backend's default)."""
+    return knobs.get("inter_transport", "peer") == "peer"
+
+
 def _ce_threshold(topology: Topology, knobs: Mapping[str, object]) -> int:
     threshold = knobs.get("ce_threshold_bytes")
     if not isinstance(threshold, int) or isinstance(threshold, bool):
@@ -107,7 +112,7 @@ def protocol_of(schedule: Schedule, topology: Topology,
                            bool(knobs.get("launch_per_op")),
                            ll_bytes if isinstance(ll_bytes, int) else DEFAULT_LL_THRESHOLD_BYTES,
                            _ce_threshold(topology, knobs))
-    return call_protocol(schedule, limit, peer_inter=knobs.get("inter_transport", "peer") == "peer")
+    return call_protocol(schedule, limit, peer_inter=_inter_peer(knobs))
 
 
 def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object]) -> Schedule:
@@ -117,7 +122,7 @@ def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object])
     if not knobs.get("forward") or knobs.get("launch_per_op"):
         return schedule
     return forward_on_sms(schedule, _ce_threshold(topology, knobs),
-                          inter_peer=knobs.get("inter_transport") == "peer")
+                          inter_peer=_inter_peer(knobs))
 
 
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
