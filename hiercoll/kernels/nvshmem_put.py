@@ -15,8 +15,9 @@ channel successor) hear of the put only after `nvshmem_quiet`, which completes e
 CTA put at its target: a zero-byte put-with-signal then carries their signal.
 
 `SIGNAL_ADD` is NVSHMEM's `nvshmemx_signal_op_t` value. torch 2.11's binding docstrings give 5
-(SET 0, CMP_GE 3); those are other operations (CMP 3 is LE): measured on the device, a put with
-5 left the signal unusable and a wait with 3 returned at once (results/gpu/nvshmem-probe).
+(SET 0, CMP_GE 3); those are other operations (CMP 3 is LE): on the device, with them a wait for
+a slot at 0 returned at once and a wait on a signalled slot never returned
+(results/gpu/nvshmem-probe/README.md).
 """
 
 from __future__ import annotations
