@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import random
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import command_line, provenance, stamp, timed, write_results  # noqa: E402
+from sim_scale import dense_a2av_counts  # noqa: E402
 
 WRAPPED = {"op arrays": "native_op_arrays", "tables": "tables_from_arrays",
            "replay": "run_compiled", "lower bound": "lower_bound"}
@@ -39,8 +39,7 @@ def measure(gpus: int) -> dict[str, Any]:
         marks.append(time.process_time())
         phases[label] = marks[-1] - marks[-2]
     topo = hc.load_topology("dgx-h100", gpus // 8)
-    rng = random.Random(0)
-    counts = [[rng.randint(1, 2047) for _ in range(gpus)] for _ in range(gpus)]   # as sim_scale
+    counts = dense_a2av_counts(gpus)           # sim_scale's a2av row, phase by phase
     lap("counts")
     splits = GroupSplits.from_counts(counts)
     lap("from_counts")

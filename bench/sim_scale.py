@@ -105,12 +105,17 @@ def irregular_group_cast(world: int, seed: int = 0) -> Any:
     return GroupSplits(ranks=[RankSplits(input=i, output=o) for i, o in zip(inputs, outputs)])
 
 
-def dense_all_to_all_v(world: int, seed: int = 0) -> Any:
-    """All-to-all-v as a group_cast: every rank sends every rank (itself included) its own
-    1-2047 elements (W input and W output splits per rank), from the counts matrix."""
-    from hiercoll.collectives import GroupSplits
+def dense_a2av_counts(world: int, seed: int = 0) -> list[list[int]]:
+    """counts[s][d]: every rank sends every rank (itself included) its own 1-2047 elements."""
     rng = random.Random(seed)
-    return GroupSplits.from_counts([[rng.randint(1, 2047) for _ in range(world)] for _ in range(world)])
+    return [[rng.randint(1, 2047) for _ in range(world)] for _ in range(world)]
+
+
+def dense_all_to_all_v(world: int, seed: int = 0) -> Any:
+    """All-to-all-v as a group_cast (W input and W output splits per rank), from the counts
+    matrix."""
+    from hiercoll.collectives import GroupSplits
+    return GroupSplits.from_counts(dense_a2av_counts(world, seed))
 
 
 def topology(name: str, nodes: int) -> Any:
