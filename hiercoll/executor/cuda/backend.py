@@ -78,7 +78,7 @@ class CudaPrepared(Prepared):
     kernel: KernelState              # the device tensors every launch reads
     streams: dict[int, torch.cuda.Stream]     # channel -> stream (none for a fused program)
     copies: dict[int, _Copy]                  # id(CopyLaunch) -> views
-    net_stream: torch.cuda.Stream | None      # only with NCCL-transport inter-node ops
+    net_stream: torch.cuda.Stream | None      # only with NCCL or NVSHMEM inter-node ops
     net_views: dict[int, torch.Tensor]        # id(Send/Recv) -> view
     puts: dict[int, _Put] = field(default_factory=dict)   # id(PutLaunch) -> its arguments
     spin_limit: int
@@ -383,8 +383,9 @@ def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
                         timer.around(launch_label(item), ch, copy)
     if prepared.net_stream is not None:
         if net is None:
-            raise HiercollError("cuda backend: this program has inter-node sends (NCCL "
-                                "transport) but runs without a process group")
+            raise HiercollError("cuda backend: this program moves inter-node copies on a net "
+                                "stream (NCCL or NVSHMEM transport) but runs without a process "
+                                "group")
         net(prepared, main)
 
 
