@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,17 @@ def h200_topology(nodes: int, gpus: int) -> Topology:
 def bf16_spec(kind: str, world: int, count_per_rank: int = 37) -> CollectiveSpec:
     """`kind` over `world` ranks, `count_per_rank` bf16 elements a rank."""
     return CollectiveSpec(kind=kind, world_size=world, nbytes=2 * world * count_per_rank)
+
+
+SHARDED_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+
+
+def lowering_cases(shapes: Sequence[tuple[int, int]]) -> list[tuple[int, int, str, str]]:
+    """(nodes, gpus, kind, algorithm): every sharded collective and every algorithm that
+    applies to it on each (nodes, gpus) h200 topology: what the lowering tests run."""
+    from hiercoll.planner import applicable
+    return [(nodes, gpus, kind, algo) for nodes, gpus in shapes for kind in SHARDED_KINDS
+            for algo in applicable(h200_topology(nodes, gpus), bf16_spec(kind, nodes * gpus))]
 
 
 def small_topology(nodes: int, gpus: int, nics: int | None = None, kind: str = "nvswitch") -> Topology:

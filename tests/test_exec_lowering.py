@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import bf16_spec, check_emulation, h200_topology
+from helpers import bf16_spec, check_emulation, h200_topology, lowering_cases
 
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda import emulate as emu
@@ -131,10 +131,7 @@ def test_options_are_validated(field, value, match):
         CudaOptions(**{field: value})
 
 
-CASES = [(nodes, gpus, kind, algo)
-         for nodes, gpus in ((1, 2), (1, 4), (2, 2))
-         for kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
-         for algo in applicable(_topo(nodes, gpus), _spec(kind, nodes * gpus))]
+CASES = lowering_cases(((1, 2), (1, 4), (2, 2)))
 
 
 @pytest.mark.parametrize(("nodes", "gpus", "kind", "algo"), CASES)

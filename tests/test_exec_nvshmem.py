@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import bf16_spec, check_emulation, h200_topology, random_group_cast, random_group_reduce
+from helpers import bf16_spec, check_emulation, h200_topology, lowering_cases, random_group_cast, random_group_reduce
 
 from hiercoll.collectives import CollectiveSpec
 from hiercoll.errors import HiercollError, VerificationError
@@ -77,10 +77,7 @@ def test_put_ctas_and_chunks_cover_the_bytes_and_every_cta_signals():
         assert (ctas - 1) * chunk < nbytes or ctas == 1   # and none is left without bytes
 
 
-FAMILIES = [(nodes, gpus, kind, algo)
-            for nodes, gpus in ((2, 2), (2, 1), (4, 1))
-            for kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
-            for algo in applicable(_topo(nodes, gpus), _spec(kind, nodes * gpus))]
+FAMILIES = lowering_cases(((2, 2), (2, 1), (4, 1)))
 
 
 @pytest.mark.parametrize(("nodes", "gpus", "kind", "algo"), FAMILIES)
