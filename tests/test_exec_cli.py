@@ -89,6 +89,25 @@ def test_run_checks_every_call_against_numpy_under_torchrun(plan_file):
     assert 0 < report["max_abs_error"] <= report["bound"]
 
 
+def test_a_comma_list_of_collectives_sweeps_each_in_turn():
+    """`-c all_reduce,all_gather`: one process runs a whole comparison (one start-up), each
+    collective's cases in the order given, and a plan file still names its own."""
+    from hiercoll.harness.sweep import SweepRequest, cases_for
+    req = SweepRequest(collective="all_reduce,all_gather", topology="h200x4",
+                       algorithms="ring,direct", sizes=[1 << 20, 1 << 24])
+    cases = cases_for(req)
+    got = [(c.schedule.spec.kind.value, c.algorithm, c.schedule.spec.total_bytes) for c in cases]
+    assert got == [(k, a, n) for k in ("all_reduce", "all_gather") for n in (1 << 20, 1 << 24)
+                   for a in ("ring", "direct")]
+
+
+def test_a_misspelt_collective_in_the_list_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "-c", "all_reduce,allgather", "-t", "h200x4"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "allgather: choose from" in err and err.count("\n") == 1
+
+
 def test_bench_writes_rows_table_and_plot(tmp_path):
     topo_file = tmp_path / "t.json"
     topo_file.write_text(_topo2().model_dump_json())

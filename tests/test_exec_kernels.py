@@ -69,6 +69,8 @@ def test_signals_are_system_scope_release_and_acquire(dtype):
     assert "bar.sync" in ptx    # the CTA barrier between data stores and the release
     # the lowering's relaxed arrivals (Row.relaxed) have their own instruction beside the release
     assert "red.relaxed.sys.global.add.s32" in ptx
+    # an NVSHMEM put's 64-bit signal is polled as a whole 64-bit word (a wide wait)
+    assert "ld.relaxed.sys.global.b64" in ptx and "ld.relaxed.sys.global.b32" in ptx
 
 
 def test_the_ordering_check_reads_every_spelling():

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import triton
+import triton.language as tl
 from helpers import bf16_spec, check_emulation, h200_topology, lowering_cases, random_group_cast, random_group_reduce
 
 from hiercoll.collectives import CollectiveSpec
@@ -17,8 +19,6 @@ from hiercoll.executor.cuda.lowering import (
     CudaOptions,
     KernelLaunch,
     PutLaunch,
-    RecvLaunch,
-    SendLaunch,
     lower,
     nvshmem_put_ctas,
 )
@@ -32,16 +32,18 @@ _topo, _spec = h200_topology, bf16_spec
 
 def test_inter_node_copies_become_puts_on_the_sender_only():
     """hier all-gather on 2 nodes x 2 GPUs: every inter-node copy is one PutLaunch on its
-    sender's net stream (behind a wait row where it reads something produced in the call), no
-    send/recv, no receiver work; the receiver is signalled first, on an even (64-bit) slot past
-    the barrier slots, and its consumers wait for one signal per CTA of the put."""
+    sender's net stream, waiting in its own kernel (no wait-row launch), no send/recv, no
+    receiver work; the receiver is signalled first, on an even (64-bit) slot past the barrier
+    slots, and its consumers wait for one signal per CTA of the put, reading the whole 64-bit
+    word (wide); no other wait is wide."""
     s = plan(_topo(2, 2), _spec("all_gather", 4, 8), "hier").expand()
     progs = [lower(s, r, NVS) for r in range(4)]
     inter = [o for o in s.ops() if o.transport.value == "inter" and o.kind.value == "copy"]
     assert inter
     puts = {x.op: (r, x) for r, p in enumerate(progs) for x in p.net if isinstance(x, PutLaunch)}
     assert set(puts) == {o.id for o in inter}
-    assert not any(isinstance(x, (SendLaunch, RecvLaunch)) for p in progs for x in p.net)
+    assert all(isinstance(x, PutLaunch) for p in progs for x in p.net)
+    slots = {x.signals[0].slot: x.ctas for _, x in puts.values()}
     n = s.num_ops
     for op in inter:
         rank, put = puts[op.id]
@@ -50,20 +52,37 @@ def test_inter_node_copies_become_puts_on_the_sender_only():
         slot = put.signals[0].slot
         assert slot % 2 == 0 and slot >= n + 2 * 4 + 1 and all(g.slot == slot for g in put.signals)
         assert put.ctas == nvshmem_put_ctas(op.dst.count * 2)
-        for p in progs:       # every wait on this op's slot counts the put's CTAs
-            for items in (*p.streams.values(), p.net):
-                for x in items:
-                    if isinstance(x, KernelLaunch):
-                        for row in x.rows:
-                            for w in row.waits:
-                                if w.slot == slot:
-                                    assert w.per_epoch == put.ctas
         assert progs[rank].num_slots >= slot + 2
-    net0 = progs[0].net
-    for i, item in enumerate(net0):
-        if isinstance(item, PutLaunch) and i:
-            prev = net0[i - 1]
-            assert not isinstance(prev, KernelLaunch) or prev.rows[0].op.endswith(":wait")
+    waits = [w for p in progs for items in (*p.streams.values(), p.net) for x in items
+             for w in (x.waits if isinstance(x, PutLaunch) else
+                       [w for row in x.rows for w in row.waits] if isinstance(x, KernelLaunch)
+                       else [])]
+    assert any(w.slot in slots for w in waits)
+    for w in waits:       # every wait on a put's slot counts its CTAs and reads 64 bits
+        assert w.wide == (w.slot in slots)
+        if w.wide:
+            assert w.per_epoch == slots[w.slot]
+    # the hier all-gather's inter-node copies read what the intra-node step produced
+    assert any(put.waits for _, put in puts.values())
+
+
+def test_wide_waits_are_encoded_in_the_table_and_read_back():
+    from hiercoll.executor.cuda.table import encode
+    from hiercoll.kernels import abi
+    s = plan(_topo(2, 2), _spec("all_gather", 4, 8), "hier").expand()
+    prog = lower(s, 0, NVS)
+    table = encode(prog, [0] * 4, [0] * 4)
+    w = table.words
+    seen = 0
+    for r in range(len(table.row_names)):
+        base = r * abi.ROW_WORDS
+        for k in range(w[base + abi.F_NWAIT]):
+            slot, word = w[w[base + abi.F_WAIT] + 2 * k], w[w[base + abi.F_WAIT] + 2 * k + 1]
+            wide = word >> abi.WAIT_WIDE_SHIFT
+            assert wide in (0, 1) and (word & ((1 << abi.WAIT_WIDE_SHIFT) - 1)) >= 1
+            seen += wide
+            assert not wide or slot % 2 == 0
+    assert seen, "no row of rank 0 waits on a put: the case no longer tests the encoding"
 
 
 def test_put_ctas_and_chunks_cover_the_bytes_and_every_cta_signals():
@@ -104,13 +123,13 @@ def test_emulated_nvshmem_group_collectives_match_numpy(kind, seed):
 
 
 def test_emulator_catches_a_put_that_does_not_wait_for_what_it_sends(monkeypatch):
-    """The wait row in front of a put is load-bearing: without it the put sends a region before
-    the op that writes it (hier all-reduce: the local reduce) has run, on some interleaving."""
+    """The put's own waits are load-bearing: without them the put sends a region before the op
+    that writes it (hier all-reduce: the local reduce) has run, on some interleaving."""
     s = plan(_topo(2, 2), _spec("all_reduce", 4, 64), "hier").expand()
     real = lowering._put
 
     def no_wait(*args):  # type: ignore[no-untyped-def]
-        return tuple(x for x in real(*args) if isinstance(x, PutLaunch))
+        return tuple(dataclasses.replace(x, waits=()) for x in real(*args))
     monkeypatch.setattr(lowering, "_put", no_wait)
     lowering._GLOBALS.clear()
     caught = 0
@@ -119,7 +138,7 @@ def test_emulator_catches_a_put_that_does_not_wait_for_what_it_sends(monkeypatch
             check_emulation(s, NVS, seed=seed, calls=2)
         except (AssertionError, VerificationError):
             caught += 1
-    assert caught, "dropping the put's wait row went unnoticed on every interleaving"
+    assert caught, "dropping the put's waits went unnoticed on every interleaving"
 
 
 def test_the_emulator_refuses_a_put_signal_that_is_not_a_64_bit_word(monkeypatch):
@@ -184,23 +203,67 @@ def test_a_put_whose_signal_word_is_not_8_byte_aligned_is_refused_in_one_line():
     """The lowering gives puts even slots; the signal allocation itself must start on an 8-byte
     boundary (a pool view at a 4-byte offset would make every 64-bit signal straddle two slots)."""
     from dataclasses import dataclass
+    from types import SimpleNamespace
 
     import torch
 
     from hiercoll.executor.cuda.backend import _put_args
-    from hiercoll.executor.cuda.lowering import Addr, Signal
+    from hiercoll.executor.cuda.lowering import Addr, Signal, Wait
 
     @dataclass
     class Buf:
         tensor: torch.Tensor
 
     data = Buf(torch.zeros(64, dtype=torch.bfloat16))
-    put = PutLaunch("0.1", Addr(0, 0), Addr(1, 16), 16, 1, (Signal(1, 4), Signal(0, 4)), 1)
+    put = PutLaunch("0.1", Addr(0, 0), Addr(1, 16), 16, 1, (Signal(1, 4), Signal(0, 4)), 1,
+                    (Wait(2, 3, "0.0"), Wait(6, 1, "1.0", wide=True)))
     sig = torch.zeros(16, dtype=torch.int32)
     assert sig.data_ptr() % 8 == 0
-    ok = _put_args(put, data, Buf(sig), 2, torch.device("cpu"), None)
+    state = SimpleNamespace(epoch=torch.zeros(1, dtype=torch.int32),
+                            err=torch.zeros(8, dtype=torch.int64))
+    ok = _put_args(put, data, Buf(sig), 2, torch.device("cpu"), None, state, 0, -3)
     assert ok.sigs.tolist() == [sig.data_ptr() + 16] * 2 and ok.pes.tolist() == [1, 0]
     assert ok.nbytes == 32 and ok.dst - ok.src == 32
+    # the put's waits in the row table's format: (slot, per_epoch | wide << 32)
+    assert ok.waits.tolist() == [2, 3, 6, 1 | 1 << 32] and ok.n_wait == 2 and ok.row == -3
     with pytest.raises(HiercollError, match="not 8-byte aligned") as err:
-        _put_args(put, data, Buf(sig[1:]), 2, torch.device("cpu"), None)
+        _put_args(put, data, Buf(sig[1:]), 2, torch.device("cpu"), None, state, 0, -3)
     assert "\n" not in str(err.value)
+
+
+@triton.jit
+def _stand_in_put(dst, src, size, sig, val, op, pe):
+    tl.store(sig.to(tl.pointer_type(tl.int64)), size + val + op + pe)
+
+
+@triton.jit
+def _stand_in_quiet():
+    pass
+
+
+def test_the_put_kernel_waits_in_every_thread_and_reads_64_bit_signals_whole(monkeypatch):
+    """The put kernel compiled for sm_90 (NVSHMEM's device calls replaced by stand-ins: the
+    library is not on CI): its waits poll int32 slots and 64-bit signals each at their width,
+    relaxed at system scope, and acquire with `fence.acq_rel.sys` before the put reads."""
+    import types
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from hiercoll.kernels import nvshmem_put
+    fake = types.ModuleType("stand_in_nvshmem")
+    fake.putmem_signal_block, fake.quiet = _stand_in_put, _stand_in_quiet  # type: ignore[attr-defined]
+    monkeypatch.setattr(nvshmem_put, "_nvs", fake)
+    sig = {"dst": "i64", "src": "i64", "nbytes": "i64", "chunk": "i64", "sigs": "*i64",
+           "pes": "*i32", "n_sig": "i32", "sig": "*i32", "waits": "*i64", "n_wait": "i32",
+           "epoch_ptr": "*i32", "spin_limit": "i32", "err_ptr": "*i64", "put_row": "i32",
+           "LANES": "constexpr"}
+    src = ASTSource(fn=nvshmem_put.hiercoll_nvshmem_put, signature=sig,
+                    constexprs={"LANES": nvshmem_put.LANES.value})
+    try:
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                             options={"num_warps": nvshmem_put.NUM_WARPS}).asm["ptx"]
+    except Exception as exc:  # noqa: BLE001 - no CUDA toolchain for this triton build
+        pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+    assert "ld.relaxed.sys.global.b64" in ptx and "ld.relaxed.sys.global.b32" in ptx
+    assert "fence.acq_rel.sys" in ptx

@@ -79,8 +79,9 @@ def sweep_request(args: argparse.Namespace, sizes: list[int] | None) -> SweepReq
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
     """stress/bench: a plan file, or a collective on a topology, and the overrides."""
     p.add_argument("plan", nargs="?", default=None, help="plan file (or use --collective ...)")
-    p.add_argument("--collective", "-c", default=None, choices=enum_choices(Kind), metavar="KIND",
-                   help=f"without a plan file: the collective ({', '.join(enum_choices(Kind))})")
+    p.add_argument("--collective", "-c", default=None, type=_collectives, metavar="KIND",
+                   help="without a plan file: the collective, or a comma list run one after "
+                   f"another in one process ({', '.join(enum_choices(Kind))})")
     p.add_argument("--topology", "-t", default=None, help="preset or file (without a plan file)")
     p.add_argument("--nodes", "-n", type=int, default=None,
                    help="node count of a preset topology (default: the preset's)")
@@ -91,6 +92,16 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
                    help="element type (default: the plan's, else bf16)")
     p.add_argument("--reduce-op", default=None, choices=enum_choices(ReduceOp),
                    help="reduction (default: the plan's, else sum)")
+
+
+def _collectives(text: str) -> str:
+    """--collective: one collective or a comma list of them, each a known kind."""
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in enum_choices(Kind)]
+    if not kinds or bad:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(bad) or repr(text)}: choose from {', '.join(enum_choices(Kind))}")
+    return ",".join(kinds)
 
 
 def need_one_gpu() -> None:

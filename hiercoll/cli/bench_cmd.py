@@ -85,14 +85,15 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     if launch.device.type != "cuda":       # the peers are CUDA calls
         peers = ()
-    sizes_done: set[int] = set()
+    points_done: set[tuple[str, int]] = set()     # (collective, size): peers once per point
     try:
         with peer_failures(launch.rank):
             for case in cases:
                 found = _bench_case(case, modes, launch, choice, args)
-                size = case.schedule.spec.total_bytes
-                if peers and size not in sizes_done:
-                    sizes_done.add(size)
+                spec = case.schedule.spec
+                point = (spec.kind.value, spec.total_bytes)
+                if peers and point not in points_done:
+                    points_done.add(point)
                     found += _bench_peers(case, peers, modes, launch, args)
                 for row in found:
                     rows.append(row)
@@ -119,7 +120,8 @@ def _report(rows: list[dict[str, Any]], cases: list[Case], world_size: int,
         print_json({"rows": rows})
     else:
         cols = ["algorithm", "mode", "bytes", "p50 us", "p90 us", "p99 us", "busbw GB/s"]
-        print_table(f"{cases[0].schedule.spec.kind.value} on {world_size} ranks", cols,
+        kinds = ", ".join(dict.fromkeys(c.schedule.spec.kind.value for c in cases))
+        print_table(f"{kinds} on {world_size} ranks", cols,
                     [[row_label(r), r["mode"], format_size(r["nbytes"]), f"{r['p50_us']:.2f}",
                       f"{r['p90_us']:.2f}", f"{r['p99_us']:.2f}", f"{r['busbw_gbps']:.2f}"]
                      for r in rows])

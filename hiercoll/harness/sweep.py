@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hiercoll.collectives import CollectiveSpec, DType, Kind, ReduceOp, valid_nbytes
 from hiercoll.errors import HiercollError
@@ -20,7 +20,8 @@ class Case:
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """What to sweep: a plan file, or a collective on a topology; `algorithms` (comma list,
+    """What to sweep: a plan file, or a collective (a comma list: several in one process, one
+    start-up for a whole comparison) on a topology; `algorithms` (comma list,
     default: the plan's, or every applicable one plus the library), `dtype`/`reduce_op`
     overriding the plan's or the default (bf16, sum), `sizes` (S in bytes; None: the plan's)."""
 
@@ -35,8 +36,11 @@ class SweepRequest:
 
 
 def cases_for(req: SweepRequest) -> list[Case]:
-    """One case per (algorithm, size), every rank building the same list."""
+    """One case per (collective, algorithm, size), every rank building the same list."""
     from hiercoll.planner import applicable, plan
+    if not req.plan and req.collective and len(_split(req.collective)) > 1:
+        return [c for kind in _split(req.collective)
+                for c in cases_for(replace(req, collective=kind))]
     from hiercoll.topology import load_topology
     sizes = req.sizes
     if req.plan:

@@ -27,7 +27,9 @@ CTA_SHIFT = 16
 # touches either in an LL program).
 TAG_SHIFT = 60
 TAG_INPUT, TAG_OUTPUT = 1, 2
-WAIT_WORDS = 2          # (slot, per_epoch)
+WAIT_WORDS = 2          # (slot, per_epoch | wide << WAIT_WIDE_SHIFT)
+# a wide wait's slot is the low word of an NVSHMEM 64-bit signal: the kernel reads the whole word
+WAIT_WIDE_SHIFT = 32
 STEP_ELEMENTS = 4096    # elements one CTA moves per step of a row (the kernel's BLOCK)
 LL_STEP_WORDS = 512     # LL kernel: 4-byte data words one CTA moves per step (x 8 sources polled)
 ERR_WORDS = 8           # [flag, row, wait index, observed, needed, ...]

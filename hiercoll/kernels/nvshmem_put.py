@@ -5,11 +5,15 @@ Why a kernel of its own: NVSHMEM device calls need the binary linked with NVSHME
 and its module registered with NVSHMEM after the JIT built it (torch's `requires_nvshmem` does
 both); the row kernels stay free of that, so every other transport runs without NVSHMEM.
 
-Memory ordering. Each CTA puts one contiguous chunk with `nvshmemx_putmem_signal_block`: NVSHMEM
-delivers the chunk before it adds 1 to the receiver's 64-bit signal (on NVLink a store loop, a
-system-scope fence, then the atomic; over RDMA the NIC orders them). Consumers poll the signal's
-low 32-bit word with relaxed system-scope loads and then take an acquire fence in every
-consuming thread (the row kernel's wait), the same rule as every other signal of the plan.
+Memory ordering. Each CTA first waits for the put's dependencies the way a row does
+(`program.wait_row`: every thread polls the slots, then takes its own system-scope acquire), so
+the threads that read the source are the ones that acquired it, in the same kernel (no wait
+kernel before it: one launch fewer). Each CTA then puts one contiguous chunk with
+`nvshmemx_putmem_signal_block`: NVSHMEM delivers the chunk before it adds 1 to the receiver's
+64-bit signal (on NVLink a store loop, a system-scope fence, then the atomic; over RDMA the NIC
+orders them). Consumers poll the whole 64-bit signal word with relaxed system-scope loads (a
+wide wait: a 32-bit read of half a 64-bit atomic is not morally strong with it) and then take
+an acquire fence in every consuming thread, the same rule as every other signal of the plan.
 Third parties (a consumer that reads the data through the receiver's mapping, or this rank's
 channel successor) hear of the put only after `nvshmem_quiet`, which completes every chunk the
 CTA put at its target: a zero-byte put-with-signal then carries their signal.
@@ -28,15 +32,26 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from hiercoll.kernels.program import wait_row
+
 SIGNAL_ADD = tl.constexpr(10)
+NUM_WARPS = 4
+LANES = tl.constexpr(32 * NUM_WARPS)
 _nvs: Any = None      # torch's NVSHMEM Triton bindings, bound by `put_kernel` (a Triton global)
 
 
 # one binary for every put: Triton would otherwise build a variant per argument value class (a
 # count of 1, a multiple of 16), and a variant first met by a call is built while its consumers
 # wait (a 2-GPU run's debug timeouts: the warm-up had built the one-signal variant only)
-@triton.jit(do_not_specialize=["dst", "src", "nbytes", "chunk", "n_sig"])
-def hiercoll_nvshmem_put(dst, src, nbytes, chunk, sigs, pes, n_sig):
+@triton.jit(do_not_specialize=["dst", "src", "nbytes", "chunk", "n_sig", "n_wait", "spin_limit",
+                                "put_row"])
+def hiercoll_nvshmem_put(dst, src, nbytes, chunk, sigs, pes, n_sig, sig, waits, n_wait, epoch_ptr,
+                         spin_limit, err_ptr, put_row, LANES: tl.constexpr):
+    # waits: int64 (slot, per_epoch | wide << 32) pairs, the row table's wait format; a debug
+    # timeout records `put_row` (negative: the backend names the put) in the error record
+    if n_wait > 0:
+        wait_row(waits, sig, 0, n_wait, tl.load(epoch_ptr), spin_limit, err_ptr, put_row, 1,
+                 LANES, True)
     lo = tl.program_id(0).to(tl.int64) * chunk
     size = tl.maximum(tl.minimum(chunk, nbytes - lo), 0)
     _nvs.putmem_signal_block(dst + lo, src + lo, size, tl.load(sigs), 1, SIGNAL_ADD,

@@ -68,20 +68,27 @@ BLOCK = _t.STEP_ELEMENTS     # elements per CTA per step
 
 
 WAIT_BLOCK = tl.constexpr(8)    # waits a row loads at once (more: WAIT_BLOCK at a time)
+WIDE_SHIFT = tl.constexpr(_t.WAIT_WIDE_SHIFT)
+PER_EPOCH_MASK = tl.constexpr((1 << _t.WAIT_WIDE_SHIFT) - 1)
 
 
 @triton.jit
-def _poll(ptrs, live, need, PTX: tl.constexpr):
-    """Each live lane's int32 slot, read at system scope (dead lanes read as `need`). CUDA: a
-    relaxed load (strong, so it observes a release), made an acquire by `_acquire_fence` once
-    every slot is satisfied; the loads of one poll are independent and overlap. Elsewhere: an
-    atomic add of 0 with acquire semantics per load."""
+def _poll(ptrs, how, need, PTX: tl.constexpr):
+    """Each lane's slot, read at system scope (`how`: 0 dead, reads as `need`; 1 an int32 slot;
+    2 the low word of an NVSHMEM 64-bit signal, read as the whole 64-bit word: a 32-bit read of
+    half a 64-bit atomic is not morally strong with it in the PTX model). CUDA: a relaxed load
+    (strong, so it observes a release), made an acquire by `_acquire_fence` once every slot is
+    satisfied; the loads of one poll are independent and overlap. Elsewhere: an atomic add of 0
+    with acquire semantics per load (the low word: the count never reaches 2**31)."""
     if PTX:
         return tl.inline_asm_elementwise(
-            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\tmov.b32 $0, $3;\n\t"
-            "@p ld.relaxed.sys.global.b32 $0, [$1];\n\t}", "=r,l,r,r",
-            [ptrs, live.to(tl.int32), need], dtype=tl.int32, is_pure=False, pack=1)
+            "{\n\t.reg .pred p, q;\n\t.reg .b64 t;\n\tsetp.eq.b32 p, $2, 1;\n\t"
+            "setp.eq.b32 q, $2, 2;\n\tmov.b32 $0, $3;\n\t"
+            "@p ld.relaxed.sys.global.b32 $0, [$1];\n\t"
+            "@q ld.relaxed.sys.global.b64 t, [$1];\n\t@q cvt.u32.u64 $0, t;\n\t}", "=r,l,r,r",
+            [ptrs, how, need], dtype=tl.int32, is_pure=False, pack=1)
     else:
+        live = how != 0
         return tl.where(live, tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys"), need)
 
 
@@ -113,18 +120,18 @@ def _signal(ptrs, active, relaxed, PTX: tl.constexpr):
 
 
 @triton.jit
-def _poll_all(ptrs, live2, need2, k, spin_limit, N: tl.constexpr, PTX: tl.constexpr):
-    """Every thread polls every live slot of [N, LANES] until each reaches its need (one round
-    trip per poll however many slots), or until `spin_limit` polls (> 0) have passed. Returns,
-    having given up, the first short slot's index and value (N and -1 when every slot was
-    satisfied)."""
-    seen = _poll(ptrs, live2, need2, PTX)
+def _poll_all(ptrs, how2, need2, k, spin_limit, N: tl.constexpr, PTX: tl.constexpr):
+    """Every thread polls every live slot of [N, LANES] (`how2`: `_poll`'s) until each reaches
+    its need (one round trip per poll however many slots), or until `spin_limit` polls (> 0)
+    have passed. Returns, having given up, the first short slot's index and value (N and -1 when
+    every slot was satisfied)."""
+    seen = _poll(ptrs, how2, need2, PTX)
     pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
     spins = 0
     first = pending * 0 + N
     low = pending * 0 - 1
     while pending > 0:
-        seen = _poll(ptrs, live2, need2, PTX)
+        seen = _poll(ptrs, how2, need2, PTX)
         pending = tl.sum(tl.sum((seen < need2).to(tl.int32), axis=1), axis=0)
         spins += 1
         if spin_limit > 0:
@@ -136,7 +143,7 @@ def _poll_all(ptrs, live2, need2, k, spin_limit, N: tl.constexpr, PTX: tl.conste
 
 
 @triton.jit
-def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row, acquire,
+def wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row, acquire,
               LANES: tl.constexpr, PTX: tl.constexpr):
     """Every thread spins until each of the row's `nwait` slots reaches per_epoch * epoch, then
     acquires (where `acquire`): reads of peer data after this see what the signalling ranks
@@ -147,12 +154,14 @@ def _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, row, acquir
         live = (k0 + k) < nwait
         entry = table + wstart + WAIT_WORDS * (k0 + k)
         slot = tl.load(entry, mask=live, other=0)
-        need = (tl.load(entry + 1, mask=live, other=0) * epoch).to(tl.int32)
+        word = tl.load(entry + 1, mask=live, other=0)      # per_epoch | wide << WIDE_SHIFT
+        need = ((word & PER_EPOCH_MASK) * epoch).to(tl.int32)
+        how = tl.where(live, 1 + (word >> WIDE_SHIFT).to(tl.int32), 0)
         # [WAIT_BLOCK, LANES]: every thread reads every slot itself
         ptrs = sig + tl.broadcast_to(slot[:, None], (WAIT_BLOCK, LANES))
-        live2 = tl.broadcast_to(live[:, None], (WAIT_BLOCK, LANES))
+        how2 = tl.broadcast_to(how[:, None], (WAIT_BLOCK, LANES))
         need2 = tl.broadcast_to(need[:, None], (WAIT_BLOCK, LANES))
-        first, low = _poll_all(ptrs, live2, need2, k, spin_limit, WAIT_BLOCK, PTX)
+        first, low = _poll_all(ptrs, how2, need2, k, spin_limit, WAIT_BLOCK, PTX)
         if first < WAIT_BLOCK:       # the spin limit passed: record the first short slot
             want = tl.max(tl.where(k == first, need, 0), axis=0)
             tl.atomic_xchg(err_ptr + 1, tl.cast(row, tl.int64))
@@ -253,7 +262,7 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
             # the kernel boundary; its acquire fence would only wait for this CTA's own
             # outstanding stores and signals to land (about a microsecond on an H200)
             last_empty = (r == first_row + num_rows - 1) & (count == 0)
-            _wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, r,
+            wait_row(table, sig, wstart, nwait, epoch, spin_limit, err_ptr, r,
                       tl.where(last_empty, 0, 1), LANES, PTX)
         if TRACE:
             if traced:

@@ -39,7 +39,7 @@ from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, use_n
 from hiercoll.executor.cuda.table import Table, encode
 from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
 from hiercoll.executor.torch_dtypes import torch_dtype
-from hiercoll.kernels.abi import F_NWAIT, ROW_WORDS
+from hiercoll.kernels.abi import F_NWAIT, ROW_WORDS, WAIT_WIDE_SHIFT
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
 
 if TYPE_CHECKING:
@@ -65,6 +65,13 @@ class _Put:
     sigs: torch.Tensor      # int64 addresses, the receiver's first
     pes: torch.Tensor       # int32
     grid: int
+    sig: torch.Tensor       # this rank's int32 slots, which the put's waits read
+    waits: torch.Tensor     # int64 (slot, per_epoch | wide << 32) pairs: the table's wait format
+    n_wait: int
+    epoch: torch.Tensor     # the kernels' call counter (KernelState.epoch)
+    err: torch.Tensor       # the debug-timeout record (KernelState.err)
+    spin_limit: int
+    row: int                # what a timeout records as its row: -1 - the put's index in `net`
 
 
 @dataclass(kw_only=True)
@@ -149,7 +156,7 @@ class CudaBackend:
     @staticmethod
     def net_hook(prepared: CudaPrepared, main: torch.cuda.Stream) -> None:
         """The net stream: wait rows, NCCL sends/receives in the global order, signal rows; or
-        (NVSHMEM) wait rows and this rank's puts."""
+        (NVSHMEM) this rank's puts, each waiting in its own kernel."""
         assert prepared.net_stream is not None
         net = prepared.net_stream
         net.wait_stream(main)
@@ -240,8 +247,10 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
             net_views[id(item)] = data.tensor[item.src.offset:item.src.offset + item.count]
         elif isinstance(item, RecvLaunch):
             net_views[id(item)] = data.tensor[item.dst.offset:item.dst.offset + item.count]
-    puts = {id(item): _put_args(item, data, signals, itemsize, device, group)
-            for item in program.net if isinstance(item, PutLaunch)}
+    spin_limit = spin_limit_for(options.debug_timeout_ms)
+    puts = {id(item): _put_args(item, data, signals, itemsize, device, group, kernel, spin_limit,
+                                -1 - i)
+            for i, item in enumerate(program.net) if isinstance(item, PutLaunch)}
     notes = list(program.notes)
     sends = sum(isinstance(x, SendLaunch) for x in program.net)
     if sends:
@@ -258,7 +267,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         net_views=net_views,
         puts=puts,
         group=group,
-        spin_limit=spin_limit_for(options.debug_timeout_ms),
+        spin_limit=spin_limit,
         reduce_op=schedule.spec.reduce_op.value,
         copy_channels=frozenset(ch for ch, items in program.streams.items()
                                 if any(isinstance(x, CopyLaunch) for x in items)))
@@ -266,7 +275,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
             and not program.net:
         (prepared.inline_channel,) = program.streams
     if puts:
-        _warm_up_put(program, data, signals, device, group)
+        _warm_up_put(program, data, signals, kernel, device, group)
     compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit)
     for launch, bump, fused in _kernel_launches(program):
         bound = bind_launch(kernel, table.launches[id(launch)], compiled,
@@ -394,39 +403,48 @@ def _copy(c: _Copy) -> None:
 
 
 def _put_args(item: PutLaunch, data: SymmetricBuffer, signals: SymmetricBuffer, itemsize: int,
-              device: torch.device, group: Any) -> _Put:
+              device: torch.device, group: Any, kernel: KernelState, spin_limit: int,
+              row: int) -> _Put:
     base, sig = data.tensor.data_ptr(), signals.tensor.data_ptr()
     nbytes = item.count * itemsize
     # the signal word is 64-bit: an odd slot would straddle two int32 slots' 8-byte word
     if any((sig + 4 * s.slot) % 8 for s in item.signals):
         raise HiercollError(f"nvshmem put {item.op}: its signal slot is not 8-byte aligned "
                             "(the signal allocation must start on an 8-byte boundary)")
+    waits = [x for w in item.waits
+             for x in (w.slot, w.per_epoch | int(w.wide) << WAIT_WIDE_SHIFT)]
     return _Put(base + item.dst.offset * itemsize, base + item.src.offset * itemsize, nbytes,
                 put_chunk_bytes(nbytes, item.ctas),
                 torch.tensor([sig + 4 * s.slot for s in item.signals], dtype=torch.int64,
                              device=device),
                 torch.tensor([_global_rank(group, s.rank) for s in item.signals],
                              dtype=torch.int32, device=device),
-                item.ctas)
+                item.ctas, signals.tensor,
+                torch.tensor(waits or [0, 0], dtype=torch.int64, device=device),
+                len(item.waits), kernel.epoch, kernel.err, spin_limit, row)
 
 
 def _warm_up_put(program: RankProgram, data: SymmetricBuffer, signals: SymmetricBuffer,
-                 device: torch.device, group: Any) -> None:
+                 kernel: KernelState, device: torch.device, group: Any) -> None:
     """Build the put kernel (and register it with NVSHMEM) before any call: one zero-byte put to
-    this rank's own warm-up slot, which nothing waits on."""
+    this rank's own warm-up slot, which nothing waits on (and no waits)."""
     me = _global_rank(group, program.rank)
     sig = signals.tensor.data_ptr() + 4 * warm_slot(program)
     base = data.tensor.data_ptr()
     _put(_Put(base, base, 0, 16, torch.tensor([sig], dtype=torch.int64, device=device),
-              torch.tensor([me], dtype=torch.int32, device=device), 1))
+              torch.tensor([me], dtype=torch.int32, device=device), 1, signals.tensor,
+              torch.zeros(2, dtype=torch.int64, device=device), 0, kernel.epoch, kernel.err, 0,
+              -1))
     torch.cuda.synchronize(device)
 
 
 def _put(p: _Put) -> None:
     """Launch one put on the current stream (Triton's JIT dispatch: a few microseconds of host
     time per put in eager mode; a CUDA graph replays it for free)."""
-    from hiercoll.kernels.nvshmem_put import put_kernel
-    put_kernel()[(p.grid,)](p.dst, p.src, p.nbytes, p.chunk, p.sigs, p.pes, len(p.pes))
+    from hiercoll.kernels.nvshmem_put import LANES, NUM_WARPS, put_kernel
+    put_kernel()[(p.grid,)](p.dst, p.src, p.nbytes, p.chunk, p.sigs, p.pes, len(p.pes), p.sig,
+                            p.waits, p.n_wait, p.epoch, p.spin_limit, p.err, p.row,
+                            LANES=LANES.value, num_warps=NUM_WARPS)
 
 
 def _kernel(prepared: CudaPrepared, launch: KernelLaunch, stream: torch.cuda.Stream,
@@ -462,6 +480,13 @@ def check_timeouts(prepared: CudaPrepared) -> None:
     if err[0]:
         t = prepared.table
         row, widx = int(err[1]), int(err[2])
+        if row < 0:        # an NVSHMEM put's own wait (_put_args numbers them -1, -2, ...)
+            put = prepared.program.net[-1 - row]
+            assert isinstance(put, PutLaunch)
+            raise VerificationError(
+                f"rank {prepared.rank}: the put of op {put.op} timed out waiting for "
+                f"{put.waits[widx].producer} (slot value {err[3]}, needed {err[4]}; epoch "
+                f"{int(prepared.kernel.epoch[0].item())})")
         if widx < 0:       # an LL row: a word still short of the call's epoch
             raise VerificationError(
                 f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for a peer's "

@@ -142,6 +142,10 @@ class _Emulator:
             rk.stream_pos[ch] += 1
             return True
         if isinstance(item, PutLaunch):
+            # the put kernel waits first (the call's epoch: the net stream runs in the call the
+            # main stream forked)
+            if not all(rk.sig[w.slot] >= w.per_epoch * rk.epoch for w in item.waits):
+                return False
             self._put(r, item)
             rk.stream_pos[ch] += 1
             return True

@@ -223,11 +223,14 @@ class Addr:
 
 @dataclass(frozen=True)
 class Wait:
-    """Spin until this rank's slot `slot` >= per_epoch * epoch; `producer` names who signals."""
+    """Spin until this rank's slot `slot` >= per_epoch * epoch; `producer` names who signals.
+    `wide`: the slot is the low word of an NVSHMEM put's 64-bit signal (the kernel reads the
+    whole word: a 32-bit read of half a 64-bit atomic is outside the PTX model's ordering)."""
 
     slot: int
     per_epoch: int
     producer: str        # "r.i" op id, or "barrier:<name>@rank"
+    wide: bool = False
 
 
 @dataclass(frozen=True)
@@ -301,7 +304,9 @@ class RecvLaunch:
 @dataclass(frozen=True)
 class PutLaunch:
     """NVSHMEM (`--inter-transport nvshmem`): `count` elements at `src` (this rank) into `dst` of
-    rank `peer`'s symmetric allocation, on `ctas` CTAs; each CTA puts its chunk and adds 1 to
+    rank `peer`'s symmetric allocation, on `ctas` CTAs; each CTA first waits for `waits` (what the
+    put reads was produced, and what it overwrites was read: every thread polls, then acquires,
+    as a row does), then puts its chunk and adds 1 to
     `peer`'s slot `signals[0]` once its chunk has landed (put-with-signal: NVSHMEM delivers the
     data before the signal), then, after a quiet (every chunk of this CTA complete), adds 1 to
     the slot of every other rank in `signals` (consumers that read the data through `peer`'s
@@ -315,6 +320,7 @@ class PutLaunch:
     peer: int
     signals: tuple[Signal, ...]
     ctas: int
+    waits: tuple[Wait, ...] = ()
 
 
 Launch = KernelLaunch | CopyLaunch | SendLaunch | RecvLaunch | PutLaunch
@@ -427,6 +433,11 @@ class _Global:
             return 1
         lo, hi = self.ranges.get(ref, (0, self.grid))
         return hi - lo
+
+    def wait_on(self, ref: OpRef) -> Wait:
+        """A consumer's wait for every signal `ref` sends in a call."""
+        return Wait(self.slot(ref), self.per_epoch(ref), f"{ref[0]}.{ref[1]}",
+                    wide=ref in self.net_slots)
 
     def explicit_prev(self, ref: OpRef) -> OpRef | None:
         """The channel predecessor this op must wait on by signal: stream order cannot give it
@@ -707,7 +718,7 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
             continue
         prev = g.sm_prev.get(op.ref)
         if prev is not None and prev in in_launch.get(key, ()) and prev not in op.deps:
-            waits.append(Wait(g.slot(prev), g.per_epoch(prev), f"{prev[0]}.{prev[1]}"))
+            waits.append(g.wait_on(prev))
         pending.setdefault(key, []).append(Row(
             op.id, op.dst.count, layout.addr(op.dst), tuple(layout.addr(s) for s in op.srcs),
             op.kind == OpKind.REDUCE, op.accumulate, op.scale, tuple(waits), signals,
@@ -876,11 +887,10 @@ def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,
 
 
 def _waits(g: _Global, op: Op) -> list[Wait]:
-    waits = [Wait(g.slot(d), g.per_epoch(d), f"{d[0]}.{d[1]}") for d in op.deps
-             if (op.ref, d) not in g.local]
+    waits = [g.wait_on(d) for d in op.deps if (op.ref, d) not in g.local]
     p = g.explicit_prev(op.ref)
     if p is not None:
-        waits.append(Wait(g.slot(p), g.per_epoch(p), f"{p[0]}.{p[1]}"))
+        waits.append(g.wait_on(p))
     return waits
 
 
@@ -892,7 +902,7 @@ def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
                 rank: int) -> tuple[Launch, ...]:
     """This rank's sends and receives, in one global order that extends every dependency (so
     the per-pair FIFO matching of NCCL pairs them up and no wait can block an earlier op). With
-    NVSHMEM, only the sender has work: a wait row for the put's dependencies, then the put."""
+    NVSHMEM, only the sender has work: the put, which waits for its dependencies itself."""
     if Engine.NET not in g.engines.values():
         return ()
     out: list[Launch] = []
@@ -929,16 +939,16 @@ def _signal_launch(op_id: str, signals: Sequence[Signal]) -> KernelLaunch:
 
 
 def _put(g: _Global, layout: SymmetricLayout, op: Op) -> tuple[Launch, ...]:
-    """The sender's NVSHMEM put of `op`, behind a wait row for what it reads (none: no launch).
-    The receiver is signalled first (with the data); every other consumer after."""
+    """The sender's NVSHMEM put of `op`, waiting in its own kernel for what it reads (one launch:
+    the threads that read the data are the ones that acquired it). The receiver is signalled
+    first (with the data); every other consumer after."""
     src, dst = op.srcs[0], op.dst
-    waits = _waits(g, op)
     targets = sorted(g.consumers.get(op.ref, ()), key=lambda c: (c != dst.rank, c))
     if dst.rank not in targets:
         targets.insert(0, dst.rank)
-    put = PutLaunch(op.id, layout.addr(src), layout.addr(dst), op.dst.count, dst.rank,
-                    tuple(Signal(c, g.slot(op.ref)) for c in targets), g.put_ctas[op.ref])
-    return (_wait_launch(op.id, waits), put) if waits else (put,)
+    return (PutLaunch(op.id, layout.addr(src), layout.addr(dst), op.dst.count, dst.rank,
+                      tuple(Signal(c, g.slot(op.ref)) for c in targets), g.put_ctas[op.ref],
+                      tuple(_waits(g, op))),)
 
 
 def _barrier(g: _Global, world: int, rank: int, which: int, name: str,
