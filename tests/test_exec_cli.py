@@ -125,3 +125,21 @@ def test_bench_writes_rows_table_and_plot(tmp_path):
     assert body["provenance"]["command"].startswith("hiercoll bench")
     assert (tmp_path / "res" / "all_gather-w2.md").read_text().count("| direct |") == 2
     assert (tmp_path / "res" / "all_gather-w2.png").stat().st_size > 1000
+
+
+def test_the_auto_reference_of_a_group_collective_is_numpy_at_any_size():
+    """The library has no group_cast call: a large group-cast must not ask it for a reference."""
+    from types import SimpleNamespace
+
+    from hiercoll.cli.stress_cmd import AUTO_NUMPY_LIMIT, _auto_reference
+    from hiercoll.collectives import Kind
+    from hiercoll.harness.inputs import RefKind
+
+    def spec(kind: Kind, nbytes: int):  # type: ignore[no-untyped-def]
+        return SimpleNamespace(kind=kind, total_bytes=nbytes)
+    big = 4 * AUTO_NUMPY_LIMIT
+    assert _auto_reference(spec(Kind.ALL_REDUCE, big), "cuda") == RefKind.LIBRARY
+    assert _auto_reference(spec(Kind.ALL_REDUCE, big), "cpu") == RefKind.NUMPY
+    assert _auto_reference(spec(Kind.ALL_REDUCE, 8192), "cuda") == RefKind.NUMPY
+    for kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
+        assert _auto_reference(spec(kind, big), "cuda") == RefKind.NUMPY

@@ -267,3 +267,48 @@ def test_the_put_kernel_waits_in_every_thread_and_reads_64_bit_signals_whole(mon
         pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
     assert "ld.relaxed.sys.global.b64" in ptx and "ld.relaxed.sys.global.b32" in ptx
     assert "fence.acq_rel.sys" in ptx
+
+
+@pytest.mark.parametrize(("nodes", "gpus", "kind", "algo"), lowering_cases(((2, 2),)))
+def test_a_net_op_is_ordered_after_its_plan_channel_predecessor_in_one_stream(nodes, gpus, kind,
+                                                                              algo):
+    """Single stream (graph mode): a net op's explicit predecessor is the op before it on its
+    owner's *plan channel*. The op before it in the stream may be another channel's, run by
+    other CTAs: waiting on that one would order nothing (the first graph-mode failures)."""
+    s = lowering.lowered_schedule(plan(_topo(nodes, gpus), _spec(kind, nodes * gpus, 41), algo,
+                                       {"chunks": 2}).expand(), NVS)
+    opts = dataclasses.replace(NVS, single_stream=True)
+    g = lowering._global(s, opts)
+    nets = [op for op in s.ops() if g.engines[op.ref] == lowering.Engine.NET]
+    for op in nets:
+        before = [o for o in s.rank_ops(op.rank)[:op.index] if o.channel == op.channel]
+        assert g.explicit_prev(op.ref) == (before[-1].ref if before else None)
+        after = [o for o in s.rank_ops(op.rank)[op.index + 1:] if o.channel == op.channel]
+        if after:       # the plan-channel successor waits on the put
+            assert g.explicit_prev(after[0].ref) == op.ref
+            assert lowering._waiter(after[0], g.engines) in g.consumers[op.ref]
+
+
+def test_in_one_stream_the_puts_are_launched_inline_by_their_senders():
+    """Graph mode's single stream has no net stream (a sibling graph branch could be run after
+    the main one while either spins on the other): each put is a launch of its sender's one
+    stream, after the rows launched before it, at its level."""
+    s = plan(_topo(2, 2), _spec("reduce_scatter", 4, 1 << 16), "hier").expand()
+    opts = dataclasses.replace(NVS, single_stream=True)
+    progs = [lower(s, r, opts) for r in range(4)]
+    assert all(not p.net for p in progs)
+    sent = {x.op for p in progs for items in p.streams.values() for x in items
+            if isinstance(x, PutLaunch)}
+    ran = lowering.lowered_schedule(s, opts)       # what the kernels run (copies forwarded)
+    assert sent == {o.id for o in ran.ops() if o.transport.value == "inter"
+                    and o.kind.value == "copy"}
+    for r, p in enumerate(progs):
+        (items,) = p.streams.values()
+        for x in items:
+            if isinstance(x, PutLaunch):
+                owner, index = map(int, x.op.split("."))
+                assert ran.op((owner, index)).srcs[0].rank == r
+        notes = " ".join(p.notes)
+        assert "inline on its one stream" in notes or not any(isinstance(x, PutLaunch)
+                                                               for x in items)
+    check_emulation(s, opts, seed=3, calls=3)

@@ -19,7 +19,8 @@ export NVSHMEM_SYMMETRIC_SIZE=${NVSHMEM_SYMMETRIC_SIZE:-40G}
 W=${W:-2}; T=${T:-bench/gpu/topologies/h200-2node-x1.yaml}
 D=/tmp/nvshmem-w$W; mkdir -p "$D"
 pack() { tar czf "$OUT/nvshmem-w$W.tgz" -C "$D" .; }
-count() { echo "$1 rc=$2 ok $(grep -c '^ok' $3) FAIL $(grep -c '^FAIL' $3)"; grep -m5 "^FAIL\|timed out\|Error" $3; }
+# a step's summary line, and everything so far packed (a call cut by its time limit keeps it)
+count() { echo "$1 rc=$2 ok $(grep -c '^ok' $3) FAIL $(grep -c '^FAIL' $3)"; grep -m5 "^FAIL\|timed out\|Error" $3; pack; }
 ALGOS=${ALGOS:-hier,hier_2d,hier_tiers}
 for phase in ${PHASES:-stress wl tp bench}; do
   case $phase in
@@ -37,13 +38,15 @@ for phase in ${PHASES:-stress wl tp bench}; do
     python3 -m hiercoll workload moe --tokens 1024 --topk 4 --experts 32 -t $T --out $D/wl-moe > $D/wl-moe.log 2>&1
     for plan in $D/wl-attention/group_cast.*.json $D/wl-moe/group_*.json; do
       tag=$(basename $(dirname $plan))-$(basename $plan .json)
-      HC_TIMEOUT=${WL_S:-90} hc $W stress $plan --backend cuda --inter-transport nvshmem --iters ${WL_ITERS:-20} \
-        --modes eager,graph --debug-timeout-ms 3000 --out $D/stress-$tag.json > $D/stress-$tag.log 2>&1
-      count "stress $tag" $? $D/stress-$tag.log
+      if [ -n "${WL_STRESS-1}" ]; then     # WL_STRESS= : the bench only
+        HC_TIMEOUT=${WL_S:-90} hc $W stress $plan --backend cuda --inter-transport nvshmem --iters ${WL_ITERS:-20} \
+          --modes eager,graph --debug-timeout-ms 3000 --out $D/stress-$tag.json > $D/stress-$tag.log 2>&1
+        count "stress $tag" $? $D/stress-$tag.log
+      fi
       for tr in ${WL_TRANSPORTS-nvshmem nccl peer}; do
         HC_TIMEOUT=${WL_S:-90} hc $W bench $plan --backend cuda --modes graph --zero-copy --peers none \
           --inter-transport $tr --out $D/bench-wl-$tag-$tr > $D/bench-$tag-$tr.log 2>&1
-        echo "bench $tag $tr rc=$?"; grep "p50" $D/bench-$tag-$tr.log | head -4
+        echo "bench $tag $tr rc=$?"; grep "p50" $D/bench-$tag-$tr.log | head -4; pack
       done
     done ;;
   tp)
@@ -61,7 +64,7 @@ for phase in ${PHASES:-stress wl tp bench}; do
         c=${v%%:*}; sizes=${v#*:}; tag=$tr-${c//,/-}
         HC_TIMEOUT=${BENCH_S:-150} hc $W bench --backend cuda -c $c -t $T --algorithms $ALGOS --sizes $sizes \
           --modes graph --zero-copy --peers nccl --inter-transport $tr --out $D/bench-$tr > $D/bench-$tag.log 2>&1
-        echo "bench $tag rc=$?"; grep "p50" $D/bench-$tag.log
+        echo "bench $tag rc=$?"; grep "p50" $D/bench-$tag.log; pack
       done
     done ;;
   esac

@@ -31,6 +31,8 @@ from hiercoll.files import write_atomic
 from hiercoll.units import parse_size, parse_size_range
 
 if TYPE_CHECKING:
+    from hiercoll.collectives import CollectiveSpec
+    from hiercoll.harness.inputs import RefKind
     from hiercoll.harness.launch import Launch
     from hiercoll.harness.prepare import BackendChoice, PrepareCache
     from hiercoll.harness.sweep import Case
@@ -165,6 +167,18 @@ def _sizes(args: argparse.Namespace) -> list[int] | None:
     return None
 
 
+def _auto_reference(spec: CollectiveSpec, device_type: str) -> RefKind:
+    """numpy up to AUTO_NUMPY_LIMIT (and on CPU), the library above; a collective the library
+    has no call for (group_cast / group_reduce: a 19 MiB attention group-cast stopped on it)
+    always takes numpy."""
+    from hiercoll.harness.inputs import RefKind
+    from hiercoll.planner.search.library import LIBRARY_KINDS
+    if (spec.total_bytes <= AUTO_NUMPY_LIMIT or device_type == "cpu"
+            or spec.kind not in LIBRARY_KINDS):
+        return RefKind.NUMPY
+    return RefKind.LIBRARY
+
+
 def _stress_case(case: Case, modes: list[str], launch: Launch, choice: BackendChoice,
                  args: argparse.Namespace) -> list[dict[str, Any]]:
     """One prepare per case and lowering (graph mode takes the single-stream one), every mode."""
@@ -176,9 +190,8 @@ def _stress_case(case: Case, modes: list[str], launch: Launch, choice: BackendCh
     from hiercoll.harness.stress import stress
     check_launch(case.schedule, launch.world_size)
     cache: PrepareCache = {}
-    ref = RefKind(args.reference) if args.reference != "auto" else (
-        RefKind.NUMPY if case.schedule.spec.total_bytes <= AUTO_NUMPY_LIMIT or launch.device.type == "cpu"
-        else RefKind.LIBRARY)
+    ref = RefKind(args.reference) if args.reference != "auto" else _auto_reference(
+        case.schedule.spec, launch.device.type)
     ref_backend = ref_prep = None
     if ref == RefKind.LIBRARY:
         ref_backend = get_backend(BackendName.NCCL)

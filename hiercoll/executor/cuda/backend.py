@@ -32,6 +32,7 @@ from hiercoll.executor.cuda.lowering import (
     launch_label,
     lower,
     put_chunk_bytes,
+    put_launches,
     spin_limit_for,
     warm_slot,
 )
@@ -91,7 +92,7 @@ class CudaPrepared(Prepared):
     spin_limit: int
     reduce_op: str
     bound: dict[int, BoundLaunch] = field(default_factory=dict)   # id(KernelLaunch) -> launch
-    copy_channels: frozenset[int] = frozenset()   # channels with copy-engine copies
+    mixed_channels: frozenset[int] = frozenset()   # channels with copies or puts, not only kernels
     # the only channel, all kernels, no net stream: its launches go on the main stream (stream
     # order is the same; the fork and join, two cross-stream waits, cost host time per call)
     inline_channel: int | None = None
@@ -250,7 +251,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
     spin_limit = spin_limit_for(options.debug_timeout_ms)
     puts = {id(item): _put_args(item, data, signals, itemsize, device, group, kernel, spin_limit,
                                 -1 - i)
-            for i, item in enumerate(program.net) if isinstance(item, PutLaunch)}
+            for i, item in enumerate(put_launches(program))}
     notes = list(program.notes)
     sends = sum(isinstance(x, SendLaunch) for x in program.net)
     if sends:
@@ -269,9 +270,9 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         group=group,
         spin_limit=spin_limit,
         reduce_op=schedule.spec.reduce_op.value,
-        copy_channels=frozenset(ch for ch, items in program.streams.items()
-                                if any(isinstance(x, CopyLaunch) for x in items)))
-    if not program.fused and len(program.streams) == 1 and not prepared.copy_channels \
+        mixed_channels=frozenset(ch for ch, items in program.streams.items()
+                                 if any(isinstance(x, (CopyLaunch, PutLaunch)) for x in items)))
+    if not program.fused and len(program.streams) == 1 and not prepared.mixed_channels \
             and not program.net:
         (prepared.inline_channel,) = program.streams
     if puts:
@@ -375,7 +376,7 @@ def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
     for ch, items in prepared.program.streams.items():
         stream = prepared.streams[ch]
         stream.wait_stream(main)
-        if timer is None and ch not in prepared.copy_channels:
+        if timer is None and ch not in prepared.mixed_channels:
             for item in items:        # launches name their stream: no stream switch
                 assert isinstance(item, KernelLaunch)
                 _kernel(prepared, item, stream, channel=ch)
@@ -390,6 +391,12 @@ def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
                         copy()
                     else:
                         timer.around(launch_label(item), ch, copy)
+                elif isinstance(item, PutLaunch):
+                    put = functools.partial(_put, prepared.puts[id(item)])
+                    if timer is None:
+                        put()
+                    else:
+                        timer.around(item.op, ch, put)
     if prepared.net_stream is not None:
         if net is None:
             raise HiercollError("cuda backend: this program moves inter-node copies on a net "
@@ -481,8 +488,7 @@ def check_timeouts(prepared: CudaPrepared) -> None:
         t = prepared.table
         row, widx = int(err[1]), int(err[2])
         if row < 0:        # an NVSHMEM put's own wait (_put_args numbers them -1, -2, ...)
-            put = prepared.program.net[-1 - row]
-            assert isinstance(put, PutLaunch)
+            put = put_launches(prepared.program)[-1 - row]
             raise VerificationError(
                 f"rank {prepared.rank}: the put of op {put.op} timed out waiting for "
                 f"{put.waits[widx].producer} (slot value {err[3]}, needed {err[4]}; epoch "

@@ -78,13 +78,15 @@ class InterTransport(StrEnum):
 
     PEER = "peer"   # like intra-node ops, through peer mappings (all GPUs in one NVLink domain)
     NCCL = "nccl"   # send/recv on a per-rank net stream, in one global order (no peer mapping)
-    NVSHMEM = "nvshmem"   # the sender's put-with-signal on its net stream (no receiver work)
+    NVSHMEM = "nvshmem"   # the sender's put-with-signal (no receiver work): on its net stream,
+    #                       or inline on the single stream (graph mode: `_put_senders_order`)
 
 
 # An NVSHMEM put runs on this many CTAs per this many bytes, up to NVSHMEM_MAX_CTAS: measured on
 # 2 x H200 (results/gpu/nvshmem-probe), one CTA's block put moves 5-11 GB/s, 32 CTAs 272 GB/s at
-# 16 MiB and 64 CTAs 278 GB/s at 64 MiB (the copy engine: 350-380)
-NVSHMEM_BYTES_PER_CTA = 512 * 1024
+# 16 MiB and 64 CTAs 278 GB/s at 64 MiB (the copy engine: 350-380): a CTA's put is bound by its
+# own store loop, so a 4 MiB put wants 32 CTAs, not 8
+NVSHMEM_BYTES_PER_CTA = 128 * 1024
 NVSHMEM_MAX_CTAS = 64
 
 
@@ -376,6 +378,13 @@ def call_steps(program: RankProgram) -> tuple[CallStep, ...]:
             CallStep.COPY_OUT)
 
 
+def put_launches(program: RankProgram) -> list[PutLaunch]:
+    """A program's NVSHMEM puts in one fixed order (its streams by channel, then the net
+    stream): how the backend numbers them."""
+    return [x for items in (*program.streams.values(), program.net) for x in items
+            if isinstance(x, PutLaunch)]
+
+
 def launch_label(launch: KernelLaunch | CopyLaunch) -> str:
     """What a launch does, for timelines: its ops' ids (rows that move data), else the name of
     its first row (a barrier or a copy-engine fence)."""
@@ -401,7 +410,7 @@ class _Global:
     grid: int
     engines: dict[OpRef, Engine]
     consumers: dict[OpRef, frozenset[int]]   # ranks that wait on an op's slot
-    channel_prev: dict[OpRef, OpRef]         # the previous op on the same (rank, stream)
+    channel_prev: dict[OpRef, OpRef]         # the previous op on the same (rank, plan channel)
     issue: tuple[tuple[tuple[int, Op], ...], ...]   # per rank: (stream key, op) in issue order
     ranges: dict[OpRef, tuple[int, int]] = field(default_factory=dict)  # SM ops on part of the grid
     sm_prev: dict[OpRef, OpRef] = field(default_factory=dict)   # SM op before on its channel
@@ -410,6 +419,10 @@ class _Global:
     # NVSHMEM puts: their 64-bit signal slots (even int32 indices after the barrier slots) and CTAs
     net_slots: dict[OpRef, int] = field(default_factory=dict)
     put_ctas: dict[OpRef, int] = field(default_factory=dict)
+    # per rank, what its streams launch in order: `issue`, except that single-stream NVSHMEM
+    # programs launch each put on the sender's one stream at its level (`inline_puts`)
+    launch_order: tuple[tuple[tuple[int, Op], ...], ...] = ()
+    inline_puts: bool = False
 
     def gid(self, ref: OpRef) -> int:
         return self.base[ref[0]] + ref[1]
@@ -550,7 +563,6 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
     issue = _issue_orders(schedule, layered)
     sm_prev: dict[OpRef, OpRef] = {}
     for r in range(w):
-        prev: dict[int, Op] = {}
         on_channel: dict[tuple[int, int], Op] = {}
         for key, op in issue[r]:
             waiter = _waiter(op, engines)
@@ -559,22 +571,25 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
                     local.add((op.ref, d))
                 else:
                     consumers.setdefault(d, set()).add(waiter)
-            p = prev.get(key)
-            if p is not None:
-                channel_prev[op.ref] = p.ref
-                if Engine.NET in (engines[p.ref], engines[op.ref]):
-                    consumers.setdefault(p.ref, set()).add(waiter)
+            c = on_channel.get((key, op.channel))
+            # a net op and its plan-channel neighbours run on different streams (or, inline,
+            # different launches whose rows other CTAs may still be running): ordered by a
+            # signal. The neighbour on the *plan* channel, not the one before in the stream:
+            # one stream holds every channel's ops in level order, and the op just before may
+            # be another channel's, running on other CTAs, which orders nothing
+            if c is not None:
+                channel_prev[op.ref] = c.ref
+                if Engine.NET in (engines[c.ref], engines[op.ref]):
+                    consumers.setdefault(c.ref, set()).add(waiter)
             # one CTA walks a launch's rows in order, a CTA barrier between rows: the plan's
             # channel order needs a signal only where several CTAs share the rows, and only
             # from the op before on the same plan channel (other channels' rows on this stream
             # are independent of it), unless the CTAs order the two rows themselves
-            c = on_channel.get((key, op.channel))
             if c is not None and one_launch and _cta_local(c, op, ranges):
                 local.add((op.ref, c.ref))
             elif c is not None and grid > 1 and engines[c.ref] == engines[op.ref] == Engine.SM:
                 sm_prev[op.ref] = c.ref
                 consumers.setdefault(c.ref, set()).add(waiter)
-            prev[key] = op
             on_channel[(key, op.channel)] = op
     net_slots: dict[OpRef, int] = {}
     put_ctas: dict[OpRef, int] = {}
@@ -585,9 +600,11 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
             if engines[op.ref] == Engine.NET:
                 net_slots[op.ref] = first + 2 * len(net_slots)
                 put_ctas[op.ref] = nvshmem_put_ctas(op.dst.count * itemsize)
+    inline = bool(net_slots) and layered is not None
     return _Global(tuple(base), n, grid, engines,
                    {k: frozenset(v) for k, v in consumers.items()}, channel_prev, issue,
-                   ranges, sm_prev, frozenset(local), net_slots, put_ctas)
+                   ranges, sm_prev, frozenset(local), net_slots, put_ctas,
+                   _put_senders_order(layered, engines) if layered and inline else issue, inline)
 
 
 def _cta_local(p: Op, c: Op, ranges: dict[OpRef, tuple[int, int]]) -> bool:
@@ -619,6 +636,22 @@ def _issue_orders(schedule: Schedule,
     for level in layered.levels:
         for op in level:
             per_rank[op.rank].append((0, op))
+    return tuple(tuple(x) for x in per_rank)
+
+
+def _put_senders_order(layered: Levels,
+                       engines: dict[OpRef, Engine]) -> tuple[tuple[tuple[int, Op], ...], ...]:
+    """Single stream with NVSHMEM puts: each rank's ops in level order, a put in its sender's
+    list. Why not a net stream: a CUDA graph makes the net stream a sibling branch of the main
+    one, and CUDA may run sibling branches one after the other, so a put spinning on a row of
+    the main branch (or a row spinning on the put) never returns (graph-mode replays on 2 x 2
+    H200 failed this way, eager right). In level order on one stream nothing waits on a later
+    launch of any rank's stream, so it cannot deadlock."""
+    world = 1 + max(op.rank for level in layered.levels for op in level)
+    per_rank: list[list[tuple[int, Op]]] = [[] for _ in range(world)]
+    for level in layered.levels:
+        for op in level:
+            per_rank[_waiter(op, engines)].append((0, op))
     return tuple(tuple(x) for x in per_rank)
 
 
@@ -703,11 +736,14 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                                                            _aligned(rows, itemsize)))
         in_launch[ch] = set()
 
-    for key, op in g.issue[rank]:
+    for key, op in g.launch_order[rank]:
         waits = _waits(g, op)
         signals = _signals(g, op)
         streams.setdefault(key, [])
-        if g.engines[op.ref] == Engine.NET:     # runs on the net stream (below)
+        if g.engines[op.ref] == Engine.NET:     # runs on the net stream (below), or inline
+            if g.inline_puts:
+                flush(key)
+                streams[key].extend(_put(g, layout, op))
             continue
         if g.engines[op.ref] == Engine.CE:
             flush(key)
@@ -743,10 +779,12 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
         notes.append("inter-node reduce ops (reduce here, store on the other node) still run "
                      f"through peer mappings; only copies use {opts.inter_transport.value}")
     net = _net_stream(schedule, g, layout, rank)
-    puts = sum(isinstance(x, PutLaunch) for x in net)
+    puts = sum(isinstance(x, PutLaunch) for items in (*streams.values(), net) for x in items)
     if puts:
+        where = "inline on its one stream" if g.inline_puts else "on its net stream"
         notes.append(f"{puts} inter-node copies from this rank run as NVSHMEM put-with-signal "
-                     "(the receiver does no work; its consumers wait on the put's signal)")
+                     f"{where} (the receiver does no work; its consumers wait on the put's "
+                     "signal)")
     streams = {ch: v for ch, v in streams.items() if v}
     if _fusable(g, opts):
         return _fused(g, w, rank, layout, streams, schedule.spec.accumulates_output, notes)
@@ -912,7 +950,7 @@ def _net_stream(schedule: Schedule, g: _Global, layout: SymmetricLayout,
                 continue
             src, dst = op.srcs[0], op.dst
             if op.ref in g.net_slots:
-                if src.rank == rank:
+                if src.rank == rank and not g.inline_puts:
                     out.extend(_put(g, layout, op))
                 continue
             if src.rank == rank:
