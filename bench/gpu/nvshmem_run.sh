@@ -36,7 +36,7 @@ for phase in ${PHASES:-stress wl tp bench}; do
     python3 -m hiercoll workload attention --cu-seqlens 0,3000,5000,8192,12000,16384 --chunk-size 512 \
       -t $T --row-bytes 1KiB --out $D/wl-attention > $D/wl-attention.log 2>&1
     python3 -m hiercoll workload moe --tokens 1024 --topk 4 --experts 32 -t $T --out $D/wl-moe > $D/wl-moe.log 2>&1
-    for plan in $D/wl-attention/group_cast.*.json $D/wl-moe/group_*.json; do
+    for plan in $D/wl-attention/group_cast.${WL_ALGOS:-*}.json $D/wl-moe/group_*.${WL_ALGOS:-*}.json; do
       tag=$(basename $(dirname $plan))-$(basename $plan .json)
       if [ -n "${WL_STRESS-1}" ]; then     # WL_STRESS= : the bench only
         HC_TIMEOUT=${WL_S:-90} hc $W stress $plan --backend cuda --inter-transport nvshmem --iters ${WL_ITERS:-20} \
@@ -59,9 +59,10 @@ for phase in ${PHASES:-stress wl tp bench}; do
     done ;;
   bench)
     for tr in ${TRANSPORTS:-nvshmem nccl peer}; do
-      for v in "${BENCH:-all_reduce,all_gather,all_to_all}:${SIZES:-1MiB,16MiB,256MiB}" \
-               "reduce_scatter:${RS_SIZES:-1MiB,4MiB,16MiB,64MiB,256MiB,1GiB}"; do
+      for v in "${BENCH:-all_reduce,all_gather,all_to_all}:${SIZES-1MiB,16MiB,256MiB}" \
+               "reduce_scatter:${RS_SIZES-1MiB,4MiB,16MiB,64MiB,256MiB,1GiB}"; do
         c=${v%%:*}; sizes=${v#*:}; tag=$tr-${c//,/-}
+        [ -n "$sizes" ] || continue       # RS_SIZES= (or SIZES=): skip that row of collectives
         HC_TIMEOUT=${BENCH_S:-150} hc $W bench --backend cuda -c $c -t $T --algorithms $ALGOS --sizes $sizes \
           --modes graph --zero-copy --peers nccl --inter-transport $tr --out $D/bench-$tr > $D/bench-$tag.log 2>&1
         echo "bench $tag rc=$?"; grep "p50" $D/bench-$tag.log; pack
