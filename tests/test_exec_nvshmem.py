@@ -312,3 +312,12 @@ def test_in_one_stream_the_puts_are_launched_inline_by_their_senders():
         assert "inline on its one stream" in notes or not any(isinstance(x, PutLaunch)
                                                                for x in items)
     check_emulation(s, opts, seed=3, calls=3)
+
+
+def test_capturing_nccl_send_recv_is_refused_in_one_line():
+    from hiercoll.executor.cuda.backend import refuse_nccl_capture
+    refuse_nccl_capture(True, False)       # eager: runs
+    refuse_nccl_capture(False, True)       # a graph without NCCL p2p: runs
+    with pytest.raises(HiercollError, match="cannot run inside a CUDA graph") as err:
+        refuse_nccl_capture(True, True)
+    assert "\n" not in str(err.value) and "nvshmem" in str(err.value)

@@ -149,6 +149,7 @@ class CudaBackend:
 
     def run(self, prepared: Prepared, input: torch.Tensor, output: torch.Tensor) -> RunResult:
         assert isinstance(prepared, CudaPrepared)
+        refuse_nccl_capture(bool(prepared.net_views), torch.cuda.is_current_stream_capturing())
         enqueue(prepared, input, output, self.net_hook)
         if prepared.spin_limit and not torch.cuda.is_current_stream_capturing():
             check_timeouts(prepared)
@@ -174,6 +175,17 @@ class CudaBackend:
                     _wait(dist.irecv(prepared.net_views[id(item)],
                                      _global_rank(prepared.group, item.peer), prepared.group))
         main.wait_stream(net)
+
+
+def refuse_nccl_capture(sends_or_receives: bool, capturing: bool) -> None:
+    """NCCL send/recv on the net stream cannot be captured: in a CUDA graph the net stream is a
+    sibling branch of the main one, which CUDA may run after it while each waits on the other
+    (the first `--inter-transport nccl` graph case on 4 x H200 hung, 2026-11-27). The NVSHMEM
+    transport moves its puts inline for graphs; NCCL's would need the same, unbuilt."""
+    if sends_or_receives and capturing:
+        raise HiercollError("--inter-transport nccl: its send/recv cannot run inside a CUDA graph "
+                            "(a sibling graph branch: it hung on 4 x H200); run it eager, or use "
+                            "--inter-transport nvshmem or peer in graph mode")
 
 
 class LaunchTimer:
