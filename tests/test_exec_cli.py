@@ -13,6 +13,7 @@ import pytest
 
 from hiercoll.cli.main import main
 from hiercoll.collectives import CollectiveSpec
+from hiercoll.errors import HiercollError
 from hiercoll.plan_file import save_plan
 from hiercoll.planner import plan
 from hiercoll.topology import Topology, preset
@@ -99,6 +100,14 @@ def test_a_comma_list_of_collectives_sweeps_each_in_turn():
     got = [(c.schedule.spec.kind.value, c.algorithm, c.schedule.spec.total_bytes) for c in cases]
     assert got == [(k, a, n) for k in ("all_reduce", "all_gather") for n in (1 << 20, 1 << 24)
                    for a in ("ring", "direct")]
+    # an algorithm runs where it applies: hier_2d has no all-to-all
+    mixed = cases_for(SweepRequest(collective="all_to_all,reduce_scatter", topology="h200x4",
+                                   algorithms="hier_2d,hier", sizes=[1 << 20]))
+    assert [(c.schedule.spec.kind.value, c.algorithm) for c in mixed] == [
+        ("all_to_all", "hier"), ("reduce_scatter", "hier_2d"), ("reduce_scatter", "hier")]
+    with pytest.raises(HiercollError, match="applies to none of"):
+        cases_for(SweepRequest(collective="all_to_all,broadcast", topology="h200x4",
+                               algorithms="hier_2d", sizes=[1 << 20]))
 
 
 def test_a_misspelt_collective_in_the_list_is_one_line(capsys):

@@ -35,12 +35,21 @@ class SweepRequest:
     sizes: list[int] | None = None
 
 
-def cases_for(req: SweepRequest) -> list[Case]:
+def cases_for(req: SweepRequest, only_applicable: bool = False) -> list[Case]:
     """One case per (collective, algorithm, size), every rank building the same list."""
     from hiercoll.planner import applicable, plan
-    if not req.plan and req.collective and len(_split(req.collective)) > 1:
-        return [c for kind in _split(req.collective)
-                for c in cases_for(replace(req, collective=kind))]
+    kinds = _split(req.collective or "")
+    if not req.plan and len(kinds) > 1:
+        # a comparison over several collectives: a named algorithm runs where it applies
+        # (hier_2d has no all-to-all), and one that applies to none of them is refused
+        cases = [c for kind in kinds
+                 for c in cases_for(replace(req, collective=kind), only_applicable=True)]
+        ran = {c.algorithm for c in cases}
+        missing = [a for a in _split(req.algorithms or "") if a not in ran]
+        if missing:
+            raise HiercollError(f"--algorithms: {', '.join(missing)} applies to none of "
+                                f"{', '.join(kinds)} on this topology")
+        return cases
     from hiercoll.topology import load_topology
     sizes = req.sizes
     if req.plan:
@@ -76,6 +85,9 @@ def cases_for(req: SweepRequest) -> list[Case]:
                                   base.model_copy(update=overrides).dtype, nbytes)})
         spec = CollectiveSpec.model_validate(spec.model_dump())
         names = algos or applicable(topo, spec) + ([LIBRARY] if spec.kind in LIBRARY_KINDS else [])
+        if only_applicable and algos:
+            fits = set(applicable(topo, spec)) | ({LIBRARY} if spec.kind in LIBRARY_KINDS else set())
+            names = [a for a in algos if a in fits]
         for name in names:
             cases.append(Case(name, plan(topo, spec, name, params or None), topo.name))
     return cases
