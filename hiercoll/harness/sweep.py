@@ -42,14 +42,14 @@ def cases_for(req: SweepRequest, only_applicable: bool = False) -> list[Case]:
     if not req.plan and len(kinds) > 1:
         # a comparison over several collectives: a named algorithm runs where it applies
         # (hier_2d has no all-to-all), and one that applies to none of them is refused
-        cases = [c for kind in kinds
+        every = [c for kind in kinds
                  for c in cases_for(replace(req, collective=kind), only_applicable=True)]
-        ran = {c.algorithm for c in cases}
+        ran = {c.algorithm for c in every}
         missing = [a for a in _split(req.algorithms or "") if a not in ran]
         if missing:
             raise HiercollError(f"--algorithms: {', '.join(missing)} applies to none of "
                                 f"{', '.join(kinds)} on this topology")
-        return cases
+        return every
     from hiercoll.topology import load_topology
     sizes = req.sizes
     if req.plan:
