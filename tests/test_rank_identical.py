@@ -224,3 +224,70 @@ def test_stress_prints_ranks_identical_per_case_on_gloo():
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ok")]
     assert len(lines) == 2 and all("ranks_identical=true" in ln for ln in lines)
     assert "ranks not identical" in proc.stdout
+
+
+def test_a_batch_of_checks_settles_the_first_bad_iteration_rank_and_bits(monkeypatch):
+    """The stress settles its checks every CHECK_EVERY iterations with one all-gather: the first
+    iteration any rank got wrong (counted from the batch's first), the highest rank wrong there,
+    and whether every rank held the same bits in every iteration. Three ranks, faked."""
+    import torch
+
+    from hiercoll.harness import stress as st
+    ranks = {0: ([True, True, False, True], [5, 6, 7, 8]),
+             1: ([True, True, True, True], [5, 6, 7, 8]),
+             2: ([True, True, False, False], [5, 6, 7, 8])}
+
+    def gather(out, mine, group=None):  # type: ignore[no-untyped-def]
+        for r, (oks, prints) in ranks.items():
+            out[r].copy_(torch.tensor([float(not o) for o in oks] + [float(p) for p in prints],
+                                      dtype=torch.float64))
+    monkeypatch.setattr(st.dist, "get_world_size", lambda group=None: 3)
+    monkeypatch.setattr(st.dist, "all_gather", gather)
+    batch = st._Batch()
+    for ok, p in zip(*ranks[0]):
+        batch.add(ok, p)
+    got = batch.settle(64, torch.device("cpu"), None)
+    assert (got.first_bad, got.bad_rank, got.identical) == (66, 2, True)
+    assert batch.ok == [] and batch.prints == []
+    ranks[1] = ([True] * 4, [5, 6, 9, 8])        # rank 1's third output differs
+    ranks[0] = ranks[2] = ([True] * 4, [5, 6, 7, 8])
+    for ok, p in zip(*ranks[0]):
+        batch.add(ok, p)
+    got = batch.settle(0, torch.device("cpu"), None)
+    assert (got.first_bad, got.bad_rank, got.identical) == (None, None, False)
+    # a 48-bit fingerprint survives the float64 round trip exactly
+    big = (1 << 48) - 3
+    assert float(big) == big and int(torch.tensor([float(big)], dtype=torch.float64).item()) == big
+
+
+def test_the_stress_catches_a_wrong_call_past_a_batch_boundary(tmp_path):
+    """End to end on a one-rank gloo group: a backend that is right except on call 70 is caught
+    at iteration 70 (the second batch of checks), and the stress stops there."""
+    import torch
+    import torch.distributed as dist
+
+    from hiercoll.executor.interface import BackendName
+    from hiercoll.harness.inputs import NumpyCase, RefKind
+    from hiercoll.harness.stress import CHECK_EVERY, stress
+    spec = CollectiveSpec(kind="all_reduce", world_size=2, dtype="fp32", nbytes=256)
+    schedule = hc.plan(small_topology(2, 1), spec, "direct")
+
+    class Wrong:
+        calls = 0
+
+        def run(self, prepared, inp, out):  # type: ignore[no-untyped-def]
+            case = NumpyCase.draw(spec, self.calls)        # seed 0: the stress draws the same
+            out.copy_(torch.from_numpy(case.expected.outputs[0]).to(out.dtype))
+            if self.calls == 70:
+                out[3] += 1.0
+            self.calls += 1
+
+    prepared = type("P", (), {"schedule": schedule, "rank": 0, "backend": BackendName.GLOO})()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        assert CHECK_EVERY < 70 + 1 <= 2 * CHECK_EVERY
+        report = stress(Wrong(), prepared, torch.device("cpu"), 500, RefKind.NUMPY)  # type: ignore[arg-type]
+    finally:
+        dist.destroy_process_group()
+    assert report.first_bad_iteration == 70 and report.first_bad_rank == 0
+    assert report.iterations == 71 and not report.ok and report.max_abs_error >= 0.9

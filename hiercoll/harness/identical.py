@@ -35,11 +35,6 @@ def fingerprint(t: torch.Tensor) -> int:
     return int.from_bytes(hashlib.blake2b(raw, digest_size=6).digest(), "little")
 
 
-def identical_everywhere(out: torch.Tensor, device: torch.device, group: Any = None) -> bool:
-    """Collective over the group: whether every rank's `out` has the same bytes."""
-    return first_differing_rank(out, device, group) is None
-
-
 def first_differing_rank(t: torch.Tensor, device: torch.device, group: Any = None) -> int | None:
     """Collective over the group: the lowest rank whose `t` has other bytes than rank 0's, or
     None when every rank holds the same (48-bit fingerprints, one all-gather)."""
