@@ -1,6 +1,5 @@
 """Where the CPU time of a dense all-to-all-v simulation goes, phase by phase (issue 29's 10 s
-target at 1024 GPUs): the counts, `GroupSplits.from_counts`, the spec, its pair streams, the
-plan, and inside `simulate` the op arrays, the compiled tables, the replay, the lower bound and
+target at 1024 GPUs): the counts, `GroupSplits.from_counts`, the spec, the plan, and inside `simulate` the op arrays, the compiled tables, the replay, the lower bound and
 the rest. The simulate phases are timed by wrapping the functions `simulate` calls.
 
     python bench/sim_a2av_phases.py --gpus 1024
@@ -45,8 +44,6 @@ def measure(gpus: int) -> dict[str, Any]:
     lap("from_counts")
     spec = hc.CollectiveSpec(kind="group_cast", world_size=gpus, dtype="bf16", splits=splits)
     lap("spec")
-    assert spec.pair_streams       # built here (cached on the spec), to time it apart
-    lap("pair streams")
     schedule = hc.plan(topo, spec, "direct")
     lap("plan")
     inner: dict[str, float] = {}

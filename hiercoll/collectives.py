@@ -10,8 +10,9 @@ their sizes from the splits; their S is the largest per-rank output.
 
 from __future__ import annotations
 
+import functools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hiercoll.errors import HiercollError
 from hiercoll.gcpause import without_cyclic_gc
+from hiercoll.trusted_models import trusted_constructor
 
 
 class Kind(StrEnum):
@@ -119,7 +121,7 @@ class GroupSplits(BaseModel):
         dense = m.astype(np.int64)
         rows = dense.tolist()
         world = len(rows)
-        split, rank_splits = Split.model_construct, RankSplits.model_construct
+        split, rank_splits = _trusted_split(), _trusted_rank_splits()
         # one [p] list per rank, shared by the splits naming p (frozen models; nothing in
         # hiercoll mutates a split's peers: W^2 lists would cost more than the rest)
         peer = [[p] for p in range(world)]
@@ -131,6 +133,16 @@ class GroupSplits(BaseModel):
         _DENSE_COUNTS[id(out)] = dense
         weakref.finalize(out, _DENSE_COUNTS.pop, id(out), None)
         return out
+
+
+@functools.cache
+def _trusted_split() -> Callable[..., Split]:
+    return trusted_constructor(Split)
+
+
+@functools.cache
+def _trusted_rank_splits() -> Callable[..., RankSplits]:
+    return trusted_constructor(RankSplits)
 
 
 # GroupSplits made by `from_counts` -> their matrix, checked there: validation and pair streams

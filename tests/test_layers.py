@@ -13,14 +13,15 @@ ROOT = Path(__file__).resolve().parents[1] / "hiercoll"
 # them; the simulator knows the IR and the topology; the planner may ask the simulator (the
 # auto-picker); the backends (executor) know the IR and the kernels but no planner; the harness
 # drives backends over planned cases; the CLI sits on top.
-BASE = {"errors", "units", "files", "gcpause", "progress"}
+BASE = {"errors", "units", "files", "gcpause", "progress", "trusted_models"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": {"errors"},
     "files": set(),
     "gcpause": set(),
     "progress": set(),
-    "collectives": {"errors", "gcpause"},
+    "trusted_models": set(),              # pydantic models from checked values (no validation)
+    "collectives": {"errors", "gcpause", "trusted_models"},
     "topology": {"errors", "units"},
     "schedule": {"collectives", "errors"},
     "schedule_io": {"collectives", "errors", "schedule"},

@@ -285,3 +285,56 @@ def test_array_forms_are_int32_where_they_fit() -> None:
     assert {a.proto.dtype, a.channel.dtype, a.dep_rank.dtype, a.dep_index.dtype} == {np.dtype(np.int32)}
     t = tables_from_arrays(a, Network(topo, None, itemsize=2), 2)
     assert {t.op_key.dtype, t.dep_ptr.dtype, t.dep_idx.dtype, t.ch_ptr.dtype, t.ch_ops.dtype} == {np.dtype(np.int32)}
+
+
+@pytest.mark.parametrize("nodes,params,chunk", [(2, {}, None), (4, {"chunks": 2, "channels": 2}, None),
+                                                 (3, {"swizzle": False}, 500)])
+def test_pair_keys_made_at_once_equal_keys_made_one_by_one(monkeypatch: pytest.MonkeyPatch, nodes: int,
+                                                           params: dict[str, int], chunk: int | None) -> None:
+    """A dense all-to-all-v's tables with its pair copies' keys made at once (`copy_links_batch`)
+    are the tables made key by key, array for array, and the network's links come out in the
+    same order; also across table chunks (a pair met again in a later chunk keeps its shape)."""
+    from hiercoll.sim.compiled import tables as tb
+    topo, sched = group_cast("dgx-h100", nodes, seed=nodes, **params)
+    arrays = native_op_arrays(sched, list(range(topo.world_size)))
+    assert arrays is not None
+    if chunk is not None:
+        monkeypatch.setattr(tb, "CHUNK_OPS", chunk)
+    calls: list[int] = []
+    real = tb.copy_links_batch
+
+    def counted(net, a, b):  # type: ignore[no-untyped-def]
+        calls.append(len(a))
+        return real(net, a, b)
+    monkeypatch.setattr(tb, "copy_links_batch", counted)
+    net_fast = Network(topo, itemsize=2)
+    fast = tables_from_arrays(arrays, net_fast, 2)
+    assert calls and max(calls) > 1
+    monkeypatch.setattr(tb, "copy_links_batch", lambda net, a, b: None)
+    net_slow = Network(topo, itemsize=2)
+    slow = tables_from_arrays(arrays, net_slow, 2)
+    for name in fast.__dataclass_fields__:
+        x, y = getattr(fast, name), getattr(slow, name)
+        assert np.array_equal(np.asarray(x), np.asarray(y)), name
+    assert net_fast.links == net_slow.links
+
+
+@pytest.mark.parametrize("preset,nodes", [("dgx-h100", 2), ("h100-rail-3tier", 2), ("h200x4", 1)])
+@pytest.mark.parametrize("kind", ["group_cast", "group_reduce"])
+def test_dense_splits_bound_like_the_same_splits_read_one_by_one(preset: str, nodes: int, kind: str) -> None:
+    """The lower bound of `from_counts` splits reads their matrix (no pair stream, no split
+    walked); the same splits loaded from a dump (no matrix) read split by split: the same cut
+    bytes on every cut, and the same bound."""
+    from hiercoll.collectives import GroupSplits
+    from hiercoll.sim.bounds import _group_part_bytes, cuts, lower_bound
+    topo = hc.load_topology(preset, nodes)
+    w = topo.world_size
+    m = np.random.default_rng(w).integers(0, 50, (w, w))
+    m[0, 1] = 0                      # a pair that sends nothing
+    dense = GroupSplits.from_counts(m.tolist())
+    plain = GroupSplits.model_validate(dense.model_dump())
+    specs = [hc.CollectiveSpec(kind=kind, world_size=w, dtype="bf16", splits=s) for s in (dense, plain)]
+    for cut in cuts(topo):
+        assert _group_part_bytes(specs[0], cut) == pytest.approx(_group_part_bytes(specs[1], cut), rel=1e-12)
+    a, b = lower_bound(specs[0], topo), lower_bound(specs[1], topo)
+    assert a.time_us == pytest.approx(b.time_us, rel=1e-12)

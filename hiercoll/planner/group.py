@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hiercoll.collectives import CollectiveSpec
+from hiercoll.collectives import CollectiveSpec, dense_counts
 from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, chunk_bounds, swizzled_peers
 from hiercoll.planner.context import ParamsT, PlanContext
 from hiercoll.planner.labels import GroupSendLabel
@@ -71,6 +71,11 @@ def group_cast_arrays(ctx: PlanContext[ParamsT], ranks: Sequence[int], swizzle: 
     prototype per (source, destination) pair. A dense 1024-GPU all-to-all-v is a million ops,
     and building each as an `Op` (regions, transport) cost several times the replay."""
     spec, k, chans = ctx.spec, ctx.params.chunks, ctx.params.channels
+    assert spec.splits is not None
+    dense = dense_counts(spec.splits, ctx.world)
+    if dense is not None:
+        return _dense_group_cast_arrays(dense, ctx.world, ranks, swizzle,
+                                        ctx.topology.gpus_per_node, k, chans)
     streams = spec.pair_streams
     protos: list[Proto] = []
     proto: list[int] = []
@@ -102,6 +107,36 @@ def group_cast_arrays(ctx: PlanContext[ParamsT], ranks: Sequence[int], swizzle: 
                     proto=np.array(proto, np.int32), channel=np.array(channel, np.int32),
                     count=np.array(count, np.int64), dep_ptr=np.zeros(n + 1, np.int64),
                     dep_rank=none, dep_index=none)
+
+
+def _dense_group_cast_arrays(counts: np.ndarray, world: int, ranks: Sequence[int], swizzle: bool,
+                             gpus: int, k: int, chans: int) -> OpArrays:
+    """`group_cast_arrays` of `GroupSplits.from_counts`' splits, from the matrix: each pair is
+    one segment (its stream is counts[r][d] elements), so no pair stream is built; rank by rank
+    in numpy, the same rows."""
+    protos: list[Proto] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    lens: list[int] = []
+    c = np.arange(k, dtype=np.int64)
+    for r in ranks:
+        peers = np.array(swizzled_peers(r, world, swizzle, include_self=True, gpus=gpus), np.int64)
+        n = counts[r, peers]
+        peers, n = peers[n > 0], n[n > 0]
+        base, extra = np.divmod(n, k)
+        cn = base[:, None] + (c[None, :] < extra[:, None])     # chunk_bounds' counts, [pairs, k]
+        live = cn > 0
+        pid = np.broadcast_to(np.arange(len(peers))[:, None] + len(protos), cn.shape)
+        parts.append((pid[live], np.broadcast_to(c % chans, cn.shape)[live], cn[live]))
+        protos.extend(Proto(OpKind.COPY, r, d, (r,), False) for d in peers.tolist())
+        lens.append(int(live.sum()))
+    cat = np.concatenate
+    n_ops = sum(lens)
+    none = np.zeros(0, np.int32)
+    return OpArrays(ranks=list(ranks), lens=np.array(lens, np.int64), protos=protos,
+                    proto=cat([p[0] for p in parts]).astype(np.int32) if parts else none,
+                    channel=cat([p[1] for p in parts]).astype(np.int32) if parts else none,
+                    count=cat([p[2] for p in parts]).astype(np.int64) if parts else none.astype(np.int64),
+                    dep_ptr=np.zeros(n_ops + 1, np.int64), dep_rank=none, dep_index=none)
 
 
 def build_group_reduce(ctx: PlanContext[ParamsT], b: RankBuilder, swizzle: bool) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hiercoll.collectives import CollectiveSpec, Kind
+import numpy as np
+
+from hiercoll.collectives import CollectiveSpec, Kind, dense_counts
 from hiercoll.schedule import OpRef, Schedule, kahn_order, predecessor_map
 from hiercoll.topology import Topology
 
@@ -81,6 +83,10 @@ def _group_part_bytes(spec: CollectiveSpec, cut: Cut) -> list[float]:
     isz = spec.dtype.itemsize
     parts = spec.world_size // cut.ranks_per_part
     cast = spec.kind == Kind.GROUP_CAST
+    assert spec.splits is not None
+    dense = dense_counts(spec.splits, spec.world_size)
+    if dense is not None:
+        return _dense_part_bytes(dense * isz, cut, parts, cast)
     into, out = [0.0] * parts, [0.0] * parts
     if cut.ranks_per_part == 1:
         for (src, dst), ps in spec.pair_streams.items():
@@ -98,6 +104,20 @@ def _group_part_bytes(spec: CollectiveSpec, cut: Cut) -> list[float]:
                 (into if cast else out)[q] += sp.size * isz
                 (out if cast else into)[cut.part_of(r)] += sp.size * isz
     return [max(a, b) for a, b in zip(into, out)]
+
+
+def _dense_part_bytes(nbytes: np.ndarray, cut: Cut, parts: int, cast: bool) -> list[float]:
+    """`_group_part_bytes` of `GroupSplits.from_counts`' splits (nbytes[s][d]: what s sends d):
+    every split has one peer, so each pair crossing the cut counts once into the receiver's
+    part and once out of the sender's (a group_reduce's sources may pre-reduce across a cut of
+    single ranks: only what enters is certain there)."""
+    part = np.array([cut.part_of(r) for r in range(len(nbytes))], np.int64)
+    cross = np.where(part[:, None] != part[None, :], nbytes, 0).astype(np.float64)
+    into = np.bincount(part, weights=cross.sum(axis=0), minlength=parts).astype(np.float64)
+    out = np.bincount(part, weights=cross.sum(axis=1), minlength=parts).astype(np.float64)
+    if cut.ranks_per_part == 1 and not cast:
+        out = np.zeros(parts, np.float64)
+    return [float(x) for x in np.maximum(into, out)]
 
 
 def _cut_time(spec: CollectiveSpec, cut: Cut) -> tuple[float, float]:

@@ -129,6 +129,11 @@ class LinkCache:
         the op)."""
         return None if self._capped else self._pair(a, b)
 
+    @property
+    def pairs_decide(self) -> bool:
+        """Does a copy's pair of GPUs alone decide its links (`pair_copy` answers)?"""
+        return not self._capped
+
     def _pair(self, a: int, b: int) -> tuple[tuple[tuple[int, float], ...], float]:
         hit = self._pairs.get((a, b))
         if hit is None:

@@ -140,8 +140,7 @@ class Network:
         if a == b:
             return []
         if f.kind == IntraKind.NVSWITCH:
-            return [(self._link(("nvl_out", self._gpu(a)), Tier.INTRA, gbps, True), 1.0),
-                    (self._link(("nvl_in", self._gpu(b)), Tier.INTRA, gbps), 1.0)]
+            return [(self.switch_port(a, True), 1.0), (self.switch_port(b, False), 1.0)]
         if f.kind == IntraKind.MESH:
             return [(self._link(("xgmi", self._gpu(a), self._gpu(b)), Tier.INTRA,
                                 gbps * f.links_per_pair, True), 1.0)]
@@ -152,11 +151,34 @@ class Network:
                                     f.bridge_gbps), 1.0))
         return path
 
+    def switch_port(self, g: int, out: bool) -> int:
+        """GPU g's NVSwitch port, egress (`out`, where intra-node bytes are counted) or ingress."""
+        t = self.topology
+        gbps = t.intra_gbps_of(t.node_of(g)) * t.costs.intra_efficiency
+        if out:
+            return self._link(("nvl_out", self._gpu(g)), Tier.INTRA, gbps, True)
+        return self._link(("nvl_in", self._gpu(g)), Tier.INTRA, gbps)
+
+    def fabric_port(self, node: int, up: bool) -> int:
+        """A node's uplink into (or downlink from) an oversubscribed one-switch fabric."""
+        inter = self.topology.inter
+        assert inter is not None
+        gbps = (inter.num_nics * inter.nic_gbps * self.topology.costs.nic_efficiency
+                / inter.oversubscription)
+        return self._link(("fabric_up" if up else "fabric_down", self._node(node)), Tier.INTER,
+                          gbps)
+
+    def halves_suffice(self) -> bool:
+        """Is every copy's network path its sender's half then its receiver's (`switch_port`
+        inside a node; `nic_side` and `fabric_port` between nodes), with no link of the pair
+        itself? Only behind an NVSwitch and without fabric tiers (a route per pair)."""
+        return not self._tiers and self.topology.intra.kind == IntraKind.NVSWITCH
+
     def _inter(self, a: int, b: int) -> list[tuple[int, float]]:
         t = self.topology
         inter = t.inter
         assert inter is not None
-        path = self._nic_side(a, True) + self._nic_side(b, False)
+        path = self.nic_side(a, True) + self.nic_side(b, False)
         if self._tiers:
             na, nb = t.node_of(a), t.node_of(b)
             la, lb = t.local_rank_of(a), t.local_rank_of(b)
@@ -167,13 +189,11 @@ class Network:
             path += [(self._link(key, Tier.INTER, gbps * eff, shared_by=self._port_sharing(key[0])), w)
                      for key, gbps, w in ports]
         elif inter.oversubscription > 1.0:
-            eff = t.costs.nic_efficiency
-            uplink = inter.num_nics * inter.nic_gbps * eff / inter.oversubscription
-            path += [(self._link(("fabric_up", self._node(t.node_of(a))), Tier.INTER, uplink), 1.0),
-                     (self._link(("fabric_down", self._node(t.node_of(b))), Tier.INTER, uplink), 1.0)]
+            path += [(self.fabric_port(t.node_of(a), True), 1.0),
+                     (self.fabric_port(t.node_of(b), False), 1.0)]
         return path
 
-    def _nic_side(self, g: int, send: bool) -> list[tuple[int, float]]:
+    def nic_side(self, g: int, send: bool) -> list[tuple[int, float]]:
         """GPU g's PCIe path to its NIC and the NIC's tx (send) or rx, memoized per GPU."""
         memo = self._tx if send else self._rx
         hit = memo.get(g)

@@ -20,6 +20,7 @@ from hiercoll.schedule import OpKind, Schedule
 from hiercoll.schedule_arrays import OpArrays, op_arrays_from_ops
 from hiercoll.sim.engine import LinkCache
 from hiercoll.sim.links import Network
+from hiercoll.sim.pair_links import copy_links_batch
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -112,6 +113,8 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
     nch = int(a.channel.max()) + 1 if n else 1
     key_of: dict[int, int] = {}         # (prototype, channel, engine) -> key, in first-row order
     shape_of: dict[int, int] = {}       # id of a cached link tuple -> shape row
+    pair_shape: dict[int, int] = {}     # a pair copy's source * world + destination -> shape row
+    world = net.topology.world_size
     key_shape: list[int] = []
     key_delay: list[float] = []
     key_ce: list[bool] = []
@@ -136,9 +139,13 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
         pair = cached.pair_copy(proto.srcs[0], proto.dst) if proto.kind == OpKind.COPY else None
         links, latency = pair if pair is not None else cached(
             proto.op(int(a.channel[row]), int(a.count[row])))
-        sid = shape_of.get(id(links))
+        # a pair copy's shape is its pair's (`new_keys` makes them many at a time); any other's,
+        # the cached link tuple's
+        shapes, skey = (pair_shape, proto.srcs[0] * world + proto.dst) if pair is not None \
+            else (shape_of, id(links))
+        sid = shapes.get(skey)
         if sid is None:
-            sid = shape_of[id(links)] = len(sh_ptr) - 1
+            sid = shapes[skey] = len(sh_ptr) - 1
             for lid, w in links:
                 sh_lid.append(lid)
                 sh_w.append(w)
@@ -147,6 +154,45 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
         key_delay.append(launch[on_ce] + latency)       # as the Python engine sums them
         key_ce.append(on_ce)
         return len(key_shape) - 1
+
+    pair_ends: list[I64] = []       # per prototype: a copy's source and destination GPUs
+
+    def new_keys(rows: I64, on_ce: B) -> I64:
+        """Keys first met at `rows` (in that order), numbered and shaped as `new_key` one by
+        one would; copies between their own pairs of GPUs (a dense all-to-all-v: a key per
+        pair) at once, through `copy_links_batch`."""
+        proto = a.proto[rows]
+        if len(rows) > 1 and cached.pairs_decide and bool(p_copy[proto].all()):
+            if not pair_ends:
+                pair_ends.extend((np.fromiter((p.srcs[0] for p in a.protos), np.int64, npro),
+                                  np.fromiter((p.dst for p in a.protos), np.int64, npro)))
+            src, dst = pair_ends[0][proto], pair_ends[1][proto]
+            got = copy_links_batch(net, src, dst)
+            if got is not None:
+                return _pair_keys(got, src * world + dst, on_ce)
+        return np.array([new_key(int(r), bool(c)) for r, c in zip(rows.tolist(), on_ce.tolist())],
+                        np.int64)
+
+    def _pair_keys(got: tuple[I64, I64, F64, F64], code: I64, on_ce: B) -> I64:
+        ptr, lids, ws, latency = got
+        first = np.sort(np.unique(code, return_index=True)[1])
+        fresh = first[[int(c) not in pair_shape for c in code[first].tolist()]] if len(first) \
+            else first
+        # shapes in the order their first key meets them, each its pair's links
+        pair_shape.update(zip(code[fresh].tolist(), range(len(sh_ptr) - 1,
+                                                        len(sh_ptr) - 1 + len(fresh))))
+        n = ptr[fresh + 1] - ptr[fresh]
+        sh_ptr.extend((sh_ptr[-1] + np.cumsum(n)).tolist())
+        take = np.repeat(ptr[fresh] - np.concatenate([[0], np.cumsum(n)[:-1]]), n) \
+            + np.arange(int(n.sum()))
+        sh_lid.extend(lids[take].tolist())
+        sh_w.extend(ws[take].tolist())
+        first_id = len(key_shape)
+        key_shape.extend(pair_shape[c] for c in code.tolist())
+        key_delay.extend((np.where(on_ce, launch[1], launch[0]) + latency).tolist())
+        key_ce.extend(on_ce.tolist())
+        return np.arange(first_id, len(key_shape), dtype=np.int64)
+
     dep_idx, ch_ops = np.empty(ndeps, np.int32), np.empty(n, np.int32)
     ch_starts: list[I64] = []
     for r0, r1 in _rank_chunks(a.lens):
@@ -161,19 +207,23 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
             np.minimum.at(first_row, key, np.arange(hi - lo, dtype=np.int64))
             present = np.flatnonzero(first_row < NONE)
             fresh = present[lut[present] < 0]
-            for kv in fresh[np.argsort(first_row[fresh], kind="stable")].tolist():
-                row = int(first_row[kv])
-                lut[kv] = new_key(lo + row, bool(ce[row]))
+            fresh = fresh[np.argsort(first_row[fresh], kind="stable")]
+            if len(fresh):
+                rows = first_row[fresh]
+                lut[fresh] = new_keys(lo + rows, ce[rows])
             first_row[present] = NONE
             op_key[lo:hi] = lut[key]
         else:
             uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
             local = np.zeros(len(uniq), np.int32)
-            for u in np.argsort(first, kind="stable").tolist():
-                kid = key_of.get(int(uniq[u]))
-                if kid is None:
-                    kid = key_of[int(uniq[u])] = new_key(lo + int(first[u]), bool(ce[first[u]]))
-                local[u] = kid
+            order = np.argsort(first, kind="stable")
+            known = np.array([key_of.get(int(v), -1) for v in uniq[order].tolist()], np.int64)
+            new = order[known < 0]
+            if len(new):
+                ids = new_keys(lo + first[new], ce[first[new]])
+                key_of.update(zip(uniq[new].tolist(), ids.tolist()))
+                known[known < 0] = ids
+            local[order] = known
             op_key[lo:hi] = local[inverse.reshape(-1)]
         op_nbytes[lo:hi] = count * itemsize
         d0, d1 = int(a.dep_ptr[lo]), int(a.dep_ptr[hi])
