@@ -292,7 +292,7 @@ def test_a_net_op_is_ordered_after_its_plan_channel_predecessor_in_one_stream(no
 def test_in_one_stream_the_puts_are_launched_inline_by_their_senders():
     """Graph mode's single stream has no net stream (a sibling graph branch could be run after
     the main one while either spins on the other): each put is a launch of its sender's one
-    stream, after the rows launched before it, at its level."""
+    stream, after the rows launched before it, at its level, and waits only for other ranks."""
     s = plan(_topo(2, 2), _spec("reduce_scatter", 4, 1 << 16), "hier").expand()
     opts = dataclasses.replace(NVS, single_stream=True)
     progs = [lower(s, r, opts) for r in range(4)]
@@ -308,6 +308,9 @@ def test_in_one_stream_the_puts_are_launched_inline_by_their_senders():
             if isinstance(x, PutLaunch):
                 owner, index = map(int, x.op.split("."))
                 assert ran.op((owner, index)).srcs[0].rank == r
+                # what this stream launched before the put is over when it starts: it waits
+                # only for other ranks
+                assert all(int(w.producer.split(".")[0]) != r for w in x.waits)
         notes = " ".join(p.notes)
         assert "inline on its one stream" in notes or not any(isinstance(x, PutLaunch)
                                                                for x in items)

@@ -21,7 +21,7 @@ overwrote a slow rank's output before the copy-out.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -85,8 +85,9 @@ class InterTransport(StrEnum):
 # An NVSHMEM put runs on this many CTAs per this many bytes, up to NVSHMEM_MAX_CTAS: measured on
 # 2 x H200 (results/gpu/nvshmem-probe), one CTA's block put moves 5-11 GB/s, 32 CTAs 272 GB/s at
 # 16 MiB and 64 CTAs 278 GB/s at 64 MiB (the copy engine: 350-380): a CTA's put is bound by its
-# own store loop, so a 4 MiB put wants 32 CTAs, not 8
-NVSHMEM_BYTES_PER_CTA = 128 * 1024
+# own store loop (~10 GB/s, linear in CTAs up to 32), so a CTA takes 32 KiB (~3 us), not more:
+# at 128 KiB a CTA (stop 38's 4 x H200 run) a 1 MiB put ran on 8 CTAs, ~13 us of stores
+NVSHMEM_BYTES_PER_CTA = 32 * 1024
 NVSHMEM_MAX_CTAS = 64
 
 
@@ -736,6 +737,7 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                                                            _aligned(rows, itemsize)))
         in_launch[ch] = set()
 
+    launched: set[OpRef] = set()        # inline puts: this stream's ops before the put
     for key, op in g.launch_order[rank]:
         waits = _waits(g, op)
         signals = _signals(g, op)
@@ -743,8 +745,10 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
         if g.engines[op.ref] == Engine.NET:     # runs on the net stream (below), or inline
             if g.inline_puts:
                 flush(key)
-                streams[key].extend(_put(g, layout, op))
+                streams[key].extend(_put(g, layout, op, launched))
+                launched.add(op.ref)
             continue
+        launched.add(op.ref)
         if g.engines[op.ref] == Engine.CE:
             flush(key)
             streams[key].append(_wait_launch(op.id, waits))
@@ -924,12 +928,15 @@ def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,
                        KernelLaunch((), 1, True), copy_in_output, tuple(notes), (), True)
 
 
-def _waits(g: _Global, op: Op) -> list[Wait]:
-    waits = [g.wait_on(d) for d in op.deps if (op.ref, d) not in g.local]
+def _waits(g: _Global, op: Op, ended: Container[OpRef] = ()) -> list[Wait]:
+    """What `op` waits for: its dependencies (but those its CTAs order themselves, and those in
+    `ended`: launched before it on its stream, so over at its launch), and its plan-channel
+    predecessor where a stream cannot order the two."""
+    refs = [d for d in op.deps if (op.ref, d) not in g.local]
     p = g.explicit_prev(op.ref)
     if p is not None:
-        waits.append(g.wait_on(p))
-    return waits
+        refs.append(p)
+    return [g.wait_on(d) for d in refs if d not in ended]
 
 
 def _signals(g: _Global, op: Op) -> tuple[Signal, ...]:
@@ -976,17 +983,19 @@ def _signal_launch(op_id: str, signals: Sequence[Signal]) -> KernelLaunch:
                              tuple(signals)),), 1, True)
 
 
-def _put(g: _Global, layout: SymmetricLayout, op: Op) -> tuple[Launch, ...]:
+def _put(g: _Global, layout: SymmetricLayout, op: Op,
+         ended: Container[OpRef] = ()) -> tuple[Launch, ...]:
     """The sender's NVSHMEM put of `op`, waiting in its own kernel for what it reads (one launch:
-    the threads that read the data are the ones that acquired it). The receiver is signalled
-    first (with the data); every other consumer after."""
+    the threads that read the data are the ones that acquired it), but not for `ended` (inline:
+    the sender's ops launched before it on its one stream, over when it starts). The receiver
+    is signalled first (with the data); every other consumer after."""
     src, dst = op.srcs[0], op.dst
     targets = sorted(g.consumers.get(op.ref, ()), key=lambda c: (c != dst.rank, c))
     if dst.rank not in targets:
         targets.insert(0, dst.rank)
     return (PutLaunch(op.id, layout.addr(src), layout.addr(dst), op.dst.count, dst.rank,
                       tuple(Signal(c, g.slot(op.ref)) for c in targets), g.put_ctas[op.ref],
-                      tuple(_waits(g, op))),)
+                      tuple(_waits(g, op, ended))),)
 
 
 def _barrier(g: _Global, world: int, rank: int, which: int, name: str,
