@@ -52,6 +52,10 @@ CASES: list[tuple[str, str, str, int, str, dict[str, Any], str, float | None]] =
     # algorithm, the unfolded one names ring and hierarchical (rhd's row has none)
     ("4096 rhd exact", "all_reduce", TIER3, 512, "rhd", {}, "exact", None),
     ("4096 rhd auto slow node", "all_reduce", TIER3 + "+slow", 512, "rhd", {}, "auto", 120),
+    # an MoE dispatch at 1024 expert-parallel ranks, router Zipf s = 1.2 (sim_whatif.py's: 256
+    # tokens a rank, top-8, 14 KiB rows), unfolded (issue 29: <= 30 s)
+    ("1024 moe zipf hier exact", "moe_zipf", TIER3, 128, "hier", {}, "exact", 30),
+    ("1024 moe zipf direct exact", "moe_zipf", TIER3, 128, "direct", {}, "exact", 30),
 ]
 
 # ASTRA-sim's analytical (contention-unaware) backend, every GPU simulated: issue 16's figures
@@ -118,6 +122,17 @@ def dense_all_to_all_v(world: int, seed: int = 0) -> Any:
     return GroupSplits.from_counts(dense_a2av_counts(world, seed))
 
 
+def moe_zipf_dispatch(topo: Any, tokens: int = 256, topk: int = 8, row_bytes: int = 7168 * 2,
+                      s: float = 1.2) -> Any:
+    """sim_whatif.py's skewed MoE dispatch (one expert a rank) as a group_cast spec."""
+    from sim_whatif import zipf_router
+
+    from hiercoll.workloads import moe
+    w = topo.world_size
+    lay = moe.layout(zipf_router(w, tokens, topk, w, s, seed=0), w, w, topo.gpus_per_node)
+    return moe.spec_for(lay, row_bytes // 2, "bf16", "dispatch")
+
+
 def topology(name: str, nodes: int) -> Any:
     import hiercoll as hc
     from hiercoll.topology.model import NodeOverride
@@ -145,6 +160,8 @@ def one(label: str, kind: str, topo_name: str, nodes: int, algo: str, params: di
     elif kind == "all_to_all_v":
         spec = hc.CollectiveSpec(kind="group_cast", world_size=w, dtype="bf16",
                                  splits=dense_all_to_all_v(w))
+    elif kind == "moe_zipf":
+        spec = moe_zipf_dispatch(topo)
     else:
         spec = hc.CollectiveSpec(kind=kind, world_size=w, dtype="bf16", nbytes=nbytes)
     t1 = time.process_time()
