@@ -152,3 +152,13 @@ def test_the_auto_reference_of_a_group_collective_is_numpy_at_any_size():
     assert _auto_reference(spec(Kind.ALL_REDUCE, 8192), "cuda") == RefKind.NUMPY
     for kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):
         assert _auto_reference(spec(kind, big), "cuda") == RefKind.NUMPY
+
+
+def test_compare_says_a_size_band_without_rows_has_none(capsys):
+    """A bench of sizes >= 1 MiB only: the small band has no rows, said so (not "nan%")."""
+    root = Path(__file__).resolve().parents[1]
+    bench = root / "bench/results/gpu/nvshmem/w4-2x2-graph/bench-nvshmem/all_gather-all_reduce-all_to_all-w4.json"
+    topo = root / "bench/gpu/topologies/h200-2node-x2.yaml"
+    assert main(["compare", "-t", str(topo), str(bench)]) == 0
+    out = capsys.readouterr().out
+    assert "smaller no rows" in out and "nan" not in out

@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     title = f"{topology.name} ({topology.calibration_label()}): predicted vs measured"
     lines = [f"`hiercoll compare {' '.join(args.measurements)} -t {args.topology}`",
              f"geomean error {s['all']['geomean_error']:.1%} over {len(rows)} rows "
-             f"(>= 1 MiB {s['large']['geomean_error']:.1%}, smaller "
-             f"{s['small']['geomean_error']:.1%}), worst {s['all']['worst_error']:.1%}"]
+             f"(>= 1 MiB {_band(s['large'])}, smaller {_band(s['small'])}), "
+             f"worst {s['all']['worst_error']:.1%}"]
     if args.md:
         write_atomic(args.md, markdown(title, lines, rows))
     if args.png:
@@ -89,3 +89,9 @@ def _timeline(args: argparse.Namespace) -> int:
     if args.trace:
         console.print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
     return 0
+
+
+def _band(stats: dict[str, float]) -> str:
+    """A size band's geomean error, or that no row fell in it (its error is NaN then)."""
+    err = stats["geomean_error"]
+    return "no rows" if err != err else f"{err:.1%}"
