@@ -1,6 +1,7 @@
 """Where the CPU time of a dense all-to-all-v simulation goes, phase by phase (issue 29's 10 s
-target at 1024 GPUs): the counts, `GroupSplits.from_counts`, the spec, the plan, and inside `simulate` the op arrays, the compiled tables, the replay, the lower bound and
-the rest. The simulate phases are timed by wrapping the functions `simulate` calls.
+target at 1024 GPUs): the counts, `GroupSplits.from_counts`, the spec, the plan, and inside
+`simulate` the op arrays, the compiled tables, the replay, the lower bound and the rest. The
+simulate phases are timed by wrapping the functions `simulate` calls.
 
     python bench/sim_a2av_phases.py --gpus 1024
 

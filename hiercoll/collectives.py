@@ -140,6 +140,12 @@ def _trusted_split() -> Callable[..., Split]:
     return trusted_constructor(Split)
 
 
+def checked_split(size: int, peers: list[int]) -> Split:
+    """A `Split` of values its builder computed and knows valid (size >= 0, ranks as ints),
+    without pydantic's validation: a 1024-rank MoE dispatch builds hundreds of thousands."""
+    return _trusted_split()(size=size, peers=peers)
+
+
 @functools.cache
 def _trusted_rank_splits() -> Callable[..., RankSplits]:
     return trusted_constructor(RankSplits)

@@ -48,7 +48,16 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, RankSplits, Split, transpose
+from hiercoll.collectives import (
+    CollectiveSpec,
+    DType,
+    GroupSplits,
+    Kind,
+    RankSplits,
+    Split,
+    checked_split,
+    transpose,
+)
 from hiercoll.errors import HiercollError
 from hiercoll.files import write_atomic
 from hiercoll.planner import plan
@@ -267,7 +276,7 @@ def _check_row_elems(row_elems: int) -> None:
 def _token_splits(mask: BoolArray, row_elems: int) -> list[Split]:
     """"token" packing: one split per run of consecutive tokens with the same destination set."""
     keys = _mask_keys(mask)
-    return [Split(size=n * row_elems, peers=[int(d) for d in np.flatnonzero(mask[a])])
+    return [checked_split(int(n) * row_elems, [int(d) for d in np.flatnonzero(mask[a])])
             for a, n in _runs(keys)]
 
 
@@ -278,7 +287,8 @@ def _node_splits(layout: MoeLayout, rank: int, row_elems: int) -> list[Split]:
     for n, tokens, keys in _node_blocks(layout, rank):
         for a, count in _runs(keys):
             local = layout.is_token_in_rank[rank][tokens[a], n * g:(n + 1) * g]
-            out.append(Split(size=count * row_elems, peers=[n * g + int(j) for j in np.flatnonzero(local)]))
+            out.append(checked_split(int(count) * row_elems,
+                                     [n * g + int(j) for j in np.flatnonzero(local)]))
     return out
 
 
@@ -287,12 +297,13 @@ def dispatch_splits(layout: MoeLayout, row_elems: int, packing: Packing = "node"
     each destination receives one split per source, in the source's input order."""
     _check_row_elems(row_elems)
     _check_packing(packing)
+    row_elems = int(row_elems)         # sizes are Python ints (checked_split does not coerce)
     w = layout.world_size
     ranks = []
     for r in range(w):
         inputs = (_token_splits(layout.is_token_in_rank[r], row_elems) if packing == "token"
                   else _node_splits(layout, r, row_elems))
-        outputs = [Split(size=int(layout.tokens_per_rank[s, r]) * row_elems, peers=[s])
+        outputs = [checked_split(int(layout.tokens_per_rank[s, r]) * row_elems, [s])
                    for s in range(w) if layout.tokens_per_rank[s, r]]
         ranks.append(RankSplits(input=inputs, output=outputs))
     return GroupSplits(ranks=ranks)

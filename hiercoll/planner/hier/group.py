@@ -49,6 +49,17 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out
 
 
+def _input_offsets(ctx: PlanContext[ParamsT], rank: int) -> list[int]:
+    """Where each of `rank`'s input splits starts: asked by every gateway that forwards its
+    splits (once per rank, not once per gateway and source node)."""
+    memo: dict[int, list[int]] = ctx.memo.setdefault("hier_gc_offsets", {})
+    hit = memo.get(rank)
+    if hit is None:
+        assert ctx.spec.splits is not None
+        hit = memo[rank] = _offsets([sp.size for sp in ctx.spec.splits.ranks[rank].input])
+    return hit
+
+
 def _clip(seg: Segment, lo: int, hi: int) -> Segment | None:
     """The part of `seg` whose source lies in [lo, hi), or None."""
     start, end = max(seg.src_offset, lo), min(seg.src_offset + seg.count, hi)
@@ -129,7 +140,8 @@ def build_group_cast(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> No
             continue
         local = [d for d in local_order if d in sp.peers]
         dst_nodes = {topo.node_of(d) for d in sp.peers}
-        remote = [t for t in pl.target_nodes(include_own=False) if t in dst_nodes]
+        # the remote destination nodes in visiting order (a split reaches a few of N nodes)
+        remote = sorted(dst_nodes - {pl.node}, key=lambda t: pl.target_position(t, False))
         segs = {d: _cast_segments(spec, r, d, offs[i], sp.size) for d in local}
         for c in range(k):
             lo, n = chunk_bounds(sp.size, k, c)
@@ -170,7 +182,7 @@ def _forward_casts(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> None
             if s not in relayed:
                 continue
             splits = spec.splits.ranks[s].input
-            offs = _offsets([sp.size for sp in splits])
+            offs = _input_offsets(ctx, s)
             for i in relayed[s]:
                 sp = splits[i]
                 pieces = [(d, seg) for d in sp.peers if topo.node_of(d) == pl.node
