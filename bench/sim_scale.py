@@ -79,7 +79,13 @@ WHY_MISSED = (
     "unfolded 4096-GPU ring now takes about a minute in 2.2 GB, where the Python engine "
     "(20-30 us an op all-in) needed 11-17 minutes. `hier` and `hier_tiers` still build a "
     "Python `Op` per op (~15 us each): 35-71 million of them do not fit a minute or 4 GB; they "
-    "need array forms of their own.")
+    "need array forms of their own. (3) The skewed MoE dispatch at 1024 ranks (router drawn off "
+    "the clock): `hier` is half planning (its group_cast builds an `Op` per op, 896k, ~40 CPU s) "
+    "and half replay (~40 s: 45 us an op, each instant re-solving the max-min component around "
+    "the hot expert's rank); `direct` sends every token row straight to that rank, one component "
+    "of every flow into it, re-solved at each of its flows' ends: the replay alone passes 300 s. "
+    "Before stop 38 the `hier` row took 139 s (its node orders recomputed per split, 23M "
+    "level_add calls at 512 ranks).")
 
 BEFORE = ("Before (issue 16, same 2-core machine, CPU s): unfolded ring all-reduce 0.5 / 10-17 / "
           "46 / 248 s at 64 / 256 / 512 / 1024 GPUs (3.1 GB at 1024), not finished in 300 s at 4096 "
