@@ -291,3 +291,31 @@ def test_the_stress_catches_a_wrong_call_past_a_batch_boundary(tmp_path):
         dist.destroy_process_group()
     assert report.first_bad_iteration == 70 and report.first_bad_rank == 0
     assert report.iterations == 71 and not report.ok and report.max_abs_error >= 0.9
+
+
+def test_initial_outputs_drawn_on_the_device_are_nan_or_accumulated_values():
+    """The library-reference stress draws one rank's outputs-before on the device: NaN where
+    the collective overwrites (an unwritten element fails), fresh values where it accumulates."""
+    import torch
+
+    from hiercoll.harness.inputs import device_initial_output
+    gen = torch.Generator().manual_seed(0)
+    ar = CollectiveSpec(kind="all_reduce", world_size=2, dtype="bf16", nbytes=4096)
+    out = device_initial_output(ar, 1, torch.device("cpu"), gen)
+    assert out.dtype == torch.bfloat16 and out.numel() == ar.output_count(1) and out.isnan().all()
+    from helpers import random_group_reduce
+    gr = CollectiveSpec(kind="group_reduce", world_size=4, dtype="fp32",
+                        splits=random_group_reduce(4, 0, 9))
+    a = device_initial_output(gr, 2, torch.device("cpu"), gen)
+    b = device_initial_output(gr, 2, torch.device("cpu"), gen)
+    assert a.numel() == gr.output_count(2) and torch.isfinite(a).all() and (a.abs() <= 1).all()
+    assert not torch.equal(a, b)      # fresh every iteration
+
+
+def test_the_library_reference_stress_runs_on_gloo():
+    proc = _torchrun("stress", "-c", "all_reduce,reduce_scatter", "-t", "bench/gpu/topologies/h200x2.yaml",
+                     "--algorithms", "direct,ring", "--sizes", "64KiB", "--dtype", "fp32",
+                     "--backend", "gloo", "--iters", "3", "--reference", "library", nproc=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
+    assert len(lines) == 4 and all(ln.startswith("ok") for ln in lines)

@@ -11,11 +11,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hiercoll.collectives import initial_outputs
 from hiercoll.executor.interface import Backend, Prepared
-from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.harness.identical import fingerprint, shares_outputs
-from hiercoll.harness.inputs import Check, NumpyCase, RefKind, compare_tensors, device_inputs, library_bound
+from hiercoll.harness.inputs import (
+    Check,
+    NumpyCase,
+    RefKind,
+    compare_tensors,
+    device_initial_output,
+    device_inputs,
+    library_bound,
+)
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,6 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
            stop_on_error: bool = True, check: bool = True) -> StressReport:
     """Run `iters` iterations; every rank returns the same (all-reduced) report."""
     spec, rank = prepared.schedule.spec, prepared.rank
-    dt = torch_dtype(spec.dtype)
     gen = torch.Generator(device=device)
     gen.manual_seed(seed * 1_000_003 + rank)
     worst, bound = 0.0, 0.0
@@ -79,7 +84,7 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
         else:
             assert ref_backend is not None and ref_prepared is not None
             inp = device_inputs(spec, rank, device, gen)
-            before = torch.from_numpy(initial_outputs(spec, _rng(seed, it))[rank]).to(device, dt)
+            before = device_initial_output(spec, rank, device, gen)
             out, want = before.clone(), before.clone()
             calls_us.append(_timed_run(backend, prepared, inp, out, device))
             ref_backend.run(ref_prepared, inp, want)
@@ -160,11 +165,6 @@ def _timed_run(backend: Backend, prepared: Prepared, inp: torch.Tensor, out: tor
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return (time.perf_counter() - t0) * 1e6
-
-
-def _rng(seed: int, it: int):
-    import numpy as np
-    return np.random.default_rng(seed * 7919 + it)
 
 
 def _max_everywhere(x: float, device: torch.device, group: Any) -> float:
