@@ -276,3 +276,21 @@ def test_a_rank_ended_by_torchrun_while_joining_says_so_in_one_line(tmp_path):
     assert err.strip().splitlines() == [
         "error: rank 1: ended by torchrun while joining the job: another rank exited first "
         "(torchrun's report below names it)"], err[-2000:]
+
+
+def test_after_start_up_a_sigterm_waits_for_the_ranks_own_report(monkeypatch):
+    """torchrun ends every rank once one died; the rank that saw the death may be writing its
+    one line right then. After start-up the SIGTERM watcher gives it REPORT_GRACE_S to finish
+    (and exit by itself) before ending the rank by the signal; during start-up it writes its own
+    line at once."""
+    from hiercoll.harness import startup
+    events: list[str] = []
+    monkeypatch.setattr(startup.signal, "sigwait", lambda sigs: events.append("sigterm"))
+    monkeypatch.setattr(startup.time, "sleep", lambda s: events.append(f"sleep {s}"))
+    monkeypatch.setattr(startup.signal, "pthread_sigmask", lambda how, sigs: events.append("unblock"))
+    monkeypatch.setattr(startup.os, "kill", lambda pid, sig: events.append(f"kill {sig}"))
+    monkeypatch.setattr(startup, "_starting", False)
+    startup._watch_sigterm()
+    assert events == ["sigterm", f"sleep {startup.REPORT_GRACE_S}", "unblock",
+                      f"kill {int(signal.SIGTERM)}"]
+    assert 1.0 <= startup.REPORT_GRACE_S <= 5.0

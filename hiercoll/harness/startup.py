@@ -15,8 +15,10 @@ import os
 import signal
 import sys
 import threading
+import time
 
 _starting = True
+REPORT_GRACE_S = 2.0     # after start-up, how long a SIGTERM waits for this rank's own report
 
 
 def under_torchrun() -> bool:
@@ -43,7 +45,11 @@ def _watch_sigterm() -> None:
         sys.stderr.write(start_up_line(os.environ.get("RANK", "?")) + "\n")
         sys.stderr.flush()
         os._exit(128 + signal.SIGTERM)
-    # after start-up: end as torchrun asked, by the signal itself
+    # after start-up: torchrun ends every rank once one has died, and the rank that saw the death
+    # may be writing its line (the op and the peer) right now: a moment for it to finish and
+    # exit by itself, then end as torchrun asked, by the signal itself (a CI run lost the line
+    # to torchrun's SIGTERM under load)
+    time.sleep(REPORT_GRACE_S)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
     os.kill(os.getpid(), signal.SIGTERM)
 
