@@ -324,3 +324,19 @@ def test_capturing_nccl_send_recv_is_refused_in_one_line():
     with pytest.raises(HiercollError, match="cannot run inside a CUDA graph") as err:
         refuse_nccl_capture(True, True)
     assert "\n" not in str(err.value) and "nvshmem" in str(err.value)
+
+
+def test_a_put_kernels_timeout_names_the_put_and_the_producer_it_waited_for():
+    """The put kernel records row -1 - its `put_launches` index and the wait index; the line
+    names that put's op and the producer of that wait (CPU: the record is made up)."""
+    from hiercoll.executor.cuda.backend import put_timeout_line
+    from hiercoll.executor.cuda.lowering import put_launches
+    s = plan(_topo(2, 2), _spec("all_reduce", 4, 64), "hier").expand()
+    for r in range(4):
+        prog = lower(s, r, NVS)
+        for i, put in enumerate(put_launches(prog)):
+            for k, wait in enumerate(put.waits):
+                line = put_timeout_line(prog, [1, -1 - i, k, 3, 8, 0, 0, 0], 2)
+                assert line == (f"rank {r}: the put of op {put.op} timed out waiting for "
+                                f"{wait.producer} (slot value 3, needed 8; epoch 2)")
+    assert any(put.waits for r in range(4) for put in put_launches(lower(s, r, NVS)))

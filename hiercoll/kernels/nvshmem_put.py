@@ -1,5 +1,6 @@
-"""The put of `--inter-transport nvshmem` (lowering.PutLaunch): NVSHMEM put-with-signal from the
-sender's net stream, the inter-node step of a plan with no work on the receiving rank.
+"""The put of `--inter-transport nvshmem` (lowering.PutLaunch): NVSHMEM put-with-signal by the
+sender (on its net stream, or inline on its one stream in graph mode), the inter-node step of a
+plan with no work on the receiving rank.
 
 Why a kernel of its own: NVSHMEM device calls need the binary linked with NVSHMEM's device library
 and its module registered with NVSHMEM after the JIT built it (torch's `requires_nvshmem` does

@@ -40,7 +40,7 @@ from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, use_n
 from hiercoll.executor.cuda.table import Table, encode
 from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
 from hiercoll.executor.torch_dtypes import torch_dtype
-from hiercoll.kernels.abi import F_NWAIT, ROW_WORDS, WAIT_WIDE_SHIFT
+from hiercoll.kernels.abi import F_NWAIT, ROW_WORDS
 from hiercoll.schedule import INPUT, OUTPUT, Schedule
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class _Put:
     epoch: torch.Tensor     # the kernels' call counter (KernelState.epoch)
     err: torch.Tensor       # the debug-timeout record (KernelState.err)
     spin_limit: int
-    row: int                # what a timeout records as its row: -1 - the put's index in `net`
+    row: int                # what a timeout records as its row: -1 - its `put_launches` index
 
 
 @dataclass(kw_only=True)
@@ -430,8 +430,7 @@ def _put_args(item: PutLaunch, data: SymmetricBuffer, signals: SymmetricBuffer, 
     if any((sig + 4 * s.slot) % 8 for s in item.signals):
         raise HiercollError(f"nvshmem put {item.op}: its signal slot is not 8-byte aligned "
                             "(the signal allocation must start on an 8-byte boundary)")
-    waits = [x for w in item.waits
-             for x in (w.slot, w.per_epoch | int(w.wide) << WAIT_WIDE_SHIFT)]
+    waits = [x for w in item.waits for x in (w.slot, w.word)]
     return _Put(base + item.dst.offset * itemsize, base + item.src.offset * itemsize, nbytes,
                 put_chunk_bytes(nbytes, item.ctas),
                 torch.tensor([sig + 4 * s.slot for s in item.signals], dtype=torch.int64,
@@ -500,11 +499,8 @@ def check_timeouts(prepared: CudaPrepared) -> None:
         t = prepared.table
         row, widx = int(err[1]), int(err[2])
         if row < 0:        # an NVSHMEM put's own wait (_put_args numbers them -1, -2, ...)
-            put = put_launches(prepared.program)[-1 - row]
-            raise VerificationError(
-                f"rank {prepared.rank}: the put of op {put.op} timed out waiting for "
-                f"{put.waits[widx].producer} (slot value {err[3]}, needed {err[4]}; epoch "
-                f"{int(prepared.kernel.epoch[0].item())})")
+            raise VerificationError(put_timeout_line(prepared.program, err,
+                                                     int(prepared.kernel.epoch[0].item())))
         if widx < 0:       # an LL row: a word still short of the call's epoch
             raise VerificationError(
                 f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for a peer's "
@@ -514,6 +510,14 @@ def check_timeouts(prepared: CudaPrepared) -> None:
             f"rank {prepared.rank}: op {t.row_names[row]} timed out waiting for "
             f"{producer} (slot value {err[3]}, needed {err[4]}; epoch "
             f"{int(prepared.kernel.epoch[0].item())})")
+
+
+def put_timeout_line(program: RankProgram, err: list[int], epoch: int) -> str:
+    """What a put kernel's debug timeout says: the put (its row in the error record is -1 - its
+    `put_launches` index), the producer of the wait that gave up, the slot's value and need."""
+    put = put_launches(program)[-1 - err[1]]
+    return (f"rank {program.rank}: the put of op {put.op} timed out waiting for "
+            f"{put.waits[err[2]].producer} (slot value {err[3]}, needed {err[4]}; epoch {epoch})")
 
 
 def _producer_of(table: Table, prepared: CudaPrepared, row: int, widx: int) -> str:

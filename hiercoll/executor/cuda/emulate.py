@@ -28,6 +28,7 @@ from hiercoll.executor.cuda.lowering import (
     RecvLaunch,
     Row,
     SendLaunch,
+    Wait,
     call_steps,
     fused_launch,
     lower,
@@ -144,7 +145,7 @@ class _Emulator:
         if isinstance(item, PutLaunch):
             # the put kernel waits first (the call's epoch: the net stream runs in the call the
             # main stream forked)
-            if not all(rk.sig[w.slot] >= w.per_epoch * rk.epoch for w in item.waits):
+            if not _waits_met(rk, item.waits, rk.epoch):
                 return False
             self._put(r, item)
             rk.stream_pos[ch] += 1
@@ -197,7 +198,7 @@ class _Emulator:
         """One random CTA of `launch` that can run its next row does so; False if none can."""
         ready = [c for c, pc in enumerate(pcs) if pc < len(launch.rows)
                  and (not self._mine(launch.rows[pc], c)
-                      or all(rk.sig[w.slot] >= w.per_epoch * epoch for w in launch.rows[pc].waits))
+                      or _waits_met(rk, launch.rows[pc].waits, epoch))
                  and self._ll_ready(rk, launch.rows[pc], c, launch.grid, epoch)]
         if not ready:
             return False
@@ -280,3 +281,8 @@ def emulate(schedule: Schedule, calls: Sequence[Sequence[np.ndarray]],
             seed: int = 0) -> list[list[np.ndarray]]:
     """Outputs of every rank for every call (`calls[k][r]`: rank r's input of call k)."""
     return _Emulator(schedule, opts or CudaOptions(), calls, outputs_before, seed).run()
+
+
+def _waits_met(rk: _Rank, waits: Sequence[Wait], epoch: int) -> bool:
+    """Every wait's slot has reached per_epoch * epoch (the kernels' spin condition)."""
+    return all(rk.sig[w.slot] >= w.per_epoch * epoch for w in waits)

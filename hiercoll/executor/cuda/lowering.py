@@ -28,7 +28,7 @@ from typing import Any
 
 from hiercoll.errors import HiercollError
 from hiercoll.executor.order import Levels, levels
-from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS
+from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS, WAIT_WIDE_SHIFT
 from hiercoll.ll_protocol import (
     DEFAULT_LL_THRESHOLD_BYTES,
     LLPlan,
@@ -85,8 +85,9 @@ class InterTransport(StrEnum):
 # An NVSHMEM put runs on this many CTAs per this many bytes, up to NVSHMEM_MAX_CTAS: measured on
 # 2 x H200 (results/gpu/nvshmem-probe), one CTA's block put moves 5-11 GB/s, 32 CTAs 272 GB/s at
 # 16 MiB and 64 CTAs 278 GB/s at 64 MiB (the copy engine: 350-380): a CTA's put is bound by its
-# own store loop (~10 GB/s, linear in CTAs up to 32), so a CTA takes 32 KiB (~3 us), not more:
-# at 128 KiB a CTA (stop 38's 4 x H200 run) a 1 MiB put ran on 8 CTAs, ~13 us of stores
+# own store loop (~10 GB/s, linear in CTAs up to 32), so a CTA takes 32 KiB (~3 us at that
+# rate), not more: at 128 KiB a CTA (stop 38's 4 x H200 run) a 1 MiB put had 8 CTAs, ~13 us of
+# stores at that rate (derived from the probe, not timed on its own)
 NVSHMEM_BYTES_PER_CTA = 32 * 1024
 NVSHMEM_MAX_CTAS = 64
 
@@ -234,6 +235,12 @@ class Wait:
     per_epoch: int
     producer: str        # "r.i" op id, or "barrier:<name>@rank"
     wide: bool = False
+
+    @property
+    def word(self) -> int:
+        """The table's second word of this wait (kernels/abi.py `WAIT_WORDS`): per_epoch, and
+        the wide flag above it."""
+        return self.per_epoch | int(self.wide) << WAIT_WIDE_SHIFT
 
 
 @dataclass(frozen=True)
@@ -601,11 +608,13 @@ def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
             if engines[op.ref] == Engine.NET:
                 net_slots[op.ref] = first + 2 * len(net_slots)
                 put_ctas[op.ref] = nvshmem_put_ctas(op.dst.count * itemsize)
-    inline = bool(net_slots) and layered is not None
+    # single stream with puts: each put inline on its sender's stream (`_put_senders_order`)
+    launch_order = issue if layered is None or not net_slots else \
+        _put_senders_order(layered, engines, w)
     return _Global(tuple(base), n, grid, engines,
                    {k: frozenset(v) for k, v in consumers.items()}, channel_prev, issue,
-                   ranges, sm_prev, frozenset(local), net_slots, put_ctas,
-                   _put_senders_order(layered, engines) if layered and inline else issue, inline)
+                   ranges, sm_prev, frozenset(local), net_slots, put_ctas, launch_order,
+                   launch_order is not issue)
 
 
 def _cta_local(p: Op, c: Op, ranges: dict[OpRef, tuple[int, int]]) -> bool:
@@ -640,15 +649,14 @@ def _issue_orders(schedule: Schedule,
     return tuple(tuple(x) for x in per_rank)
 
 
-def _put_senders_order(layered: Levels,
-                       engines: dict[OpRef, Engine]) -> tuple[tuple[tuple[int, Op], ...], ...]:
+def _put_senders_order(layered: Levels, engines: dict[OpRef, Engine],
+                       world: int) -> tuple[tuple[tuple[int, Op], ...], ...]:
     """Single stream with NVSHMEM puts: each rank's ops in level order, a put in its sender's
     list. Why not a net stream: a CUDA graph makes the net stream a sibling branch of the main
     one, and CUDA may run sibling branches one after the other, so a put spinning on a row of
     the main branch (or a row spinning on the put) never returns (graph-mode replays on 2 x 2
     H200 failed this way, eager right). In level order on one stream nothing waits on a later
     launch of any rank's stream, so it cannot deadlock."""
-    world = 1 + max(op.rank for level in layered.levels for op in level)
     per_rank: list[list[tuple[int, Op]]] = [[] for _ in range(world)]
     for level in layered.levels:
         for op in level:
@@ -739,8 +747,6 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
 
     launched: set[OpRef] = set()        # inline puts: this stream's ops before the put
     for key, op in g.launch_order[rank]:
-        waits = _waits(g, op)
-        signals = _signals(g, op)
         streams.setdefault(key, [])
         if g.engines[op.ref] == Engine.NET:     # runs on the net stream (below), or inline
             if g.inline_puts:
@@ -749,6 +755,8 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
                 launched.add(op.ref)
             continue
         launched.add(op.ref)
+        waits = _waits(g, op)
+        signals = _signals(g, op)
         if g.engines[op.ref] == Engine.CE:
             flush(key)
             streams[key].append(_wait_launch(op.id, waits))

@@ -67,8 +67,7 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
         words[w + abi.F_LL] = row.ll
         words[w + abi.F_NWAIT], words[w + abi.F_WAIT] = len(row.waits), base + len(extra)
         for wt in row.waits:
-            extra.extend((sig_delta[program.rank] + wt.slot,
-                          wt.per_epoch | int(wt.wide) << abi.WAIT_WIDE_SHIFT))
+            extra.extend((sig_delta[program.rank] + wt.slot, wt.word))
             producers.append(wt.producer)
         words[w + abi.F_NSIG], words[w + abi.F_SIG] = len(row.signals), base + len(extra)
         extra.extend(sig_delta[s.rank] + s.slot for s in row.signals)
