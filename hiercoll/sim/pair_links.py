@@ -37,8 +37,9 @@ def copy_links_batch(net: Network, a: I64, b: I64) -> tuple[I64, I64, F64, F64] 
     k = len(a)
     if k == 0:
         return np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-    gpn = t.gpus_per_node
-    same = a // gpn == b // gpn            # Topology.same_node: nodes are blocks of gpn ranks
+    # each GPU's node by the topology's own rule (one call per GPU, not per pair)
+    node = np.array([t.node_of(g) for g in range(int(max(a.max(), b.max())) + 1)], np.int64)
+    same = node[a] == node[b]
     self_copy = a == b
     _create_in_order(net, a, b, same, self_copy)
     hbm = _per_id(np.concatenate([a, b]), net.hbm)
@@ -65,15 +66,21 @@ def copy_links_batch(net: Network, a: I64, b: I64) -> tuple[I64, I64, F64, F64] 
         w[inter, 2:6] = wf
         assert t.inter is not None
         if t.inter.oversubscription > 1.0:
-            na, nb = ai // gpn, bi // gpn
+            na, nb = node[ai], node[bi]
             lid[inter, 6] = _per_id(na, lambda n: net.fabric_port(n, True))[na]
             lid[inter, 7] = _per_id(nb, lambda n: net.fabric_port(n, False))[nb]
             w[inter, 6:8] = wf
     keep = lid >= 0
     ptr = np.zeros(k + 1, np.int64)
     np.cumsum(keep.sum(axis=1), out=ptr[1:])
-    latency = np.where(self_copy, 0.0, np.where(same, t.intra.latency_us,
-                                                 t.inter.latency_us if t.inter else 0.0))
+    # without fabric tiers a copy's latency depends only on whether it stays on its GPU, its
+    # node, or neither: the network's own rule asked once per kind present
+    kind = np.where(self_copy, 0, np.where(same, 1, 2))
+    first = {int(c): int(i) for c, i in zip(*np.unique(kind, return_index=True))}
+    per_kind = np.zeros(3)
+    for c, i in first.items():
+        per_kind[c] = net.latency_us(int(a[i]), int(b[i]))
+    latency = per_kind[kind]
     return ptr, lid[keep], w[keep], latency
 
 

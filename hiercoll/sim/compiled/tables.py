@@ -176,8 +176,7 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
     def _pair_keys(got: tuple[I64, I64, F64, F64], code: I64, on_ce: B) -> I64:
         ptr, lids, ws, latency = got
         first = np.sort(np.unique(code, return_index=True)[1])
-        fresh = first[[int(c) not in pair_shape for c in code[first].tolist()]] if len(first) \
-            else first
+        fresh = first[[int(c) not in pair_shape for c in code[first].tolist()]]
         # shapes in the order their first key meets them, each its pair's links
         pair_shape.update(zip(code[fresh].tolist(), range(len(sh_ptr) - 1,
                                                         len(sh_ptr) - 1 + len(fresh))))
