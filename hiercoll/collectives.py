@@ -10,7 +10,6 @@ their sizes from the splits; their S is the largest per-rank output.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -121,7 +120,7 @@ class GroupSplits(BaseModel):
         dense = m.astype(np.int64)
         rows = dense.tolist()
         world = len(rows)
-        split, rank_splits = _trusted_split(), _trusted_rank_splits()
+        split, rank_splits = _trusted_split, _trusted_rank_splits
         # one [p] list per rank, shared by the splits naming p (frozen models; nothing in
         # hiercoll mutates a split's peers: W^2 lists would cost more than the rest)
         peer = [[p] for p in range(world)]
@@ -135,20 +134,14 @@ class GroupSplits(BaseModel):
         return out
 
 
-@functools.cache
-def _trusted_split() -> Callable[..., Split]:
-    return trusted_constructor(Split)
+_trusted_split: Callable[..., Split] = trusted_constructor(Split)
+_trusted_rank_splits: Callable[..., RankSplits] = trusted_constructor(RankSplits)
 
 
 def checked_split(size: int, peers: list[int]) -> Split:
     """A `Split` of values its builder computed and knows valid (size >= 0, ranks as ints),
     without pydantic's validation: a 1024-rank MoE dispatch builds hundreds of thousands."""
-    return _trusted_split()(size=size, peers=peers)
-
-
-@functools.cache
-def _trusted_rank_splits() -> Callable[..., RankSplits]:
-    return trusted_constructor(RankSplits)
+    return _trusted_split(size=size, peers=peers)
 
 
 # GroupSplits made by `from_counts` -> their matrix, checked there: validation and pair streams

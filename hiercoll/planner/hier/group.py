@@ -131,7 +131,7 @@ def build_group_cast(ctx: PlanContext[ParamsT], b: RankBuilder, pl: Place) -> No
     assert spec.splits is not None
     k, ch, gw = ctx.params.chunks, ctx.params.channels, pl.gateway_of(pl.local_rank)
     splits = spec.splits.ranks[r].input
-    offs = _offsets([sp.size for sp in splits])
+    offs = _input_offsets(ctx, r)
     relays = {t: _cast_relay_table(ctx, pl, t, gw)[0] for t in pl.target_nodes(include_own=False)}
     stage = _cast_stage_table(ctx, pl, gw)[0] if pl.staged else {}
     local_order = [pl.at(pl.node, q) for q in pl.local_peers(include_self=True)]
