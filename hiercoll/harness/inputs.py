@@ -91,7 +91,9 @@ def device_initial_output(spec: CollectiveSpec, rank: int, device: torch.device,
     """`collectives.initial_outputs` of one rank, drawn on the device: NaN where the collective
     overwrites (an element nobody wrote cannot pass), values in [-1, 1) where it accumulates.
     The host version fills every rank's outputs in numpy: at 16384 x 4096 rows on 4 ranks, 1 GB
-    and a copy to the device per iteration, most of a large TP shape's stress time."""
+    and a copy to the device per iteration (those shapes' stress ran 6 cases x 200 iterations in
+    a 140 s limit on 4 x H200, about 0.1 s an iteration:
+    results/gpu/nvshmem/w4-2x2-graph/stress-tp-large.log; not re-timed since)."""
     n = spec.output_count(rank)
     dt = torch_dtype(spec.dtype)
     if spec.accumulates_output:
