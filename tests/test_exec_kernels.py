@@ -155,6 +155,17 @@ b, a, sig, err = run(rows, 5, torch.float32, "sum")
 out["ranges"] = [float((a[300:450] - b[0:150]).abs().max()),
                  float((a[450:590] - (b[150:290] + b[151:291])).abs().max()),
                  int(sig[8]), int(sig[9])]
+# a row's more destinations (Row.also): a bf16 reduce stored to three places, a copy to two
+rows = [Row("0.0", 60, Addr(0, 300), (Addr(0, 0), Addr(0, 100)), True, False, 1.0, (),
+            (Signal(0, 10),), also=(Addr(0, 380), Addr(0, 460))),
+        Row("0.1", 33, Addr(0, 200), (Addr(0, 250),), False, False, 1.0, (), (),
+            also=(Addr(0, 540),))]
+b, a, sig, err = run(rows, 2, torch.bfloat16, "sum")
+want = (b[0:60].float() + b[100:160].float()).to(torch.bfloat16).double()
+out["also"] = [float(((a[300:360] - want) / want).abs().max())] + [
+    float((a[o:o + 60] - a[300:360]).abs().max()) for o in (380, 460)] + [
+    float((a[200:233] - b[250:283]).abs().max()), float((a[540:573] - b[250:283]).abs().max()),
+    float((a[360:380] - b[360:380]).abs().max()), int(sig[10])]
 print(json.dumps(out))
 '''
 
@@ -171,3 +182,5 @@ def test_kernel_data_path_in_the_triton_interpreter():
     assert out["bumped"] == [2, 0]                # epoch 1 -> 2, the wait for 4 passed
     assert out["ranges"][0] == 0.0 and out["ranges"][1] < 1e-6   # fp32 sum, rounded once
     assert out["ranges"][2:] == [2, 3]            # one signal per CTA of each row's range
+    assert out["also"][0] < 2 ** -7                # the bf16 sum, rounded once (either way)
+    assert out["also"][1:] == [0.0] * 5 + [2]     # the same bits at every destination

@@ -368,7 +368,8 @@ def test_fused_arrivals_are_relaxed_only_where_no_store_is_announced(kind, algo,
         (launch,) = lower(s, r, CudaOptions(single_stream=True, protocol="simple")).streams[0]
         assert launch.rows[0].op == "barrier:start:arrive" and launch.rows[0].relaxed
         assert launch.rows[-2].relaxed is end_relaxed
-        remote = any(row.dst is not None and row.dst.rank != r for row in launch.rows)
+        remote = any(a.rank != r for row in launch.rows for a in (row.dst, *row.also)
+                     if a is not None)
         assert remote is not end_relaxed
         assert not any(row.relaxed for row in launch.rows[1:-2])
         words = encode(lower(s, r, CudaOptions(single_stream=True, protocol="simple")), [0] * 4,
@@ -379,16 +380,44 @@ def test_fused_arrivals_are_relaxed_only_where_no_store_is_announced(kind, algo,
 
 def test_cta_local_dependencies_need_no_signal():
     """two_shot's push of its reduced shard reads exactly what the same CTAs just wrote (same
-    count, same CTAs, so CTA c owns element i of both rows): the CTA barrier between the rows
-    orders it, and the grid-wide signal and wait go. The emulator runs every CTA interleaving."""
+    count, same CTAs, so CTA c owns element i of both rows): the CTAs order it by themselves, so
+    the push needs no grid-wide signal and wait, and it folds into the reduce row as one more
+    destination of each step's result (`Row.also`). The emulator runs every CTA interleaving."""
     from hiercoll.executor.cuda.lowering import fused_launch
     s = plan(_topo(1, 2), _spec("all_reduce", 2, 4096), "two_shot").expand()
     opts = CudaOptions(ctas=3, single_stream=True, protocol="simple")
-    reduce, push = [r for r in fused_launch(lower(s, 0, opts)).rows if r.count]
-    assert reduce.reduce and not push.reduce and push.srcs == (reduce.dst,)
-    assert not push.waits and not reduce.signals
+    (row,) = [r for r in fused_launch(lower(s, 0, opts)).rows if r.count]
+    assert row.reduce and [a.rank for a in row.also] == [1] and row.also[0].offset == row.dst.offset
+    assert not row.relaxed, "it announces a store into the peer: release"
     for seed in range(3):
         check_emulation(s, opts, seed=seed)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_copies_of_a_rows_result_fold_into_it_only_where_the_ctas_order_them(world):
+    """Unmerged (`_merge_result_copies` skipped), two_shot's pushes follow its reduce as rows
+    that read the reduce's destination and wait for nothing; merged, they are the reduce's
+    `also`, in the same order, with their signals on it. A row the CTAs cannot order (a level's
+    ops on parts of the grid, hier) keeps its own row."""
+    import hiercoll.executor.cuda.lowering as lw
+    s = plan(_topo(1, world), _spec("all_reduce", world, 64 << 10), "two_shot").expand()
+    opts = CudaOptions(ctas=4, single_stream=True, protocol="simple")
+    merged = [r for r in lw.fused_launch(lower(s, 0, opts)).rows if r.count]
+    real = lw._merge_result_copies
+    try:
+        lw._merge_result_copies = lambda rows: list(rows)
+        plain = [r for r in lw.fused_launch(lower(s, 0, opts)).rows if r.count]
+    finally:
+        lw._merge_result_copies = real
+    reduce, pushes = plain[0], plain[1:]
+    assert len(pushes) == world - 1 and all(p.srcs == (reduce.dst,) and not p.waits for p in pushes)
+    assert len(merged) == 1 and merged[0].also == tuple(p.dst for p in pushes)
+    assert set(merged[0].signals) == {x for r in plain for x in r.signals}
+    check_emulation(s, opts, seed=world)
+    h = plan(_topo(2, 2), _spec("all_reduce", 4), "hier").expand()
+    split = [r for r in lw.fused_launch(lower(h, 0, CudaOptions(
+        ctas=4, single_stream=True, protocol="simple"))).rows if r.ctas is not None]
+    assert split and not any(r.also for r in split)
 
 
 def test_a_level_with_more_ops_than_ctas_keeps_the_whole_grid():

@@ -48,6 +48,9 @@ def start(doc: str | None) -> Probe:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sizes", default="8192,262144")
     ap.add_argument("--algorithms", default="direct,two_shot,rd")
+    ap.add_argument("--kind", default="all_reduce", help="the collective (all_reduce, reduce_scatter, ...)")
+    ap.add_argument("--ctas", default="auto",
+                    help="comma list of CTA counts to run each plan with (auto: the lowering's)")
     args = ap.parse_args()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -58,18 +61,21 @@ def start(doc: str | None) -> Probe:
 
 def sizes(probe: Probe) -> Iterator[tuple[int, CollectiveSpec]]:
     for n in (int(x) for x in probe.args.sizes.split(",")):
-        yield n, CollectiveSpec(kind=Kind.ALL_REDUCE, world_size=probe.world, dtype="bf16", nbytes=n)
+        yield n, CollectiveSpec(kind=Kind(probe.args.kind), world_size=probe.world, dtype="bf16",
+                                nbytes=n)
 
 
 def cases(probe: Probe, n: int, spec: CollectiveSpec) -> Iterator[Case]:
     """Each algorithm's plan for this size, prepared, its input random."""
     topo = load_topology("h200x4" if probe.world == 4 else "bench/gpu/topologies/h200x2.yaml")
     for algo in probe.args.algorithms.split(","):
-        backend = CudaBackend(single_stream=True)
-        prepared = backend.prepare(plan(topo, spec, algo).expand())
-        inp = prepared.input_view
-        inp.copy_(torch.randn(inp.numel(), device=probe.device).to(inp.dtype))
-        yield Case(n, spec, algo, backend, prepared)
+        for ctas in probe.args.ctas.split(","):
+            backend = CudaBackend(single_stream=True, ctas=None if ctas == "auto" else int(ctas))
+            prepared = backend.prepare(plan(topo, spec, algo).expand())
+            inp = prepared.input_view
+            inp.copy_(torch.randn(inp.numel(), device=probe.device).to(inp.dtype))
+            label = algo if ctas == "auto" else f"{algo}@{ctas}"
+            yield Case(n, spec, label, backend, prepared)
 
 
 def finish(probe: Probe, rows: list[dict[str, Any]], name: str, show_ranks: set[int] | None = None) -> None:

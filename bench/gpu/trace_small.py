@@ -44,7 +44,8 @@ def _med(xs: list[float]) -> float:
 def _traced(case) -> dict:  # type: ignore[no-untyped-def]
     graph = capture_calls(case.call, CALLS)
     per_call = _per_call_us(graph)
-    calls = read_traces(case.prepared.kernel.err, len(case.prepared.table.row_names))[-CALLS:]
+    calls = (read_traces(case.prepared.kernel.err, len(case.prepared.table.row_names))[-CALLS:]
+             if case.prepared.kernel.trace else [])
     gaps = [b.start_ns - a.end_ns for a, b in zip(calls, calls[1:])]
     rows = [{ph: _med([c.rows[i][k] for c in calls]) for k, ph in enumerate(PHASES)}
             for i in range(min(len(c.rows) for c in calls))] if calls else []
@@ -62,8 +63,8 @@ def main() -> None:
                        row_names=list(case.prepared.table.row_names),
                        fused=case.prepared.program.fused)
             results.append(row)
-        for peer in peers_for(spec, ("torch-one-shot", "torch-two-shot", "nccl"), probe.device,
-                              torch.bfloat16):
+        for peer in peers_for(spec, ("torch-one-shot", "torch-two-shot", "torch-reduce-scatter",
+                                     "nccl"), probe.device, torch.bfloat16):
             graph = capture_calls(peer.call, CALLS)
             results.append({"case": f"{peer.name}-{n}", "rank": probe.rank,
                             "per_call_us": round(_per_call_us(graph), 2)})

@@ -9,11 +9,14 @@ lists the rows point into (sources, waits of `WAIT_WORDS` words each, signals).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-ROW_WORDS = 15
+ROW_WORDS = 17
 (F_COUNT, F_DST, F_REDUCE, F_ACC, F_SCALE, F_NSRC, F_SRC, F_NWAIT, F_WAIT, F_NSIG, F_SIG,
- F_RELAXED, F_ID, F_LL, F_CTAS) = range(ROW_WORDS)
+ F_RELAXED, F_ID, F_LL, F_CTAS, F_NALSO, F_ALSO) = range(ROW_WORDS)
+# F_NALSO / F_ALSO (simple kernel): more destinations that get the row's result as it is stored
+# (`lowering.Row.also`: copies of the result merged into the row), a list like the sources
 # F_CTAS (simple kernel): the CTAs that run the row, lo | hi << CTA_SHIFT (hi = 0: every CTA of
 # the launch). Rows of one dependency level split the grid so they run side by side (lowering
 # `_cta_ranges`); a CTA outside a row's range skips it (no wait, no data, no signal).
@@ -25,12 +28,20 @@ CTA_SHIFT = 16
 # counts from that buffer's start: the kernel adds the call's base of it, so a call can read the
 # caller's input and write the caller's output in place of the symmetric buffers (no peer ever
 # touches either in an LL program).
+
+def sweep_knob(name: str, default: int) -> int:
+    """A launch-shape constant, overridable from the environment only so that
+    bench/gpu/grid_sweep.sh can time other shapes in fresh processes (read once, at import)."""
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip() else default
+
 TAG_SHIFT = 60
 TAG_INPUT, TAG_OUTPUT = 1, 2
 WAIT_WORDS = 2          # (slot, per_epoch | wide << WAIT_WIDE_SHIFT)
 # a wide wait's slot is the low word of an NVSHMEM 64-bit signal: the kernel reads the whole word
 WAIT_WIDE_SHIFT = 32
-STEP_ELEMENTS = 4096    # elements one CTA moves per step of a row (the kernel's BLOCK)
+STEP_ELEMENTS = sweep_knob("HIERCOLL_STEP_ELEMENTS", 4096)   # elements one CTA moves per step
+#                                                               of a row (the kernel's BLOCK)
 LL_STEP_WORDS = 512     # LL kernel: 4-byte data words one CTA moves per step (x 8 sources polled)
 ERR_WORDS = 8           # [flag, row, wait index, observed, needed, ...]
 # Trace mode (HIERCOLL_KERNEL_TRACE=1): after the error record, CTA 0 of each launch writes

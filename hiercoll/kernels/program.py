@@ -42,9 +42,11 @@ from hiercoll.kernels.rows import (
     CTA_SHIFT,
     ERR_WORDS,
     F_ACC,
+    F_ALSO,
     F_COUNT,
     F_CTAS,
     F_DST,
+    F_NALSO,
     F_NSIG,
     F_NSRC,
     F_NWAIT,
@@ -63,7 +65,7 @@ from hiercoll.kernels.rows import (
 )
 
 REDUCE_CODES = {"sum": 0, "avg": 0, "max": 1, "min": 2}
-NUM_WARPS = 8
+NUM_WARPS = _t.sweep_knob("HIERCOLL_NUM_WARPS", 8)
 BLOCK = _t.STEP_ELEMENTS     # elements per CTA per step
 
 
@@ -189,14 +191,16 @@ def _stamp(ptr, after, TRACE: tl.constexpr):
 @triton.jit
 def _header(table, r, live):
     """Row `r`'s header words but count and destination (zeros where not `live`), as
-    independent loads."""
+    independent loads: waits, sources, reduce, accumulate, scale, signals, relaxed, CTAs, and
+    the more destinations (`Row.also`)."""
     row = table + r * ROW_WORDS
     return (tl.load(row + F_NWAIT, mask=live, other=0), tl.load(row + F_WAIT, mask=live, other=0),
             tl.load(row + F_NSRC, mask=live, other=0), tl.load(row + F_SRC, mask=live, other=0),
             tl.load(row + F_REDUCE, mask=live, other=0), tl.load(row + F_ACC, mask=live, other=0),
             tl.load(row + F_SCALE, mask=live, other=0), tl.load(row + F_NSIG, mask=live, other=0),
             tl.load(row + F_SIG, mask=live, other=0), tl.load(row + F_RELAXED, mask=live, other=0),
-            tl.load(row + F_CTAS, mask=live, other=0))
+            tl.load(row + F_CTAS, mask=live, other=0), tl.load(row + F_NALSO, mask=live, other=0),
+            tl.load(row + F_ALSO, mask=live, other=0))
 
 
 SRC_UNROLL = tl.constexpr(8)   # a reduce's sources loaded together (more: one at a time)
@@ -223,7 +227,7 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         if tracing:
             _stamp(trace, epoch, TRACE)
     (h_nwait, h_wstart, h_nsrc, h_src, h_red, h_acc, h_scale, h_nsig, h_sig,
-     h_rel, h_ctas) = _header(table, first_row, num_rows > 0)
+     h_rel, h_ctas, h_nalso, h_also) = _header(table, first_row, num_rows > 0)
     for r in range(first_row, first_row + num_rows):
         at = trace + 1 + 4 * (r - first_row)
         traced = tracing & ((r - first_row) < TRACE_ROWS)
@@ -239,6 +243,7 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         # the divisibility that makes aligned rows 16-byte accesses)
         nwait, wstart, nsrc, sstart = h_nwait, h_wstart, h_nsrc, h_src
         is_reduce, acc_flag, scale_bits, nsig, sstart2, relaxed = h_red, h_acc, h_scale, h_nsig, h_sig, h_rel
+        nalso, astart = h_nalso, h_also
         # the CTAs that run this row (abi.F_CTAS): rows of one level split the grid and run side
         # by side; a CTA outside the range skips the row (its waits, data and signals)
         lo = h_ctas & CTA_MASK
@@ -249,7 +254,7 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         count = tl.load(table + r * ROW_WORDS + F_COUNT)
         dst_off = tl.load(table + r * ROW_WORDS + F_DST)
         (h_nwait, h_wstart, h_nsrc, h_src, h_red, h_acc, h_scale, h_nsig, h_sig,
-         h_rel, h_ctas) = _header(table, r + 1, r + 1 < first_row + num_rows)
+         h_rel, h_ctas, h_nalso, h_also) = _header(table, r + 1, r + 1 < first_row + num_rows)
         sig_live = lanes < nsig
         sig_slots = tl.load(table + sstart2 + lanes, mask=sig_live, other=0)
         src0_off = tl.load(table + sstart, mask=nsrc > 0, other=0)
@@ -302,9 +307,15 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                     acc = acc * scale.to(ACC)
                     if acc_flag != 0:
                         acc = acc + tl.load(dst + offs, mask=mask).to(ACC)
-                    tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
-                else:
-                    tl.store(dst + offs, x, mask=mask)
+                    x = acc.to(dst.dtype.element_ty)
+                tl.store(dst + offs, x, mask=mask)
+                # the row's more destinations (`Row.also`: merged copies of its result) get the
+                # same values from the same thread, as each step is computed
+                for a in range(0, nalso):
+                    a_off = tl.load(table + astart + a)
+                    if ALIGNED:
+                        a_off = tl.multiple_of(a_off, VEC)
+                    tl.store(data + a_off + offs, x, mask=mask)
         if TRACE:
             if traced:
                 tl.debug_barrier()   # every thread's loads are in (its stores issued)

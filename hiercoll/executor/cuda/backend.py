@@ -134,14 +134,15 @@ class CudaBackend:
         device = torch.device("cuda", torch.cuda.current_device())
         if self.options.inter_transport == InterTransport.NVSHMEM:
             use_nvshmem(device)       # before the allocations (the pool's owner did it earlier)
-        program = lower(schedule, rank, self.options)
+        options = fit_to_device(self.options, device)
+        program = lower(schedule, rank, options)
         dtype = torch_dtype(schedule.spec.dtype)
         if buffers is None:
             data: SymmetricBuffer = allocate(program.layout.total, dtype, device, group)
             signals: SymmetricBuffer = allocate(program.num_slots, torch.int32, device, group)
         else:
             data, signals = buffers(program.layout.total, dtype, program.num_slots)
-        prepared = build_prepared(schedule, program, data, signals, world, self.options, device,
+        prepared = build_prepared(schedule, program, data, signals, world, options, device,
                                   group)
         torch.cuda.synchronize()
         dist.barrier(group)
@@ -175,6 +176,14 @@ class CudaBackend:
                     _wait(dist.irecv(prepared.net_views[id(item)],
                                      _global_rank(prepared.group, item.peer), prepared.group))
         main.wait_stream(net)
+
+
+def fit_to_device(options: CudaOptions, device: torch.device) -> CudaOptions:
+    """`options` with the auto grid capped at this GPU's SMs: every CTA of a launch must be
+    resident at once (they spin on each other), and more than the SMs are not. Ranks are
+    assumed to run the same GPU model (their lowerings must agree on the grid)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return replace(options, max_ctas=sms) if options.max_ctas > sms else options
 
 
 def refuse_nccl_capture(sends_or_receives: bool, capturing: bool) -> None:

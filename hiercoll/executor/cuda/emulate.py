@@ -249,6 +249,8 @@ class _Emulator:
                 peer.ll_flag[par, row.dst.offset + idx] = epoch
             else:
                 dst[row.dst.offset + idx] = value
+            for a in row.also:      # the row's result, stored again where merged copies put it
+                self.ranks[a.rank].data[a.offset + idx] = value
         if not self._mine(row, cta):
             return
         for s in row.signals:

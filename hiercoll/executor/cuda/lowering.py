@@ -51,10 +51,14 @@ def spin_limit_for(timeout_ms: float) -> int:
 ALIGN_BYTES = 256           # every buffer starts on this boundary inside the allocation
 VECTOR_BYTES = 16           # one vector access; regions aligned to it take the vectorised kernel
 # Auto grid: one CTA per step of the largest SM op (every CTA does one step of it at once), up
-# to the SMs one channel may take. A CTA's step is one round trip of its loads; over NVLink that
-# is microseconds, so a 256 KiB pull on 4 CTAs (8 steps each) took 26 us where 32 CTAs take one
-# round trip, and big ops need every SM's loads in flight to stream at link rate.
-MAX_CTAS = 120
+# to `CudaOptions.max_ctas`. A CTA's step is one round trip of its loads; over NVLink that is
+# microseconds, so a 256 KiB pull on 4 CTAs (8 steps each) took 26 us where 32 CTAs take one
+# round trip, and big ops need every SM's loads in flight to stream at link rate. The cap is the
+# GPU's SM count (132 on an H100/H200): a call ends with its slowest CTA, so a 128-step op on
+# 120 CTAs (8 of them doing two steps) took 13.2 us at 1 MiB where 132 CTAs take 12.0 (2 x
+# H200, results/gpu/grid-sweep-w2); more CTAs than SMs are not all resident at once, and CTAs
+# that spin on each other then never finish (264 CTAs hung there).
+DEFAULT_MAX_CTAS = 132
 COPY_ENGINE_OFF = 1 << 40    # the default copy-engine threshold: no copy reaches it
 
 
@@ -136,6 +140,9 @@ class CudaOptions:
         "copy engine (default 1024GiB: none; the SMs' copies run side by side in one kernel)",
         size=True)
     ctas: int | None = _knob(None, "--ctas", "cuda: CTAs per kernel (default auto)")
+    max_ctas: int = _knob(
+        DEFAULT_MAX_CTAS, "--max-ctas", "cuda: most CTAs of an auto grid (default: the GPU's SMs, "
+        "at most 132; every CTA of a launch must be resident at once)")
     debug_timeout_ms: float = _knob(
         0.0, "--debug-timeout-ms", "cuda: abort a signal wait after this long and report "
         "rank/op/peer")
@@ -183,8 +190,12 @@ class CudaOptions:
                                 "integer number of bytes")
         if self.ce_threshold_bytes < 0:
             raise HiercollError(f"ce_threshold_bytes: {self.ce_threshold_bytes} must be >= 0")
-        if self.ctas is not None and not 1 <= self.ctas <= 132:
-            raise HiercollError(f"ctas: {self.ctas} must be in 1..132 (one H200 has 132 SMs)")
+        if self.ctas is not None and not 1 <= self.ctas <= DEFAULT_MAX_CTAS:
+            raise HiercollError(f"ctas: {self.ctas} must be in 1..{DEFAULT_MAX_CTAS} (one H200 "
+                                f"has {DEFAULT_MAX_CTAS} SMs)")
+        if not isinstance(self.max_ctas, int) or not 1 <= self.max_ctas <= DEFAULT_MAX_CTAS:
+            raise HiercollError(f"max_ctas: {self.max_ctas!r} must be in 1..{DEFAULT_MAX_CTAS} "
+                                f"(one H200 has {DEFAULT_MAX_CTAS} SMs)")
         if self.debug_timeout_ms < 0:
             raise HiercollError(f"debug_timeout_ms: {self.debug_timeout_ms} must be >= 0")
         try:
@@ -274,6 +285,9 @@ class Row:
     # the CTAs [lo, hi) of the launch that run the row (None: all of them): rows of one
     # dependency level split the grid and run side by side (`_cta_ranges`)
     ctas: tuple[int, int] | None = None
+    # more destinations of the row's result, stored as each step computes it: copies of the
+    # result merged into the row (`_merge_result_copies`)
+    also: tuple[Addr, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -540,13 +554,13 @@ def _auto_grid(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptio
         return opts.ctas
     if opts.single_stream:     # one kernel: a level's ops share its grid (`_cta_ranges`)
         need = max((sum(_steps(op) for op in g) for g in groups), default=1)
-        return max(1, min(MAX_CTAS, need))
+        return max(1, min(opts.max_ctas, need))
     itemsize = schedule.spec.dtype.itemsize
     biggest = max((op.dst.count * itemsize for op in schedule.ops()
                    if engines[op.ref] == Engine.SM), default=0)
     channels = max((len({op.channel for op in schedule.rank_ops(r)})
                     for r in range(schedule.world_size)), default=1)
-    cap = max(1, MAX_CTAS // max(channels, 1))
+    cap = max(1, opts.max_ctas // max(channels, 1))
     return max(1, min(cap, -(-biggest // (STEP_ELEMENTS * itemsize))))
 
 
@@ -671,7 +685,8 @@ def _waiter(op: Op, engines: dict[OpRef, Engine]) -> int:
 
 def _aligned(rows: list[Row], itemsize: int) -> bool:
     vec = max(1, VECTOR_BYTES // itemsize)
-    return all(r.count % vec == 0 and all(a.offset % vec == 0 for a in (r.dst, *r.srcs) if a)
+    return all(r.count % vec == 0 and all(a.offset % vec == 0 for a in (r.dst, *r.srcs, *r.also)
+                                          if a)
                for r in rows)
 
 
@@ -739,7 +754,7 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
     in_launch: dict[int, set[OpRef]] = {}     # the ops of each stream's pending launch
 
     def flush(ch: int) -> None:
-        rows = _coalesce_signals(pending.pop(ch, []), itemsize)
+        rows = _coalesce_signals(_merge_result_copies(pending.pop(ch, [])), itemsize)
         if rows:
             streams.setdefault(ch, []).append(KernelLaunch(tuple(rows), g.grid,
                                                            _aligned(rows, itemsize)))
@@ -851,7 +866,7 @@ def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgra
             rows.append(Row(f"{op.id}:unpack", op.dst.count, layout.addr(op.dst),
                             (area(op.dst),), False, False, 1.0, (), (), ll=2))
     epw = elements_per_word(itemsize)
-    grid = opts.ctas or max(1, min(MAX_CTAS, -(-(plan.widest // epw) // LL_STEP_WORDS)))
+    grid = opts.ctas or max(1, min(opts.max_ctas, -(-(plan.widest // epw) // LL_STEP_WORDS)))
     launch = KernelLaunch(tuple(rows), grid, _aligned(rows, itemsize))
     slots = 2 * (2 * plan.elements // epw)      # both parities, a word two int32 slots
     return RankProgram(rank, layout, slots, None, {0: (launch,)}, KernelLaunch((), 1, True),
@@ -861,6 +876,33 @@ def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgra
 
 
 COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to the next row
+
+
+def _merge_result_copies(rows: list[Row]) -> list[Row]:
+    """Fold a copy of a row's result into that row: the copy's destination becomes one more
+    destination the row stores each step's result to (`Row.also`). E.g. two_shot's reduce of
+    its shard, then the push of that shard to every peer: the pushes' stores leave as each step
+    is reduced, instead of after a CTA barrier, a header round trip and a re-read of the shard
+    per peer (2 x H200, 1 MiB: the push row took 2.2 us after the reduce, results/gpu/
+    mid-trace-w2).
+
+    Only where the CTAs already order the two rows by themselves: the copy comes next in the
+    launch, reads exactly the row's destination (same region, count and CTAs, so each element
+    is copied by the thread that computed it), and waits for nothing (the lowering dropped its
+    dependency on the row as CTA-local, `_cta_local`). Its signals move onto the row and leave
+    after both stores, under the same release."""
+    out: list[Row] = []
+    for row in rows:
+        p = out[-1] if out else None
+        if (p is not None and p.dst is not None and p.count > 0 and not p.ll and not row.ll
+                and not row.reduce and not row.accumulate and row.scale == 1.0
+                and not row.waits and not row.relaxed and not p.relaxed
+                and row.dst is not None and row.srcs == (p.dst,) and row.count == p.count
+                and row.ctas == p.ctas):
+            out[-1] = replace(p, also=(*p.also, row.dst), signals=p.signals + row.signals)
+        else:
+            out.append(row)
+    return out
 
 
 def _coalesce_signals(rows: list[Row], itemsize: int) -> list[Row]:
@@ -912,7 +954,7 @@ def _fused(g: _Global, w: int, rank: int, layout: SymmetricLayout,
     s_arrive, s_wait = _barrier(g, w, rank, 0, "start", 1).rows
     e_arrive, e_wait = _barrier(g, w, rank, 1, "end", g.grid).rows
     s_arrive = replace(s_arrive, relaxed=True, ctas=(0, 1) if g.grid > 1 else None)
-    local_only = all(r.dst is None or r.dst.rank == rank for r in rows)
+    local_only = all(a.rank == rank for r in rows for a in (r.dst, *r.also) if a is not None)
     if rows:
         # the barriers ride on the first and last rows where every CTA runs them
         head, tail = [s_arrive], [e_wait]

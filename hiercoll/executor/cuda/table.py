@@ -74,6 +74,8 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
         words[w + abi.F_RELAXED] = int(row.relaxed)
         words[w + abi.F_ID] = i
         words[w + abi.F_CTAS] = row.ctas[0] | row.ctas[1] << abi.CTA_SHIFT if row.ctas else 0
+        words[w + abi.F_NALSO], words[w + abi.F_ALSO] = len(row.also), base + len(extra)
+        extra.extend(rel(a) for a in row.also)
     placed: dict[int, RowSpan] = {}
     first = 0
     for launch in launches:
