@@ -1,6 +1,6 @@
 #!/bin/bash
-# Launch shapes of the row kernel over issue 25's mid band: per config (step elements, warps,
-# most CTAs; the sweep_knob environment overrides, read at import) one `hiercoll bench` of
+# Launch shapes of the row kernel over issue 25's mid band: per config (step elements and warps,
+# the sweep_knob environment overrides read at import; most CTAs, --max-ctas <= 132) one `hiercoll bench` of
 # all_reduce and reduce_scatter, graph mode, zero-copy; the first config also times the peers.
 # W=2 bash bench/gpu/grid_sweep.sh   ($OUT/grid_sweep.tgz: a directory per config, and a table)
 source bench/gpu/env.sh
@@ -11,9 +11,9 @@ peers=all
 for cfg in $CONFIGS; do
   IFS=: read step warps ctas <<< "$cfg"
   dir=/tmp/grid/s${step}-w${warps}-c${ctas}; mkdir -p $dir
-  HIERCOLL_STEP_ELEMENTS=$step HIERCOLL_NUM_WARPS=$warps HIERCOLL_MAX_CTAS=$ctas \
+  HIERCOLL_STEP_ELEMENTS=$step HIERCOLL_NUM_WARPS=$warps \
     HC_TIMEOUT=${CFG_S:-100} hc $W bench --backend cuda -c all_reduce,reduce_scatter -t $T \
-    --sizes $SIZES --modes graph --zero-copy --peers $peers --algorithms ${ALGOS:-direct,two_shot} \
+    --sizes $SIZES --modes graph --zero-copy --peers $peers --max-ctas $ctas --algorithms ${ALGOS:-direct,two_shot} \
     --out $dir > $dir/log 2>&1
   echo "== $cfg rc=$?"; grep -i "error\|timed out" $dir/log | head -3
   peers=none
