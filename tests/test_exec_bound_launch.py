@@ -30,14 +30,14 @@ def test_bound_launch_matches_the_jit_dispatch(monkeypatch, dtype, reduce_op):
     state = _state(dtype)
     spin = random.choice([0, random.randint(1, 10**6)])
     with fake_triton(_program_kernel) as kernels:
-        compiled = warm_up(state, reduce_op, spin)
-        assert len(compiled) == 6 and len({id(k) for k in compiled.values()}) == 6
-        for aligned, bump, fused in compiled:
+        compiled = warm_up(state, reduce_op, spin, also=True)
+        assert len(compiled) == 12 and len({id(k) for k in compiled.values()}) == 12
+        for aligned, bump, fused, also in compiled:
             grid = 1 if bump else random.randint(1, 32)
-            span = RowSpan(random.randint(0, 50), random.randint(1, 50), grid, aligned)
+            span = RowSpan(random.randint(0, 50), random.randint(1, 50), grid, aligned, also)
             jit_kernel = launch_rows(state, span, reduce_op=reduce_op, spin_limit=spin,
                                      bump_epoch=bump, fused=fused)
-            assert jit_kernel is compiled[(aligned, bump, fused)]   # no new compile
+            assert jit_kernel is compiled[(aligned, bump, fused, also)]   # no new compile
             bound = bind_launch(state, span, compiled, reduce_op=reduce_op, spin_limit=spin,
                                 bump_epoch=bump, fused=fused)
             assert bound is not None
@@ -47,10 +47,11 @@ def test_bound_launch_matches_the_jit_dispatch(monkeypatch, dtype, reduce_op):
             assert bound_call[:6] == jit_call[:6] == (grid, 1, 1, STREAM, jit_kernel.function,
                                                       jit_kernel.packed_metadata)
             assert bound_call[6:9] == (None, None, None)
-            assert len(bound_call[9:]) == len(jit_call[9:]) == 18   # the signature, TRACE included
+            assert len(bound_call[9:]) == len(jit_call[9:]) == 19   # the signature, ALSO included
             for a, b in zip(bound_call[9:], jit_call[9:], strict=True):
                 assert a is b or a == b
-        assert len(kernels) == 6
+        assert len(kernels) == 12
+        assert len(warm_up(state, reduce_op, spin)) == 6     # no ALSO variants unless asked
 
 
 def test_no_bound_launch_without_a_binary_or_with_a_profiler_hook(monkeypatch):

@@ -37,7 +37,7 @@ def _ordered_ops(ptx: str, sem: str) -> list[str]:
     return found
 
 
-def _ptx(dtype: str, aligned: bool, ptx: bool = True) -> str:
+def _ptx(dtype: str, aligned: bool, ptx: bool = True, also: bool = False) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -46,10 +46,10 @@ def _ptx(dtype: str, aligned: bool, ptx: bool = True) -> str:
            "err_ptr": "*i64", "first_row": "i32", "num_rows": "i32", "spin_limit": "i32",
            "REDUCE": "constexpr", "ACC": "constexpr", "ALIGNED": "constexpr", "VEC": "constexpr",
            "BLOCK": "constexpr", "LANES": "constexpr", "BUMP_EPOCH": "constexpr",
-           "FUSED": "constexpr", "PTX": "constexpr"}
+           "FUSED": "constexpr", "PTX": "constexpr", "ALSO": "constexpr"}
     consts = {"REDUCE": 0, "ACC": triton.language.float32, "ALIGNED": aligned,
               "VEC": 8 if dtype == "bf16" else 4, "BLOCK": 4096, "LANES": 256,
-              "BUMP_EPOCH": False, "FUSED": False, "PTX": ptx}
+              "BUMP_EPOCH": False, "FUSED": False, "PTX": ptx, "ALSO": also}
     attrs = {(k,): [["tt.divisibility", 16]] for k in range(5)}
     src = ASTSource(fn=_program_kernel, signature=sig, constexprs=consts, attrs=attrs)
     try:
@@ -87,6 +87,10 @@ def test_the_ordering_check_reads_every_spelling():
 def test_aligned_rows_use_16_byte_accesses_and_unaligned_rows_do_not():
     assert re.search(r"ld\.global[^\n]*\.v4", _ptx("bf16", aligned=True))
     assert not re.search(r"ld\.global[^\n]*\.v4", _ptx("bf16", aligned=False))
+    # the ALSO variant's more destinations are 16-byte stores too; without ALSO none of its code
+    more = _ptx("bf16", aligned=True, also=True)
+    assert len(re.findall(r"st\.global[^\n]*\.v4", more)) > len(
+        re.findall(r"st\.global[^\n]*\.v4", _ptx("bf16", aligned=True)))
 
 
 # ---- the data path, run by Triton's CPU interpreter (TRITON_INTERPRET=1 in a subprocess) -------

@@ -189,18 +189,35 @@ def _stamp(ptr, after, TRACE: tl.constexpr):
 
 
 @triton.jit
-def _header(table, r, live):
+def _header(table, r, live, ALSO: tl.constexpr):
     """Row `r`'s header words but count and destination (zeros where not `live`), as
     independent loads: waits, sources, reduce, accumulate, scale, signals, relaxed, CTAs, and
-    the more destinations (`Row.also`)."""
+    (the ALSO variant) the more destinations (`Row.also`)."""
     row = table + r * ROW_WORDS
+    if ALSO:
+        nalso = tl.load(row + F_NALSO, mask=live, other=0)
+        astart = tl.load(row + F_ALSO, mask=live, other=0)
+    else:
+        nalso = 0
+        astart = 0
     return (tl.load(row + F_NWAIT, mask=live, other=0), tl.load(row + F_WAIT, mask=live, other=0),
             tl.load(row + F_NSRC, mask=live, other=0), tl.load(row + F_SRC, mask=live, other=0),
             tl.load(row + F_REDUCE, mask=live, other=0), tl.load(row + F_ACC, mask=live, other=0),
             tl.load(row + F_SCALE, mask=live, other=0), tl.load(row + F_NSIG, mask=live, other=0),
             tl.load(row + F_SIG, mask=live, other=0), tl.load(row + F_RELAXED, mask=live, other=0),
-            tl.load(row + F_CTAS, mask=live, other=0), tl.load(row + F_NALSO, mask=live, other=0),
-            tl.load(row + F_ALSO, mask=live, other=0))
+            tl.load(row + F_CTAS, mask=live, other=0), nalso, astart)
+
+
+@triton.jit
+def _store_also(table, data, astart, nalso, offs, x, mask, ALIGNED: tl.constexpr,
+                VEC: tl.constexpr):
+    """The row's more destinations (`Row.also`: merged copies of its result) get the values
+    just stored to its destination, from the same thread, as each step is computed."""
+    for a in range(0, nalso):
+        a_off = tl.load(table + astart + a)
+        if ALIGNED:
+            a_off = tl.multiple_of(a_off, VEC)
+        tl.store(data + a_off + offs, x, mask=mask)
 
 
 SRC_UNROLL = tl.constexpr(8)   # a reduce's sources loaded together (more: one at a time)
@@ -211,7 +228,7 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                     REDUCE: tl.constexpr, ACC: tl.constexpr, ALIGNED: tl.constexpr, VEC: tl.constexpr,
                     BLOCK: tl.constexpr, LANES: tl.constexpr, BUMP_EPOCH: tl.constexpr = False,
                     FUSED: tl.constexpr = False, PTX: tl.constexpr = False,
-                    TRACE: tl.constexpr = False):
+                    TRACE: tl.constexpr = False, ALSO: tl.constexpr = False):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     epoch = tl.load(epoch_ptr)
@@ -227,7 +244,7 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         if tracing:
             _stamp(trace, epoch, TRACE)
     (h_nwait, h_wstart, h_nsrc, h_src, h_red, h_acc, h_scale, h_nsig, h_sig,
-     h_rel, h_ctas, h_nalso, h_also) = _header(table, first_row, num_rows > 0)
+     h_rel, h_ctas, h_nalso, h_also) = _header(table, first_row, num_rows > 0, ALSO)
     for r in range(first_row, first_row + num_rows):
         at = trace + 1 + 4 * (r - first_row)
         traced = tracing & ((r - first_row) < TRACE_ROWS)
@@ -254,7 +271,8 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
         count = tl.load(table + r * ROW_WORDS + F_COUNT)
         dst_off = tl.load(table + r * ROW_WORDS + F_DST)
         (h_nwait, h_wstart, h_nsrc, h_src, h_red, h_acc, h_scale, h_nsig, h_sig,
-         h_rel, h_ctas, h_nalso, h_also) = _header(table, r + 1, r + 1 < first_row + num_rows)
+         h_rel, h_ctas, h_nalso, h_also) = _header(table, r + 1, r + 1 < first_row + num_rows,
+                                                   ALSO)
         sig_live = lanes < nsig
         sig_slots = tl.load(table + sstart2 + lanes, mask=sig_live, other=0)
         src0_off = tl.load(table + sstart, mask=nsrc > 0, other=0)
@@ -307,15 +325,14 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                     acc = acc * scale.to(ACC)
                     if acc_flag != 0:
                         acc = acc + tl.load(dst + offs, mask=mask).to(ACC)
-                    x = acc.to(dst.dtype.element_ty)
-                tl.store(dst + offs, x, mask=mask)
-                # the row's more destinations (`Row.also`: merged copies of its result) get the
-                # same values from the same thread, as each step is computed
-                for a in range(0, nalso):
-                    a_off = tl.load(table + astart + a)
-                    if ALIGNED:
-                        a_off = tl.multiple_of(a_off, VEC)
-                    tl.store(data + a_off + offs, x, mask=mask)
+                    y = acc.to(dst.dtype.element_ty)
+                    tl.store(dst + offs, y, mask=mask)
+                    if ALSO:
+                        _store_also(table, data, astart, nalso, offs, y, mask, ALIGNED, VEC)
+                else:
+                    tl.store(dst + offs, x, mask=mask)
+                    if ALSO:
+                        _store_also(table, data, astart, nalso, offs, x, mask, ALIGNED, VEC)
         if TRACE:
             if traced:
                 tl.debug_barrier()   # every thread's loads are in (its stores issued)
@@ -377,7 +394,7 @@ def _kernel_args(state: KernelState, span: RowSpan, reduce_op: str, spin_limit: 
             spin_limit, REDUCE_CODES[reduce_op],
             tl.float64 if data.dtype == torch.float64 else tl.float32, span.aligned, vec, BLOCK,
             32 * NUM_WARPS, bump_epoch, fused, uses_ptx(interpret),
-            state.trace and uses_ptx(interpret))
+            state.trace and uses_ptx(interpret), span.also)
 
 
 def _ll_args(state: KernelState, span: RowSpan, reduce_op: str,
@@ -420,8 +437,8 @@ def launch_rows(state: KernelState, span: RowSpan, *, reduce_op: str, spin_limit
     return _program_kernel[(span.grid,)](*args, num_warps=NUM_WARPS)
 
 
-Variant = tuple[bool, bool, bool]      # (aligned, bump_epoch, fused): one compiled binary each
-LL_VARIANT: Variant = (True, True, True)   # never a simple variant (bump and fused exclude)
+Variant = tuple[bool, bool, bool, bool]   # (aligned, bump_epoch, fused, also): a binary each
+LL_VARIANT: Variant = (True, True, True, True)   # never a simple variant (bump and fused exclude)
 
 
 @dataclass(frozen=True)
@@ -460,7 +477,8 @@ def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any],
     """`span` bound for direct launches, or None where the JIT must dispatch: no compiled
     variant (the interpreter), or a launch hook is set (a profiler such as proton needs the
     JIT's launch metadata)."""
-    kernel = compiled.get(LL_VARIANT if state.ll_half else (span.aligned, bump_epoch, fused))
+    kernel = compiled.get(LL_VARIANT if state.ll_half
+                          else (span.aligned, bump_epoch, fused, span.also))
     if kernel is None or not hasattr(kernel, "packed_metadata"):
         return None
     hooks = triton.knobs.runtime.launch_enter_hook   # a HookChain (empty) in triton 3.6
@@ -476,20 +494,23 @@ def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any],
                        io_at)
 
 
-def warm_up(state: KernelState, reduce_op: str, spin_limit: int = 0) -> dict[Variant, Any]:
+def warm_up(state: KernelState, reduce_op: str, spin_limit: int = 0,
+            also: bool = False) -> dict[Variant, Any]:
     """Compile every variant a call can launch, with no rows (no waits, nothing moves), so the
     first real call does not spend seconds in the JIT while its peers spin (and trip debug
     timeouts). Returns the compiled kernel of each variant, for `bind_launch` (empty in the
-    interpreter). `spin_limit` as the calls pass it (its integer type is part of the binary)."""
+    interpreter). `spin_limit` as the calls pass it (its integer type is part of the binary);
+    `also`: the program has rows with more destinations (their variants too)."""
     compiled: dict[Variant, Any] = {}
     if state.ll_half:      # an LL program launches one binary
         kernel = launch_rows(state, RowSpan(0, 0, 1, True), reduce_op=reduce_op,
                              spin_limit=spin_limit)
         return {LL_VARIANT: kernel} if kernel is not None else {}
-    for aligned in (False, True):
-        for bump, fused in ((False, False), (True, False), (False, True)):
-            kernel = launch_rows(state, RowSpan(0, 0, 1, aligned), reduce_op=reduce_op,
-                                 spin_limit=spin_limit, bump_epoch=bump, fused=fused)
-            if kernel is not None:
-                compiled[(aligned, bump, fused)] = kernel
+    for more in (False, True) if also else (False,):
+        for aligned in (False, True):
+            for bump, fused in ((False, False), (True, False), (False, True)):
+                kernel = launch_rows(state, RowSpan(0, 0, 1, aligned, more), reduce_op=reduce_op,
+                                     spin_limit=spin_limit, bump_epoch=bump, fused=fused)
+                if kernel is not None:
+                    compiled[(aligned, bump, fused, more)] = kernel
     return compiled

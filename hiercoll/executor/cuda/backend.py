@@ -298,7 +298,8 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         (prepared.inline_channel,) = program.streams
     if puts:
         _warm_up_put(program, data, signals, kernel, device, group)
-    compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit)
+    compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit,
+                       also=any(span.also for span in table.launches.values()))
     for launch, bump, fused in _kernel_launches(program):
         bound = bind_launch(kernel, table.launches[id(launch)], compiled,
                             reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,

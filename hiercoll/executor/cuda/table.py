@@ -79,7 +79,8 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
     placed: dict[int, RowSpan] = {}
     first = 0
     for launch in launches:
-        placed[id(launch)] = RowSpan(first, len(launch.rows), launch.grid, launch.aligned)
+        placed[id(launch)] = RowSpan(first, len(launch.rows), launch.grid, launch.aligned,
+                                     any(r.also for r in launch.rows))
         first += len(launch.rows)
     return Table(words + extra, placed, [r.op for r in rows], producers)
 
