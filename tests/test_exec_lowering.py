@@ -405,7 +405,7 @@ def test_copies_of_a_rows_result_fold_into_it_only_where_the_ctas_order_them(wor
     merged = [r for r in lw.fused_launch(lower(s, 0, opts)).rows if r.count]
     real = lw._merge_result_copies
     try:
-        lw._merge_result_copies = lambda rows: list(rows)
+        lw._merge_result_copies = lambda rows, itemsize: list(rows)
         plain = [r for r in lw.fused_launch(lower(s, 0, opts)).rows if r.count]
     finally:
         lw._merge_result_copies = real
@@ -418,6 +418,10 @@ def test_copies_of_a_rows_result_fold_into_it_only_where_the_ctas_order_them(wor
     split = [r for r in lw.fused_launch(lower(h, 0, CudaOptions(
         ctas=4, single_stream=True, protocol="simple"))).rows if r.ctas is not None]
     assert split and not any(r.also for r in split)
+    # rows past MERGE_MAX_BYTES stream their result and its copies in passes of their own
+    big = plan(_topo(1, world), _spec("all_reduce", world, 8 << 20), "two_shot").expand()
+    rows = [r for r in lw.fused_launch(lower(big, 0, opts)).rows if r.count]
+    assert len(rows) == world and not any(r.also for r in rows)
 
 
 def test_a_level_with_more_ops_than_ctas_keeps_the_whole_grid():

@@ -65,5 +65,5 @@ class RowSpan:
     aligned: bool
     # some row stores more destinations (F_NALSO): the kernel's ALSO variant; launches without
     # run a binary with none of that code (a loop in the step loop, even of zero trips, made
-    # 1 GiB rows 4 % slower on 2 x H200: results/gpu/mid-w2/ab)
+    # 1 GiB rows 4 % slower on 2 x H200: results/gpu/mid-w2/ab-1)
     also: bool = False

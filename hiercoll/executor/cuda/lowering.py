@@ -56,7 +56,7 @@ VECTOR_BYTES = 16           # one vector access; regions aligned to it take the 
 # round trip, and big ops need every SM's loads in flight to stream at link rate. The cap is the
 # GPU's SM count (132 on an H100/H200): a call ends with its slowest CTA, so a 128-step op on
 # 120 CTAs (8 of them doing two steps) took 13.2 us at 1 MiB where 132 CTAs take 12.0 (2 x
-# H200, results/gpu/grid-sweep-w2); more CTAs than SMs are not all resident at once, and CTAs
+# H200, results/gpu/mid-w2/grid-sweep); more CTAs than SMs are not all resident at once, and CTAs
 # that spin on each other then never finish (264 CTAs hung there).
 DEFAULT_MAX_CTAS = 132
 COPY_ENGINE_OFF = 1 << 40    # the default copy-engine threshold: no copy reaches it
@@ -754,7 +754,7 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
     in_launch: dict[int, set[OpRef]] = {}     # the ops of each stream's pending launch
 
     def flush(ch: int) -> None:
-        rows = _coalesce_signals(_merge_result_copies(pending.pop(ch, [])), itemsize)
+        rows = _coalesce_signals(_merge_result_copies(pending.pop(ch, []), itemsize), itemsize)
         if rows:
             streams.setdefault(ch, []).append(KernelLaunch(tuple(rows), g.grid,
                                                            _aligned(rows, itemsize)))
@@ -878,13 +878,20 @@ def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgra
 COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to the next row
 
 
-def _merge_result_copies(rows: list[Row]) -> list[Row]:
+# Rows up to this size take their result copies as more destinations (`_merge_result_copies`).
+# 2 x H200, two_shot all-reduce, the same grid, merged / not (results/gpu/mid-w2/ab-2): 12.4 /
+# 12.9 us at 1 MiB (rows of 512 KiB), 21.6 / 21.5 at 4 MiB, 809 / 781 at 256 MiB, 3194 / 3080
+# at 1 GiB: once the row streams, reads and remote stores apart go faster than mixed.
+MERGE_MAX_BYTES = 1 << 20
+
+
+def _merge_result_copies(rows: list[Row], itemsize: int) -> list[Row]:
     """Fold a copy of a row's result into that row: the copy's destination becomes one more
     destination the row stores each step's result to (`Row.also`). E.g. two_shot's reduce of
     its shard, then the push of that shard to every peer: the pushes' stores leave as each step
     is reduced, instead of after a CTA barrier, a header round trip and a re-read of the shard
     per peer (2 x H200, 1 MiB: the push row took 2.2 us after the reduce, results/gpu/
-    mid-trace-w2).
+    mid-w2/mid_trace-ar-trace.json). Only rows up to MERGE_MAX_BYTES (measured above).
 
     Only where the CTAs already order the two rows by themselves: the copy comes next in the
     launch, reads exactly the row's destination (same region, count and CTAs, so each element
@@ -894,7 +901,8 @@ def _merge_result_copies(rows: list[Row]) -> list[Row]:
     out: list[Row] = []
     for row in rows:
         p = out[-1] if out else None
-        if (p is not None and p.dst is not None and p.count > 0 and not p.ll and not row.ll
+        if (p is not None and p.dst is not None and 0 < p.count * itemsize <= MERGE_MAX_BYTES
+                and not p.ll and not row.ll
                 and not row.reduce and not row.accumulate and row.scale == 1.0
                 and not row.waits and not row.relaxed and not p.relaxed
                 and row.dst is not None and row.srcs == (p.dst,) and row.count == p.count
