@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from bench.common import RESULTS, command_line, stamp  # noqa: E402
 from hiercoll.files import write_atomic  # noqa: E402
 from hiercoll.kernels.abi import ERR_WORDS, RowSpan  # noqa: E402
+from hiercoll.kernels.fused_norm import _fused_norm_kernel  # noqa: E402  (before TRITON_INTERPRET)
 from hiercoll.kernels.program import KernelState, _program_kernel, bind_launch, launch_rows, warm_up  # noqa: E402
 
 
@@ -72,11 +73,39 @@ def dispatch_costs(device: str, n: int) -> dict[str, float]:
             "bound_launch_us": per_call_us(lambda: bound(stream), n, sync)}
 
 
+def fused_norm_costs(n: int) -> dict[str, float]:
+    """Per eager call of the fused all-reduce + RMSNorm (M = 4, hidden 4096, bf16, 2 ranks),
+    host side only: through the JIT's dispatch every call, and through its bound binary."""
+    from hiercoll.kernels.fused_norm import _BOUND, FusedNormState, launch
+    from hiercoll.kernels.fused_norm_abi import ERR_WORDS as FUSED_ERR
+    from hiercoll.kernels.fused_norm_abi import REGIONS
+    stride, hidden = 1 << 16, 4096
+    state = FusedNormState(torch.zeros(REGIONS * stride, dtype=torch.bfloat16),
+                           torch.zeros(2, dtype=torch.int64), torch.zeros(64, dtype=torch.int32),
+                           torch.zeros(2, dtype=torch.int64), torch.zeros(8, dtype=torch.int32),
+                           torch.zeros(FUSED_ERR, dtype=torch.int64), 0, 2, 8, stride)
+    x, res, out, res_out = (torch.zeros(4, hidden, dtype=torch.bfloat16) for _ in range(4))
+    w = torch.ones(hidden, dtype=torch.bfloat16)
+
+    def call() -> None:
+        launch(state, x, res, w, out, res_out, 1e-6, 1)
+
+    def jit_call() -> None:
+        _BOUND.clear()          # every call dispatches through the JIT, as before
+        call()
+    costs = {"fused_norm_jit_us": per_call_us(jit_call, n)}
+    call()
+    costs["fused_norm_bound_us"] = per_call_us(call, n)
+    return costs
+
+
 def cpu(args: argparse.Namespace) -> None:
     os.environ["TRITON_INTERPRET"] = "1"     # only for the CUDA-tensor check of the arguments
     from tests.fake_triton import fake_triton
     with fake_triton(_program_kernel):
         costs = dispatch_costs("cpu", args.n)
+    with fake_triton(_fused_norm_kernel):
+        costs.update(fused_norm_costs(args.n))
     meta = stamp(command_line())
     payload = {"meta": meta, "cpu_fake_launcher": costs}
     md = (f"# Host cost per kernel launch (CPU, fake launcher)\n\n`{meta['command']}`  \n"
@@ -84,7 +113,11 @@ def cpu(args: argparse.Namespace) -> None:
           "The launcher itself is a no-op here: these are the Python costs in front of it.\n\n"
           "| path | us per launch |\n|---|---|\n"
           f"| Triton JIT dispatch (`kernel[grid](...)`) | {costs['jit_dispatch_us']:.2f} |\n"
-          f"| bound launch (`BoundLaunch`) | {costs['bound_launch_us']:.2f} |\n")
+          f"| bound launch (`BoundLaunch`) | {costs['bound_launch_us']:.2f} |\n"
+          "| fused all-reduce + RMSNorm, `kernels.fused_norm.launch` through the JIT's dispatch "
+          f"| {costs['fused_norm_jit_us']:.2f} |\n"
+          "| the same through its bound binary (`_BOUND`) "
+          f"| {costs['fused_norm_bound_us']:.2f} |\n")
     write_atomic(RESULTS / "host_launch.json", json.dumps(payload, indent=1, sort_keys=True) + "\n")
     write_atomic(RESULTS / "host_launch.md", md)
     print(md)

@@ -70,3 +70,54 @@ def test_no_bound_launch_without_a_binary_or_with_a_profiler_hook(monkeypatch):
             assert bind_launch(state, span, compiled, reduce_op="sum") is None
         finally:
             triton.knobs.runtime.launch_enter_hook.remove(hook)
+
+
+def _fused_state(stride: int = 4096, world: int = 2, grid: int = 4):  # type: ignore[no-untyped-def]
+    from hiercoll.kernels.fused_norm import FusedNormState
+    from hiercoll.kernels.fused_norm_abi import ERR_WORDS as FUSED_ERR, REGIONS
+    return FusedNormState(buf=torch.zeros(REGIONS * stride, dtype=torch.bfloat16),
+                          buf_deltas=torch.zeros(world, dtype=torch.int64),
+                          sig=torch.zeros(64, dtype=torch.int32),
+                          sig_deltas=torch.zeros(world, dtype=torch.int64),
+                          epoch=torch.zeros(grid, dtype=torch.int32),
+                          err=torch.zeros(FUSED_ERR, dtype=torch.int64), rank=1, world=world,
+                          grid=grid, stride=stride)
+
+
+def test_an_eager_fused_norm_call_skips_the_jit_after_its_first(monkeypatch):
+    """The fused all-reduce + RMSNorm's second call of a specialisation goes straight to the
+    compiled binary's launcher with exactly the JIT's arguments; another row count (not
+    specialised) shares the binary, while another hidden size or a tensor off 16-byte alignment
+    (both specialised by the JIT) dispatch through the JIT again."""
+    from hiercoll.kernels.fused_norm import _BOUND, _fused_norm_kernel, launch
+    monkeypatch.setenv("TRITON_INTERPRET", "1")   # the CUDA-tensor check: CPU tensors here
+    state = _fused_state()
+
+    def call(rows, hidden, offset=0):  # type: ignore[no-untyped-def]
+        x = torch.randn(rows * hidden + offset).to(torch.bfloat16)[offset:].view(rows, hidden)
+        res, out, res_out = (torch.randn(rows, hidden).to(torch.bfloat16) for _ in range(3))
+        launch(state, x, res, torch.ones(hidden, dtype=torch.bfloat16), out, res_out, 1e-6, 1)
+
+    _BOUND.clear()
+    with fake_triton(_fused_norm_kernel) as kernels:
+        call(4, 256)
+        assert len(kernels) == 1 and len(kernels[0].run.calls) == 1      # the JIT's launch
+        call(4, 256)
+        call(7, 256)
+        assert len(kernels) == 1 and len(kernels[0].run.calls) == 3      # bound, no dispatch
+        jit_call, bound_call, other_rows = kernels[0].run.calls
+        # grid x3, stream, function, packed metadata | metadata, hooks | the kernel's args
+        assert bound_call[:6] == jit_call[:6] == (4, 1, 1, STREAM, kernels[0].function,
+                                                  kernels[0].packed_metadata)
+        assert bound_call[6:9] == (None, None, None)
+        assert len(bound_call[9:]) == len(jit_call[9:]) == len(_fused_norm_kernel.arg_names)
+        for name, a, b in zip(_fused_norm_kernel.arg_names, bound_call[9:], jit_call[9:],
+                              strict=True):
+            if isinstance(a, torch.Tensor):
+                assert a.shape == b.shape and a.dtype == b.dtype, name
+            else:
+                assert a == b, name
+        call(4, 512)
+        call(4, 256, offset=1)
+        assert len(kernels) == 3                   # two more specialisations, each compiled once
+    _BOUND.clear()

@@ -471,6 +471,13 @@ class BoundLaunch:
 
 
 
+def launch_hook_set() -> bool:
+    """A launch hook is set (a profiler such as proton): launches must go through the JIT,
+    which hands the hook its launch metadata; a bound launch would skip it."""
+    hooks = triton.knobs.runtime.launch_enter_hook   # a HookChain (empty) in triton 3.6
+    return hooks is not None and bool(getattr(hooks, "calls", True))
+
+
 def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any], *,
                 reduce_op: str, spin_limit: int = 0, bump_epoch: bool = False,
                 fused: bool = False) -> BoundLaunch | None:
@@ -481,8 +488,7 @@ def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any],
                           else (span.aligned, bump_epoch, fused, span.also))
     if kernel is None or not hasattr(kernel, "packed_metadata"):
         return None
-    hooks = triton.knobs.runtime.launch_enter_hook   # a HookChain (empty) in triton 3.6
-    if hooks is not None and getattr(hooks, "calls", True):
+    if launch_hook_set():
         return None
     args = (_ll_args(state, span, reduce_op, spin_limit) if state.ll_half
             else _kernel_args(state, span, reduce_op, spin_limit, bump_epoch, fused))
