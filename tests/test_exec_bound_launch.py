@@ -74,7 +74,8 @@ def test_no_bound_launch_without_a_binary_or_with_a_profiler_hook(monkeypatch):
 
 def _fused_state(stride: int = 4096, world: int = 2, grid: int = 4):  # type: ignore[no-untyped-def]
     from hiercoll.kernels.fused_norm import FusedNormState
-    from hiercoll.kernels.fused_norm_abi import ERR_WORDS as FUSED_ERR, REGIONS
+    from hiercoll.kernels.fused_norm_abi import ERR_WORDS as FUSED_ERR
+    from hiercoll.kernels.fused_norm_abi import REGIONS
     return FusedNormState(buf=torch.zeros(REGIONS * stride, dtype=torch.bfloat16),
                           buf_deltas=torch.zeros(world, dtype=torch.int64),
                           sig=torch.zeros(64, dtype=torch.int32),
