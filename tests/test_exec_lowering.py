@@ -418,10 +418,15 @@ def test_copies_of_a_rows_result_fold_into_it_only_where_the_ctas_order_them(wor
     split = [r for r in lw.fused_launch(lower(h, 0, CudaOptions(
         ctas=4, single_stream=True, protocol="simple"))).rows if r.ctas is not None]
     assert split and not any(r.also for r in split)
-    # rows past MERGE_MAX_BYTES stream their result and its copies in passes of their own
+    # reduce rows past MERGE_MAX_BYTES stream their result and its copies in passes of their
+    # own; a copy row takes its copies at any size (all_gather rhd: the self copy, then its push)
     big = plan(_topo(1, world), _spec("all_reduce", world, 8 << 20), "two_shot").expand()
     rows = [r for r in lw.fused_launch(lower(big, 0, opts)).rows if r.count]
     assert len(rows) == world and not any(r.also for r in rows)
+    ag = plan(_topo(1, 2), _spec("all_gather", 2, 64 << 20), "rhd").expand()
+    (row,) = [r for r in lw.fused_launch(lower(ag, 0, opts)).rows if r.count]
+    assert not row.reduce and [a.rank for a in row.also] == [1]
+    check_emulation(plan(_topo(1, 2), _spec("all_gather", 2, 4096), "rhd").expand(), opts, seed=1)
 
 
 def test_a_level_with_more_ops_than_ctas_keeps_the_whole_grid():

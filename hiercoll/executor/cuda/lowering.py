@@ -878,10 +878,13 @@ def _ll_lowering(schedule: Schedule, rank: int, opts: CudaOptions) -> RankProgra
 COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to the next row
 
 
-# Rows up to this size take their result copies as more destinations (`_merge_result_copies`).
-# 2 x H200, two_shot all-reduce, the same grid, merged / not (results/gpu/mid-w2/ab-2): 12.4 /
-# 12.9 us at 1 MiB (rows of 512 KiB), 21.6 / 21.5 at 4 MiB, 809 / 781 at 256 MiB, 3194 / 3080
-# at 1 GiB: once the row streams, reads and remote stores apart go faster than mixed.
+# Reduce rows up to this size take their result copies as more destinations (copy rows at any
+# size: `_merge_result_copies`). 2 x H200, two_shot all-reduce, the same grid, merged / not, one
+# run (results/gpu/mid-w2/ab-2): 12.4 / 12.9 us at 1 MiB (rows of 512 KiB), 21.6 / 21.5 at 4
+# MiB, 809 / 781 at 256 MiB, 3194 / 3080 at 1 GiB: once a reduce streams, its remote reads and
+# remote stores go faster in passes of their own than mixed. A copy row has no remote reads:
+# all_gather rhd (a self copy, then its push) went 487 -> 383 us at 256 MiB and 1903 -> 1493 at
+# 1 GiB merged (large-w2/final against mid-w2/compare, two runs of the same harness).
 MERGE_MAX_BYTES = 1 << 20
 
 
@@ -891,7 +894,7 @@ def _merge_result_copies(rows: list[Row], itemsize: int) -> list[Row]:
     its shard, then the push of that shard to every peer: the pushes' stores leave as each step
     is reduced, instead of after a CTA barrier, a header round trip and a re-read of the shard
     per peer (2 x H200, 1 MiB: the push row took 2.2 us after the reduce, results/gpu/
-    mid-w2/mid_trace-ar-trace.json). Only rows up to MERGE_MAX_BYTES (measured above).
+    mid-w2/mid_trace-ar-trace.json). Reduce rows only up to MERGE_MAX_BYTES (measured above).
 
     Only where the CTAs already order the two rows by themselves: the copy comes next in the
     launch, reads exactly the row's destination (same region, count and CTAs, so each element
@@ -901,7 +904,8 @@ def _merge_result_copies(rows: list[Row], itemsize: int) -> list[Row]:
     out: list[Row] = []
     for row in rows:
         p = out[-1] if out else None
-        if (p is not None and p.dst is not None and 0 < p.count * itemsize <= MERGE_MAX_BYTES
+        if (p is not None and p.dst is not None and p.count > 0
+                and (not p.reduce or p.count * itemsize <= MERGE_MAX_BYTES)
                 and not p.ll and not row.ll
                 and not row.reduce and not row.accumulate and row.scale == 1.0
                 and not row.waits and not row.relaxed and not p.relaxed
