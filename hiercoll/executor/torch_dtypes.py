@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from hiercoll.collectives import DType
+from hiercoll.collectives import DType, storage_dtype
 
 TORCH_DTYPE: dict[DType, torch.dtype] = {
     DType.BF16: torch.bfloat16, DType.FP16: torch.float16,
@@ -14,4 +15,27 @@ TORCH_DTYPE: dict[DType, torch.dtype] = {
 
 def torch_dtype(dtype: DType) -> torch.dtype:
     return TORCH_DTYPE[dtype]
+
+
+def tensor_of(values: np.ndarray, dtype: DType, device: torch.device) -> torch.Tensor:
+    """numpy values already rounded to `dtype` (`collectives.round_to`, in its storage dtype) as
+    a tensor of `dtype` on `device`, with no arithmetic conversion: a bf16 value is the high half
+    of its float32 bits. Why: torch's CPU float32 -> bfloat16 cast took ~15 ms for the 184k
+    elements of one TP-shape stress input on the 2-core machine (the bit view: 0.2 ms), and the
+    stress draws every iteration's inputs on the host."""
+    values = np.ascontiguousarray(values, dtype=storage_dtype(dtype))
+    if dtype == DType.BF16:
+        high = (values.view(np.uint32) >> 16).astype(np.uint16)
+        return torch.from_numpy(high.view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(values).to(device)
+
+
+def float64_of(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values as float64 numpy, exactly (the inverse of `tensor_of`'s bit view for
+    bf16; the cast happens in numpy, after a copy of the tensor's own bytes)."""
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        high = t.view(torch.int16).cpu().numpy().view(np.uint16).astype(np.uint32) << 16
+        return high.view(np.float32).astype(np.float64)
+    return t.cpu().numpy().astype(np.float64)
 

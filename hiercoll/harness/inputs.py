@@ -24,7 +24,7 @@ from hiercoll.collectives import (
     reference,
     tolerance,
 )
-from hiercoll.executor.torch_dtypes import torch_dtype
+from hiercoll.executor.torch_dtypes import float64_of, tensor_of, torch_dtype
 
 
 class RefKind(StrEnum):
@@ -59,13 +59,12 @@ class NumpyCase:
         return NumpyCase(spec, inputs, before, reference(spec, inputs, before))
 
     def tensors(self, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        dt = torch_dtype(self.spec.dtype)
-        inp = torch.from_numpy(np.asarray(self.inputs[rank])).to(device=device, dtype=dt)
-        out = torch.from_numpy(np.asarray(self.outputs_before[rank])).to(device=device, dtype=dt)
-        return inp, out
+        dt = self.spec.dtype
+        return (tensor_of(self.inputs[rank], dt, device),
+                tensor_of(self.outputs_before[rank], dt, device))
 
     def check(self, rank: int, output: torch.Tensor) -> Check:
-        got = output.detach().to("cpu", torch.float64).numpy()
+        got = float64_of(output)
         want = self.expected.outputs[rank]  # type: ignore[attr-defined]
         err = np.abs(got - want)
         tol = tolerance(self.spec, self.expected, rank)  # type: ignore[arg-type]
