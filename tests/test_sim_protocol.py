@@ -127,6 +127,19 @@ def test_the_auto_picker_times_plans_by_the_protocol_where_the_topology_prices_i
                                  call_mode="graph")
         assert got.time_us == pytest.approx(
             hc.simulate(s, topo, call_mode="graph", protocol=proto).time_us)
+    # a simple-protocol call is timed with its copies forwarded, as the lowering runs it (and as
+    # `autopick --validate` prices bench rows): two_shot's pushes into scratch become pulls
+    from hiercoll.sim.forwarding import forward_on_sms
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=2, dtype="bf16", nbytes=64 << 20)
+    s = hc.plan(topo, spec, "two_shot")
+    proto = backend_protocol(topo, s)
+    fwd = forward_on_sms(s, topo.costs.ce_threshold_bytes, inter_peer=True)
+    assert proto is not None and not proto.ll and fwd is not s
+    want = hc.simulate(fwd, topo, call_mode="graph", protocol=proto).time_us
+    assert want != pytest.approx(hc.simulate(s, topo, call_mode="graph", protocol=proto).time_us)
+    got = simulate_candidate(topo, spec, Candidate("two_shot", {}), SimCache(None), s,
+                             call_mode="graph")
+    assert got.time_us == pytest.approx(want)
     plain = hc.load_topology("dgx-h100", 1)
     spec = hc.CollectiveSpec(kind="all_gather", world_size=8, dtype="bf16", nbytes=8192)
     assert backend_protocol(plain, hc.plan(plain, spec, "direct")) is None

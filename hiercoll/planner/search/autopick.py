@@ -96,8 +96,9 @@ class SimCache:
     # 2: host launches by kind, copy-engine op starts; 3: direct's node-aware peer order (the key
     # names the candidate, not its ops: a planner change that re-times a candidate bumps it too);
     # 4: rail leaves spanning the cluster no longer folded (same fingerprint, other times);
-    # 5: ECMP hashes per-level digit offsets (other paths on tiered fabrics)
-    MODEL_VERSION = 5
+    # 5: ECMP hashes per-level digit offsets (other paths on tiered fabrics); 6: where the
+    # topology prices protocols, simple-protocol candidates timed forwarded (`backend_schedule`)
+    MODEL_VERSION = 6
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
     # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; and under the
@@ -179,8 +180,9 @@ def simulate_candidate(topology: Topology, spec: CollectiveSpec, cand: Candidate
     if hit is None:
         from hiercoll.sim import simulate
         sched = schedule or plan(topology, spec, cand.algorithm, cand.params)
-        res = simulate(sched, topology, mode="trusted", call_mode=call_mode,
-                       protocol=backend_protocol(topology, sched))
+        protocol = backend_protocol(topology, sched)
+        res = simulate(backend_schedule(topology, sched, protocol), topology, mode="trusted",
+                       call_mode=call_mode, protocol=protocol)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2])
@@ -194,6 +196,19 @@ def backend_protocol(topology: Topology, schedule: Schedule) -> CallProtocol | N
     if not topology.costs.prices_protocols():
         return None
     return default_call_protocol(schedule, topology.costs.ce_threshold_bytes)
+
+
+def backend_schedule(topology: Topology, schedule: Schedule,
+                     protocol: CallProtocol | None) -> Schedule:
+    """What the cuda backend runs at its default knobs, where the topology prices protocols:
+    the simple protocol's copies forwarded (`sim.forwarding.forward_on_sms`, the lowering's
+    rule), an LL call as planned. `hiercoll autopick --validate` prices the bench rows it
+    checks the same way (`calibration.predict.lowered`), so the regret it reports is of this
+    ranking; elsewhere (no protocol) the plan as written, as before."""
+    if protocol is None or protocol.ll:
+        return schedule
+    from hiercoll.sim.forwarding import forward_on_sms
+    return forward_on_sms(schedule, topology.costs.ce_threshold_bytes, inter_peer=True)
 
 
 def _mode_suffix(call_mode: CallMode) -> str:
