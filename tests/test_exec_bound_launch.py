@@ -12,7 +12,7 @@ import triton
 
 from hiercoll.kernels.abi import ERR_WORDS, RowSpan
 from hiercoll.kernels.program import KernelState, _program_kernel, bind_launch, launch_rows, warm_up
-from tests.fake_triton import STREAM, fake_triton
+from tests.fake_triton import STREAM, fake_triton, fused_norm_state
 
 
 def _state(dtype: torch.dtype) -> KernelState:
@@ -30,7 +30,9 @@ def test_bound_launch_matches_the_jit_dispatch(monkeypatch, dtype, reduce_op):
     state = _state(dtype)
     spin = random.choice([0, random.randint(1, 10**6)])
     with fake_triton(_program_kernel) as kernels:
-        compiled = warm_up(state, reduce_op, spin, also=True)
+        every = [(a, b, f, m) for a in (False, True) for m in (False, True)
+                 for b, f in ((False, False), (True, False), (False, True))]
+        compiled = warm_up(state, reduce_op, spin, every)
         assert len(compiled) == 12 and len({id(k) for k in compiled.values()}) == 12
         for aligned, bump, fused, also in compiled:
             grid = 1 if bump else random.randint(1, 32)
@@ -52,6 +54,8 @@ def test_bound_launch_matches_the_jit_dispatch(monkeypatch, dtype, reduce_op):
                 assert a is b or a == b
         assert len(kernels) == 12
         assert len(warm_up(state, reduce_op, spin)) == 6     # no ALSO variants unless asked
+        assert list(warm_up(state, reduce_op, spin, [(True, False, True, True)])) == [
+            (True, False, True, True)]                     # only what the program launches
 
 
 def test_no_bound_launch_without_a_binary_or_with_a_profiler_hook(monkeypatch):
@@ -72,19 +76,6 @@ def test_no_bound_launch_without_a_binary_or_with_a_profiler_hook(monkeypatch):
             triton.knobs.runtime.launch_enter_hook.remove(hook)
 
 
-def _fused_state(stride: int = 4096, world: int = 2, grid: int = 4):  # type: ignore[no-untyped-def]
-    from hiercoll.kernels.fused_norm import FusedNormState
-    from hiercoll.kernels.fused_norm_abi import ERR_WORDS as FUSED_ERR
-    from hiercoll.kernels.fused_norm_abi import REGIONS
-    return FusedNormState(buf=torch.zeros(REGIONS * stride, dtype=torch.bfloat16),
-                          buf_deltas=torch.zeros(world, dtype=torch.int64),
-                          sig=torch.zeros(64, dtype=torch.int32),
-                          sig_deltas=torch.zeros(world, dtype=torch.int64),
-                          epoch=torch.zeros(grid, dtype=torch.int32),
-                          err=torch.zeros(FUSED_ERR, dtype=torch.int64), rank=1, world=world,
-                          grid=grid, stride=stride)
-
-
 def test_an_eager_fused_norm_call_skips_the_jit_after_its_first(monkeypatch):
     """The fused all-reduce + RMSNorm's second call of a specialisation goes straight to the
     compiled binary's launcher with exactly the JIT's arguments; another row count (not
@@ -92,7 +83,7 @@ def test_an_eager_fused_norm_call_skips_the_jit_after_its_first(monkeypatch):
     (both specialised by the JIT) dispatch through the JIT again."""
     from hiercoll.kernels.fused_norm import _BOUND, _fused_norm_kernel, launch
     monkeypatch.setenv("TRITON_INTERPRET", "1")   # the CUDA-tensor check: CPU tensors here
-    state = _fused_state()
+    state = fused_norm_state()
 
     def call(rows, hidden, offset=0):  # type: ignore[no-untyped-def]
         x = torch.randn(rows * hidden + offset).to(torch.bfloat16)[offset:].view(rows, hidden)
@@ -122,3 +113,26 @@ def test_an_eager_fused_norm_call_skips_the_jit_after_its_first(monkeypatch):
         call(4, 256, offset=1)
         assert len(kernels) == 3                   # two more specialisations, each compiled once
     _BOUND.clear()
+
+
+def test_the_auto_grid_takes_the_groups_smallest_gpu(monkeypatch):
+    """`fit_to_device` caps `max_ctas` at the smallest SM count of the group (a MIN all-reduce:
+    ranks that lowered different grids would disagree on their barrier counts and hang), and
+    leaves a smaller cap alone."""
+    import torch.distributed as dist
+
+    from hiercoll.executor.cuda import backend
+    from hiercoll.executor.cuda.lowering import CudaOptions
+
+    class Props:
+        multi_processor_count = 132
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
+
+    def smallest_elsewhere(t, op, group=None):  # another rank has an H100 PCIe's 114 SMs
+        assert op == dist.ReduceOp.MIN
+        t.fill_(min(int(t.item()), 114))
+    monkeypatch.setattr(dist, "all_reduce", smallest_elsewhere)
+    cpu = torch.device("cpu")
+    assert backend.fit_to_device(CudaOptions(), cpu).max_ctas == 114
+    assert backend.fit_to_device(CudaOptions(max_ctas=64), cpu).max_ctas == 64

@@ -405,7 +405,7 @@ def test_copies_of_a_rows_result_fold_into_it_only_where_the_ctas_order_them(wor
     merged = [r for r in lw.fused_launch(lower(s, 0, opts)).rows if r.count]
     real = lw._merge_result_copies
     try:
-        lw._merge_result_copies = lambda rows, itemsize: list(rows)
+        lw._merge_result_copies = lambda rows, itemsize, rank: list(rows)
         plain = [r for r in lw.fused_launch(lower(s, 0, opts)).rows if r.count]
     finally:
         lw._merge_result_copies = real
@@ -440,3 +440,19 @@ def test_a_level_with_more_ops_than_ctas_keeps_the_whole_grid():
     one = CudaOptions(ctas=1, single_stream=True, protocol="simple")
     assert all(r.ctas is None for r in fused_launch(lower(s, 0, one)).rows)
     check_emulation(s, one, seed=4)
+
+
+def test_the_auto_grid_leaves_sms_free_only_where_other_work_runs_beside_it():
+    """Every SM (`max_ctas`) where every op is a row kernel's; SIDE_WORK_SMS fewer where NCCL's
+    kernels or the one-CTA launches around copy-engine copies must run beside spinning rows."""
+    from hiercoll.executor.cuda.lowering import DEFAULT_MAX_CTAS, SIDE_WORK_SMS
+    s = plan(_topo(2, 2), _spec("all_reduce", 4, 64 << 20), "hier").expand()
+
+    def grids(**kw):  # type: ignore[no-untyped-def]
+        p = lower(s, 0, CudaOptions(**kw))
+        return {x.grid for v in p.streams.values() for x in v if isinstance(x, KernelLaunch)}
+    assert grids(single_stream=True) == {DEFAULT_MAX_CTAS}
+    assert grids(single_stream=True, inter_transport="nccl") == {DEFAULT_MAX_CTAS - SIDE_WORK_SMS}
+    assert max(grids(ce_threshold_bytes=1 << 20)) <= DEFAULT_MAX_CTAS - SIDE_WORK_SMS
+    assert grids(single_stream=True, max_ctas=40) == {40}
+

@@ -134,7 +134,7 @@ class CudaBackend:
         device = torch.device("cuda", torch.cuda.current_device())
         if self.options.inter_transport == InterTransport.NVSHMEM:
             use_nvshmem(device)       # before the allocations (the pool's owner did it earlier)
-        options = fit_to_device(self.options, device)
+        options = fit_to_device(self.options, device, group)
         program = lower(schedule, rank, options)
         dtype = torch_dtype(schedule.spec.dtype)
         if buffers is None:
@@ -178,11 +178,15 @@ class CudaBackend:
         main.wait_stream(net)
 
 
-def fit_to_device(options: CudaOptions, device: torch.device) -> CudaOptions:
-    """`options` with the auto grid capped at this GPU's SMs: every CTA of a launch must be
-    resident at once (they spin on each other), and more than the SMs are not. Ranks are
-    assumed to run the same GPU model (their lowerings must agree on the grid)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+def fit_to_device(options: CudaOptions, device: torch.device, group: Any = None) -> CudaOptions:
+    """`options` with the auto grid capped at the group's smallest GPU's SMs (collective: the
+    ranks' lowerings must agree on the grid, or their barrier counts disagree and the call
+    hangs). The row kernel takes one CTA an SM (its registers), and every CTA of a launch must
+    be resident at once: they spin on each other."""
+    t = torch.tensor([torch.cuda.get_device_properties(device).multi_processor_count],
+                     dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+    sms = int(t.item())
     return replace(options, max_ctas=sms) if options.max_ctas > sms else options
 
 
@@ -298,9 +302,11 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         (prepared.inline_channel,) = program.streams
     if puts:
         _warm_up_put(program, data, signals, kernel, device, group)
+    launches = _kernel_launches(program)
+    spans = [(table.launches[id(launch)], bump, fused) for launch, bump, fused in launches]
     compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit,
-                       also=any(span.also for span in table.launches.values()))
-    for launch, bump, fused in _kernel_launches(program):
+                       {(span.aligned, bump, fused, span.also) for span, bump, fused in spans})
+    for launch, bump, fused in launches:
         bound = bind_launch(kernel, table.launches[id(launch)], compiled,
                             reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
                             bump_epoch=bump, fused=fused)

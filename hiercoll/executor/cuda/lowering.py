@@ -54,10 +54,11 @@ VECTOR_BYTES = 16           # one vector access; regions aligned to it take the 
 # to `CudaOptions.max_ctas`. A CTA's step is one round trip of its loads; over NVLink that is
 # microseconds, so a 256 KiB pull on 4 CTAs (8 steps each) took 26 us where 32 CTAs take one
 # round trip, and big ops need every SM's loads in flight to stream at link rate. The cap is the
-# GPU's SM count (132 on an H100/H200): a call ends with its slowest CTA, so a 128-step op on
-# 120 CTAs (8 of them doing two steps) took 13.2 us at 1 MiB where 132 CTAs take 12.0 (2 x
-# H200, results/gpu/mid-w2/grid-sweep); more CTAs than SMs are not all resident at once, and CTAs
-# that spin on each other then never finish (264 CTAs hung there).
+# GPU's SM count (132 on an H100 SXM or H200): a call ends with its slowest CTA, so a 128-step op
+# on 120 CTAs (8 of them doing two steps) took 13.2 us at 1 MiB where 132 CTAs take 12.0 (2 x
+# H200, results/gpu/mid-w2/grid-sweep). The row kernel takes one CTA an SM (its registers), so
+# more CTAs than SMs are not all resident at once, and CTAs that spin on each other then never
+# finish (264 CTAs hung there).
 DEFAULT_MAX_CTAS = 132
 COPY_ENGINE_OFF = 1 << 40    # the default copy-engine threshold: no copy reaches it
 
@@ -141,8 +142,8 @@ class CudaOptions:
         size=True)
     ctas: int | None = _knob(None, "--ctas", "cuda: CTAs per kernel (default auto)")
     max_ctas: int = _knob(
-        DEFAULT_MAX_CTAS, "--max-ctas", "cuda: most CTAs of an auto grid (default: the GPU's SMs, "
-        "at most 132; every CTA of a launch must be resident at once)")
+        DEFAULT_MAX_CTAS, "--max-ctas", "cuda: most CTAs of an auto grid (default: the group's "
+        "smallest SM count, at most 132; every CTA of a launch must be resident at once)")
     debug_timeout_ms: float = _knob(
         0.0, "--debug-timeout-ms", "cuda: abort a signal wait after this long and report "
         "rank/op/peer")
@@ -552,16 +553,33 @@ def _auto_grid(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptio
                groups: list[list[Op]]) -> int:
     if opts.ctas is not None:
         return opts.ctas
+    most = _grid_cap(engines, opts)
     if opts.single_stream:     # one kernel: a level's ops share its grid (`_cta_ranges`)
         need = max((sum(_steps(op) for op in g) for g in groups), default=1)
-        return max(1, min(opts.max_ctas, need))
+        return max(1, min(most, need))
     itemsize = schedule.spec.dtype.itemsize
     biggest = max((op.dst.count * itemsize for op in schedule.ops()
                    if engines[op.ref] == Engine.SM), default=0)
     channels = max((len({op.channel for op in schedule.rank_ops(r)})
                     for r in range(schedule.world_size)), default=1)
-    cap = max(1, opts.max_ctas // max(channels, 1))
+    cap = max(1, most // max(channels, 1))
     return max(1, min(cap, -(-biggest // (STEP_ELEMENTS * itemsize))))
+
+
+# SMs an auto grid leaves free where other work must run beside the row kernels: the one-CTA
+# wait/signal launches around a copy-engine copy, NCCL's send/recv kernels, NVSHMEM puts on a
+# net stream. The row kernel takes one CTA an SM (181-255 registers a thread x 256 threads,
+# sm_90): a grid of every SM whose CTAs spin on a signal that such work sets would never see it.
+SIDE_WORK_SMS = 12
+
+
+def _grid_cap(engines: dict[OpRef, Engine], opts: CudaOptions) -> int:
+    """The most CTAs of an auto grid: every SM (`max_ctas`) where every op is a row of the row
+    kernel (the kernels of a call then fit the GPU together: their grids sum to at most
+    `max_ctas`); SIDE_WORK_SMS fewer where copy-engine or net ops run beside them."""
+    if all(e == Engine.SM for e in engines.values()):
+        return opts.max_ctas
+    return max(1, opts.max_ctas - SIDE_WORK_SMS)
 
 
 def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
@@ -754,7 +772,8 @@ def lower(schedule: Schedule, rank: int, opts: CudaOptions | None = None) -> Ran
     in_launch: dict[int, set[OpRef]] = {}     # the ops of each stream's pending launch
 
     def flush(ch: int) -> None:
-        rows = _coalesce_signals(_merge_result_copies(pending.pop(ch, []), itemsize), itemsize)
+        rows = _coalesce_signals(_merge_result_copies(pending.pop(ch, []), itemsize, rank),
+                                 itemsize)
         if rows:
             streams.setdefault(ch, []).append(KernelLaunch(tuple(rows), g.grid,
                                                            _aligned(rows, itemsize)))
@@ -888,7 +907,7 @@ COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to t
 MERGE_MAX_BYTES = 1 << 20
 
 
-def _merge_result_copies(rows: list[Row], itemsize: int) -> list[Row]:
+def _merge_result_copies(rows: list[Row], itemsize: int, rank: int) -> list[Row]:
     """Fold a copy of a row's result into that row: the copy's destination becomes one more
     destination the row stores each step's result to (`Row.also`). E.g. two_shot's reduce of
     its shard, then the push of that shard to every peer: the pushes' stores leave as each step
@@ -899,13 +918,17 @@ def _merge_result_copies(rows: list[Row], itemsize: int) -> list[Row]:
     Only where the CTAs already order the two rows by themselves: the copy comes next in the
     launch, reads exactly the row's destination (same region, count and CTAs, so each element
     is copied by the thread that computed it), and waits for nothing (the lowering dropped its
-    dependency on the row as CTA-local, `_cta_local`). Its signals move onto the row and leave
-    after both stores, under the same release."""
+    dependency on the row as CTA-local, `_cta_local`; `_clobbers` checks again that it writes
+    nothing the row touches elsewhere). Its signals move onto the row and leave after both
+    stores, under the same release. Past MERGE_MAX_BYTES only copy rows of this rank's own
+    memory merge: a pulled copy mixes remote reads and stores like a reduce."""
     out: list[Row] = []
     for row in rows:
         p = out[-1] if out else None
         if (p is not None and p.dst is not None and p.count > 0
-                and (not p.reduce or p.count * itemsize <= MERGE_MAX_BYTES)
+                and (p.count * itemsize <= MERGE_MAX_BYTES
+                     or not p.reduce and all(s.rank == rank for s in p.srcs))
+                and not _clobbers(row.dst, p)
                 and not p.ll and not row.ll
                 and not row.reduce and not row.accumulate and row.scale == 1.0
                 and not row.waits and not row.relaxed and not p.relaxed
@@ -915,6 +938,16 @@ def _merge_result_copies(rows: list[Row], itemsize: int) -> list[Row]:
         else:
             out.append(row)
     return out
+
+
+def _clobbers(dst: Addr | None, p: Row) -> bool:
+    """Would stores to `dst` (a copy folded into row `p`, stored as each step of `p` is
+    computed) meet a region `p` reads or writes other than element for element?"""
+    if dst is None or p.dst is None:
+        return True
+    return any(a.rank == dst.rank and a != dst
+               and a.offset < dst.offset + p.count and dst.offset < a.offset + p.count
+               for a in (*p.srcs, p.dst, *p.also))
 
 
 def _coalesce_signals(rows: list[Row], itemsize: int) -> list[Row]:
