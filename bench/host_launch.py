@@ -76,14 +76,10 @@ def dispatch_costs(device: str, n: int) -> dict[str, float]:
 def fused_norm_costs(n: int) -> dict[str, float]:
     """Per eager call of the fused all-reduce + RMSNorm (M = 4, hidden 4096, bf16, 2 ranks),
     host side only: through the JIT's dispatch every call, and through its bound binary."""
-    from hiercoll.kernels.fused_norm import _BOUND, FusedNormState, launch
-    from hiercoll.kernels.fused_norm_abi import ERR_WORDS as FUSED_ERR
-    from hiercoll.kernels.fused_norm_abi import REGIONS
-    stride, hidden = 1 << 16, 4096
-    state = FusedNormState(torch.zeros(REGIONS * stride, dtype=torch.bfloat16),
-                           torch.zeros(2, dtype=torch.int64), torch.zeros(64, dtype=torch.int32),
-                           torch.zeros(2, dtype=torch.int64), torch.zeros(8, dtype=torch.int32),
-                           torch.zeros(FUSED_ERR, dtype=torch.int64), 0, 2, 8, stride)
+    from hiercoll.kernels.fused_norm import _BOUND, launch
+    from tests.fake_triton import fused_norm_state
+    hidden = 4096
+    state = fused_norm_state(stride=1 << 16, grid=8)
     x, res, out, res_out = (torch.zeros(4, hidden, dtype=torch.bfloat16) for _ in range(4))
     w = torch.ones(hidden, dtype=torch.bfloat16)
 

@@ -71,3 +71,20 @@ def fake_triton(jit_fn: Any) -> Iterator[list[FakeKernel]]:
         del jit_fn._do_compile
         jit_fn.device_caches = caches
         driver._active = before
+
+
+def fused_norm_state(stride: int = 4096, world: int = 2, grid: int = 4) -> Any:
+    """A CPU `FusedNormState` for host-side launches of the fused kernel (bf16 buffer, zero
+    counters): the bound-launch test and bench/host_launch.py launch through it."""
+    import torch
+
+    from hiercoll.kernels.fused_norm import FusedNormState
+    from hiercoll.kernels.fused_norm_abi import ERR_WORDS, REGIONS
+    return FusedNormState(buf=torch.zeros(REGIONS * stride, dtype=torch.bfloat16),
+                          buf_deltas=torch.zeros(world, dtype=torch.int64),
+                          sig=torch.zeros(64, dtype=torch.int32),
+                          sig_deltas=torch.zeros(world, dtype=torch.int64),
+                          epoch=torch.zeros(grid, dtype=torch.int32),
+                          err=torch.zeros(ERR_WORDS, dtype=torch.int64), rank=1, world=world,
+                          grid=grid, stride=stride)
+

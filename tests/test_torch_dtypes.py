@@ -24,7 +24,14 @@ def test_values_rounded_to_a_dtype_cross_to_torch_and_back_bit_for_bit(dtype):
     nan = torch.isnan(cast)
     assert torch.equal(torch.isnan(t), nan)              # a NaN (torch's cast picks its own bits)
     assert torch.equal(t[~nan].view(torch.uint8), cast[~nan].view(torch.uint8))   # the same bits
-    back = float64_of(t[1:])                                           # and a strided-off view
-    want = cast[1:].double().numpy()
+    back = float64_of(t[1::2])                                 # a strided view, read exactly
+    want = cast[1::2].double().numpy()
     assert np.array_equal(back, want, equal_nan=True)
     assert np.signbit(float64_of(t)[3])
+
+
+def test_unrounded_values_round_to_nearest_even_as_torch_casts_them():
+    values = np.random.default_rng(3).uniform(-3, 3, 5000)
+    t = tensor_of(values, DType.BF16, torch.device("cpu"))
+    assert torch.equal(t, torch.from_numpy(values.astype(np.float32)).to(torch.bfloat16))
+

@@ -6,7 +6,7 @@
 source bench/gpu/env.sh
 W=${W:-2}; T=${T:-bench/gpu/topologies/h200x2.yaml}
 SIZES=${SIZES:-256KiB,1MiB,2MiB,4MiB,16MiB}
-CONFIGS=${CONFIGS:-"4096:8:120 4096:8:132 8192:16:132 8192:8:132 4096:8:264 16384:16:132"}
+CONFIGS=${CONFIGS:-"4096:8:120 4096:8:132 8192:16:132 8192:8:132 16384:16:132"}   # most CTAs <= 132
 peers=all
 for cfg in $CONFIGS; do
   IFS=: read step warps ctas <<< "$cfg"

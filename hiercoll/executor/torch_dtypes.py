@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hiercoll.collectives import DType, storage_dtype
+from hiercoll.collectives import DType, round_to, storage_dtype
 
 TORCH_DTYPE: dict[DType, torch.dtype] = {
     DType.BF16: torch.bfloat16, DType.FP16: torch.float16,
@@ -18,13 +18,15 @@ def torch_dtype(dtype: DType) -> torch.dtype:
 
 
 def tensor_of(values: np.ndarray, dtype: DType, device: torch.device) -> torch.Tensor:
-    """numpy values already rounded to `dtype` (`collectives.round_to`, in its storage dtype) as
-    a tensor of `dtype` on `device`, with no arithmetic conversion: a bf16 value is the high half
-    of its float32 bits. Why: torch's CPU float32 -> bfloat16 cast took ~15 ms for the 184k
-    elements of one TP-shape stress input on the 2-core machine (the bit view: 0.2 ms), and the
-    stress draws every iteration's inputs on the host."""
+    """numpy values as a tensor of `dtype` on `device`, rounded to nearest even as torch's cast
+    does (NaN aside: torch's cast writes its own NaN bits), without torch's CPU cast: a bf16
+    value is the high half of its float32 bits once `collectives.round_to` rounded it. Why:
+    torch's CPU float32 -> bfloat16 cast took ~15 ms for the 184k elements of one TP-shape
+    stress input on the 2-core machine (the bit view: 0.2 ms), and the stress draws every
+    iteration's inputs on the host."""
     values = np.ascontiguousarray(values, dtype=storage_dtype(dtype))
     if dtype == DType.BF16:
+        values = round_to(values, dtype)      # idempotent on rounded values; exact for any
         high = (values.view(np.uint32) >> 16).astype(np.uint16)
         return torch.from_numpy(high.view(np.int16)).view(torch.bfloat16).to(device)
     return torch.from_numpy(values).to(device)

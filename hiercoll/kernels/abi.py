@@ -1,16 +1,26 @@
 """The row table's layout: the one contract between the table encoder and the Triton kernel.
 
-Pure constants (no torch, no triton), so the encoder, the CPU emulator and the kernel all import
-the same numbers and a change to the layout cannot reach only one of them.
+Constants (no torch, no triton), so the encoder, the CPU emulator and the kernel all import the
+same numbers and a change to the layout cannot reach only one of them. Two launch-shape numbers
+can be overridden from the environment for sweeps (`sweep_knob`; every rank must see the same).
 
 A table is int64 words: `ROW_WORDS` words per row (fields `F_*`), then the variable-length
-lists the rows point into (sources, waits of `WAIT_WORDS` words each, signals).
+lists the rows point into (sources, waits of `WAIT_WORDS` words each, signals, more
+destinations).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+
+def sweep_knob(name: str, default: int) -> int:
+    """A launch-shape constant, overridable from the environment only so that
+    bench/gpu/grid_sweep.sh can time other shapes in fresh processes (read once, at import)."""
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip() else default
+
 
 ROW_WORDS = 17
 (F_COUNT, F_DST, F_REDUCE, F_ACC, F_SCALE, F_NSRC, F_SRC, F_NWAIT, F_WAIT, F_NSIG, F_SIG,
@@ -28,12 +38,6 @@ CTA_SHIFT = 16
 # counts from that buffer's start: the kernel adds the call's base of it, so a call can read the
 # caller's input and write the caller's output in place of the symmetric buffers (no peer ever
 # touches either in an LL program).
-
-def sweep_knob(name: str, default: int) -> int:
-    """A launch-shape constant, overridable from the environment only so that
-    bench/gpu/grid_sweep.sh can time other shapes in fresh processes (read once, at import)."""
-    raw = os.environ.get(name, "")
-    return int(raw) if raw.strip() else default
 
 TAG_SHIFT = 60
 TAG_INPUT, TAG_OUTPUT = 1, 2

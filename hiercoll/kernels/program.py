@@ -28,6 +28,7 @@ semantics (`PTX=False`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -501,22 +502,24 @@ def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any],
 
 
 def warm_up(state: KernelState, reduce_op: str, spin_limit: int = 0,
-            also: bool = False) -> dict[Variant, Any]:
+            variants: Iterable[Variant] | None = None) -> dict[Variant, Any]:
     """Compile every variant a call can launch, with no rows (no waits, nothing moves), so the
     first real call does not spend seconds in the JIT while its peers spin (and trip debug
     timeouts). Returns the compiled kernel of each variant, for `bind_launch` (empty in the
     interpreter). `spin_limit` as the calls pass it (its integer type is part of the binary);
-    `also`: the program has rows with more destinations (their variants too)."""
-    compiled: dict[Variant, Any] = {}
+    `variants`: the ones the program launches (default: every variant without ALSO; each
+    compile is about a second on the device's host)."""
     if state.ll_half:      # an LL program launches one binary
         kernel = launch_rows(state, RowSpan(0, 0, 1, True), reduce_op=reduce_op,
                              spin_limit=spin_limit)
         return {LL_VARIANT: kernel} if kernel is not None else {}
-    for more in (False, True) if also else (False,):
-        for aligned in (False, True):
-            for bump, fused in ((False, False), (True, False), (False, True)):
-                kernel = launch_rows(state, RowSpan(0, 0, 1, aligned, more), reduce_op=reduce_op,
-                                     spin_limit=spin_limit, bump_epoch=bump, fused=fused)
-                if kernel is not None:
-                    compiled[(aligned, bump, fused, more)] = kernel
+    if variants is None:
+        variants = [(aligned, bump, fused, False) for aligned in (False, True)
+                    for bump, fused in ((False, False), (True, False), (False, True))]
+    compiled: dict[Variant, Any] = {}
+    for aligned, bump, fused, more in sorted(set(variants)):
+        kernel = launch_rows(state, RowSpan(0, 0, 1, aligned, more), reduce_op=reduce_op,
+                             spin_limit=spin_limit, bump_epoch=bump, fused=fused)
+        if kernel is not None:
+            compiled[(aligned, bump, fused, more)] = kernel
     return compiled
