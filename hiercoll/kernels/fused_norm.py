@@ -359,7 +359,8 @@ def _binary_key(args: tuple[Any, ...], hidden: int, stages: int, ordering: Order
     value everything else (hidden, the constexprs; `args` holds nothing else that varies)."""
     tensors = args[:_TENSORS]
     rank, rows, stride, spin = args[11], args[12], args[14], args[16]
-    return (driver.active.get_current_device(),     # the binary's device: the JIT's too
+    x = tensors[0]      # the binary's device (the JIT compiles for the current one)
+    return (torch.cuda.current_device() if x.is_cuda else -1,
             tuple((t.device, t.dtype, t.data_ptr() % 16 == 0) for t in tensors),
             rank in _INT32, rows in _INT32, stride in _INT32, spin in _INT32, hidden, stages,
             ordering, parts, ptx, args[17], args[18])
