@@ -299,3 +299,24 @@ def test_dispatch_splits_equal_the_validated_splits():
         assert made == checked and made.model_dump_json() == checked.model_dump_json()
         assert all(type(sp.size) is int and all(type(p) is int for p in sp.peers)
                    for rs in made.ranks for sp in (*rs.input, *rs.output))
+
+
+@pytest.mark.parametrize("seed,drop", [(0, 0.0), (1, 0.3), (2, 0.9)])
+def test_node_packing_at_once_equals_node_by_node(monkeypatch: pytest.MonkeyPatch, seed: int,
+                                                  drop: float) -> None:
+    """A rank's node blocks and splits from one sort over every node (keys as local-rank bits)
+    equal the per-node loop's, array for array and split for split, dropped tokens and empty
+    ranks included."""
+    router = moe.random_router([24, 0, 7, 31, 1, 16, 9, 12], 3, 16, 8, seed=seed, drop_prob=drop)
+    fast = moe.layout(router, 16, 8, 2)
+    slow = moe.layout(router, 16, 8, 2)
+    got = {r: moe._node_blocks(fast, r) for r in range(8)}
+    made = moe.dispatch_splits(fast, 5)
+    monkeypatch.setattr(moe, "_keys_pack", lambda layout, rank: False)
+    for r in range(8):
+        want = moe._node_blocks(slow, r)
+        assert [n for n, _, _ in got[r]] == [n for n, _, _ in want]
+        for (_, tok, key), (_, tok2, key2) in zip(got[r], want, strict=True):
+            assert tok.dtype == tok2.dtype and key.dtype == key2.dtype
+            assert np.array_equal(tok, tok2) and np.array_equal(key, key2)
+    assert made == moe.dispatch_splits(slow, 5)

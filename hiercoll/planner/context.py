@@ -97,6 +97,11 @@ class PlanContext(Generic[ParamsT]):
     # slots): computed once per plan, in one pass, not once per rank built
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
     _label_count: int = field(default=0, repr=False)
+    # ranks label_map built and `build` has not finished yet (their ops and labels), newest
+    # last: an unfolded simulation asks each peer's labels before building that peer, and
+    # building a group_cast rank twice was half of planning it
+    _unfinished: OrderedDict[int, RankBuilder] = field(default_factory=OrderedDict, repr=False)
+    _unfinished_ops: int = field(default=0, repr=False)
 
     @property
     def world(self) -> int:
@@ -122,27 +127,46 @@ class PlanContext(Generic[ParamsT]):
         b = self.new_builder(rank)
         with without_cyclic_gc():
             self.algorithm.build_rank(self, b)
-        self._labels[rank] = b.labels
-        self._label_count += len(b.labels)
-        # bounded by labels held, not ranks: a group layout's ranks each carry a few labels, and
-        # resolving W ranks' deps on random peers through a 256-rank LRU rebuilt each peer ~W/256
-        # times
+        self._keep_labels(rank, b.labels)
+        self._unfinished[rank] = b
+        self._unfinished_ops += len(b.ops)
+        while len(self._unfinished) > 1 and self._unfinished_ops > UNFINISHED_OPS_HELD:
+            self._unfinished_ops -= len(self._unfinished.popitem(last=False)[1].ops)
+        return b.labels
+
+    def _keep_labels(self, rank: int, labels: dict[Label, int]) -> None:
+        """Cache a rank's labels, bounded by labels held, not ranks: a group layout's ranks
+        each carry a few labels, and resolving W ranks' deps on random peers through a 256-rank
+        LRU rebuilt each peer ~W/256 times."""
+        old = self._labels.pop(rank, None)
+        if old is not None:
+            self._label_count -= len(old)
+        self._labels[rank] = labels
+        self._label_count += len(labels)
         while len(self._labels) > 256 and self._label_count > LABELS_HELD:
             self._label_count -= len(self._labels.popitem(last=False)[1])
-        return b.labels
 
     def build(self, rank: int) -> tuple[list[Op], dict[str, int]]:
         """One rank's ops. The cyclic GC waits meanwhile: a rank is thousands of acyclic
         objects, and a collection rescans every op already held (over half of building a
-        4096-rank ring's ranks)."""
-        b = self.new_builder(rank)
+        4096-rank ring's ranks). A rank label_map built is finished, not built again (a build
+        is a pure function of the plan and the rank), and a rank built here keeps its labels
+        for the peers that resolve them later."""
+        b = self._unfinished.pop(rank, None)
         with without_cyclic_gc():
-            self.algorithm.build_rank(self, b)
+            if b is None:
+                b = self.new_builder(rank)
+                self.algorithm.build_rank(self, b)
+                if rank not in self._labels:
+                    self._keep_labels(rank, b.labels)
+            else:
+                self._unfinished_ops -= len(b.ops)
             ops = b.finish(lambda r, label: self.algorithm.index_of(self, r, label))
         return ops, b.buffers
 
 
 LABELS_HELD = 1 << 20     # label maps kept (their labels in total) beyond the last 256 ranks
+UNFINISHED_OPS_HELD = 1 << 22   # ops of ranks label_map built, kept for their own build
 OPS_HELD = 1 << 22        # ops a recipe keeps built beyond its LRU size once it sees a re-scan
 
 

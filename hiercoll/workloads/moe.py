@@ -206,6 +206,12 @@ def _mask_keys(mask: BoolArray) -> IntArray:
     return inverse.reshape(-1).astype(np.int64)
 
 
+def _keys_pack(layout: MoeLayout, rank: int) -> bool:
+    """Whether a node's mask keys are its local-rank bits and (node, key) fits one int64."""
+    g, nodes = layout.gpus_per_node, layout.num_nodes
+    return g <= 62 and (nodes << g) < (1 << 62) and g * nodes == layout.is_token_in_rank[rank].shape[1]
+
+
 def _node_blocks(layout: MoeLayout, rank: int) -> list[tuple[int, IntArray, IntArray]]:
     """Per destination node n: (n, the tokens in packed order, their local-rank mask key)."""
     cached = layout._blocks.get(rank)
@@ -214,14 +220,31 @@ def _node_blocks(layout: MoeLayout, rank: int) -> list[tuple[int, IntArray, IntA
     g = layout.gpus_per_node
     mask = layout.is_token_in_rank[rank]
     out = []
-    for n in range(layout.num_nodes):
-        local = mask[:, n * g:(n + 1) * g]
-        tokens = np.flatnonzero(local.any(axis=1))
-        keys = _mask_keys(local[tokens])
-        order = np.argsort(keys, kind="stable")
-        out.append((n, tokens[order], keys[order]))
+    if _keys_pack(layout, rank):
+        out = _node_blocks_at_once(mask, layout.num_nodes, g)
+    else:
+        for n in range(layout.num_nodes):
+            local = mask[:, n * g:(n + 1) * g]
+            tokens = np.flatnonzero(local.any(axis=1))
+            keys = _mask_keys(local[tokens])
+            order = np.argsort(keys, kind="stable")
+            out.append((n, tokens[order], keys[order]))
     layout._blocks[rank] = out
     return out
+
+
+def _node_blocks_at_once(mask: BoolArray, nodes: int, g: int) -> list[tuple[int, IntArray, IntArray]]:
+    """`_node_blocks` of one rank in one sort over every node (numpy calls per node were most
+    of building a 1024-rank dispatch's splits): tokens by (node, key), ties in token order, as
+    the per-node stable sorts give them."""
+    keys = (mask.reshape(len(mask), nodes, g).astype(np.int64)
+            << np.arange(g, dtype=np.int64)).sum(axis=2)          # [token, node], as _mask_keys
+    node_of, token = np.nonzero(keys.T)                           # by node, then token
+    key = keys[token, node_of]
+    order = np.argsort(node_of * (1 << g) + key, kind="stable")
+    node_of, token, key = node_of[order], token[order].astype(np.int64), key[order]
+    cut = np.searchsorted(node_of, np.arange(nodes + 1))
+    return [(n, token[cut[n]:cut[n + 1]], key[cut[n]:cut[n + 1]]) for n in range(nodes)]
 
 
 def send_order(layout: MoeLayout, rank: int, packing: Packing = "node") -> IntArray:
@@ -283,12 +306,34 @@ def _token_splits(mask: BoolArray, row_elems: int) -> list[Split]:
 def _node_splits(layout: MoeLayout, rank: int, row_elems: int) -> list[Split]:
     """"node" packing: one split per (node, local rank set) run of the packed input."""
     g = layout.gpus_per_node
+    blocks = _node_blocks(layout, rank)
+    if _keys_pack(layout, rank):
+        return _node_splits_from_keys(blocks, g, row_elems)
     out = []
-    for n, tokens, keys in _node_blocks(layout, rank):
+    for n, tokens, keys in blocks:
         for a, count in _runs(keys):
             local = layout.is_token_in_rank[rank][tokens[a], n * g:(n + 1) * g]
             out.append(checked_split(int(count) * row_elems,
                                      [n * g + int(j) for j in np.flatnonzero(local)]))
+    return out
+
+
+def _node_splits_from_keys(blocks: list[tuple[int, IntArray, IntArray]], g: int,
+                           row_elems: int) -> list[Split]:
+    """`_node_splits` where a key is its tokens' local-rank bit mask (g <= 62): a run's
+    destinations are its key's bits, so the runs of every node come from one pass over the
+    rank's (node, key) sequence, not from numpy calls per run (most of building a 1024-rank
+    dispatch's splits)."""
+    seq = np.concatenate([n * (1 << g) + keys for n, _, keys in blocks]) if blocks else np.zeros(0, np.int64)
+    out: list[Split] = []
+    if not len(seq):
+        return out
+    starts = np.concatenate([[0], np.flatnonzero(seq[1:] != seq[:-1]) + 1])
+    counts = np.diff(np.concatenate([starts, [len(seq)]]))
+    low = (1 << g) - 1
+    for v, count in zip(seq[starts].tolist(), counts.tolist(), strict=True):
+        n, key = v >> g, v & low
+        out.append(checked_split(count * row_elems, [n * g + j for j in range(g) if key >> j & 1]))
     return out
 
 
@@ -303,8 +348,8 @@ def dispatch_splits(layout: MoeLayout, row_elems: int, packing: Packing = "node"
     for r in range(w):
         inputs = (_token_splits(layout.is_token_in_rank[r], row_elems) if packing == "token"
                   else _node_splits(layout, r, row_elems))
-        outputs = [checked_split(int(layout.tokens_per_rank[s, r]) * row_elems, [s])
-                   for s in range(w) if layout.tokens_per_rank[s, r]]
+        outputs = [checked_split(t * row_elems, [s])      # a column as Python ints at once
+                   for s, t in enumerate(layout.tokens_per_rank[:, r].tolist()) if t]
         ranks.append(RankSplits(input=inputs, output=outputs))
     return GroupSplits(ranks=ranks)
 

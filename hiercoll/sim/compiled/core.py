@@ -65,9 +65,9 @@ def _hpush(hk: Any, hs: Any, hp: Any, hv: Any, n: int, key: float, tie: int, p: 
 
 
 @_jit
-def _hsift(hk: Any, hs: Any, hp: Any, hv: Any, n: int, key: float, tie: int, p: int, v: int) -> None:
-    """Place (key, tie, p, v) at the root and sift it down (heap of size n, root free)."""
-    i = 0
+def _hsift_at(hk: Any, hs: Any, hp: Any, hv: Any, n: int, i: int, key: float, tie: int, p: int,
+              v: int) -> None:
+    """Place (key, tie, p, v) at slot i (free) and sift it down (heap of size n)."""
     while True:
         c = 2 * i + 1
         if c >= n:
@@ -79,6 +79,18 @@ def _hsift(hk: Any, hs: Any, hp: Any, hv: Any, n: int, key: float, tie: int, p: 
         hk[i], hs[i], hp[i], hv[i] = hk[c], hs[c], hp[c], hv[c]
         i = c
     hk[i], hs[i], hp[i], hv[i] = key, tie, p, v
+
+
+@_jit
+def _hsift(hk: Any, hs: Any, hp: Any, hv: Any, n: int, key: float, tie: int, p: int, v: int) -> None:
+    """Place (key, tie, p, v) at the root and sift it down (heap of size n, root free)."""
+    _hsift_at(hk, hs, hp, hv, n, 0, key, tie, p, v)
+
+
+@_jit
+def _hdown(hk: Any, hs: Any, hp: Any, hv: Any, n: int, i: int) -> None:
+    """Sift entry i down (a step of building a heap from an array in O(n))."""
+    _hsift_at(hk, hs, hp, hv, n, i, hk[i], hs[i], hp[i], hv[i])
 
 
 @_jit
@@ -280,26 +292,35 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         fl_rem[c] = 0.0
         finished(c)
 
-    def freeze(f: int, level: float, stamp: int, by_heap: bool) -> None:
-        """Fix flow f's rate at `level`; its weight leaves every link of the problem."""
+    def freeze(f: int, level: float, stamp: int, by_heap: bool) -> int:
+        """Fix flow f's rate at `level`; its weight leaves every link of the problem. Returns
+        how many one-flow links it emptied (fill_heap's count of those still open)."""
         fl_rated[f] = stamp
         fl_new[f] = level
         s = shape(cur_op(f))
+        emptied = 0
         for k in range(sh_ptr[s], sh_ptr[s + 1]):
             l2 = sh_lid[k]
             if incomp[l2] == stamp:
                 if by_heap:
                     left[l2] -= (level - at[l2]) * ws[l2]
                     at[l2] = level
-                ws[l2] = ws[l2] - sh_w[k]
+                was = ws[l2]
+                ws[l2] = was - sh_w[k]
+                if active[l2] == 1 and was > TINY_WEIGHT and ws[l2] <= TINY_WEIGHT:
+                    emptied += 1
+        return emptied
 
-    def freeze_link(lid: int, level: float, stamp: int, by_heap: bool) -> None:
+    def freeze_link(lid: int, level: float, stamp: int, by_heap: bool) -> int:
+        """Freeze lid's flows not yet frozen; returns the one-flow links they emptied."""
+        emptied = 0
         node = head[lid]
         while node >= 0:
             f = node // max_links
             if fl_rated[f] != stamp:
-                freeze(f, level, stamp, by_heap)
+                emptied += freeze(f, level, stamp, by_heap)
             node = node_next[node]
+        return emptied
 
     def fill_scan(nl: int, stamp: int) -> None:
         """fluid._fill_by_scan: each level, the smallest fill level over every open link."""
@@ -359,16 +380,54 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             return False, n
         return True, n
 
+    def bring_in(nout: int, n: int) -> int:
+        """Push the one-flow links fill_heap left out (the first `nout` of `act`) that are
+        still open, at the keys they would have had from the start (their capacity over the
+        link's weight); returns the heap's size."""
+        for j in range(nout):
+            lid = act[j]
+            if ws[lid] > TINY_WEIGHT:
+                n = _hpush(fk, fs, fp, fv, n, cap[lid] / weight[lid], lid, 0, 0)
+        return n
+
     def fill_heap(nl: int, stamp: int) -> None:
-        """fluid._fill_by_heap: links wait in a heap by the level at which they fill."""
+        """fluid._fill_by_heap: links wait in a heap by the level at which they fill.
+
+        Links of one flow (most of a skewed dispatch's problem: each flow's own NIC and PCIe
+        hops) wait outside the heap: pushing and popping them was most of the filling, and such
+        a link matters only if its flow is still unfrozen when the filling reaches its level.
+        While the heap's top stays below the lowest of them, it is the top the full heap would
+        have (an emptied one is dropped unseen either way, and joins no level's batch), so the
+        filling pops what it would pop with them in; when the top reaches that level, or the
+        heap empties, with one still open, the open ones come in at the keys they would have
+        had. Keys and lids cannot tie, so the order entries come off is the same however the
+        heap was built (heapified, not pushed one by one)."""
         n = 0
+        lowest = np.inf          # the lowest level of a one-flow link left out
+        outside = 0              # of those, the ones whose flow is not frozen yet
         for j in range(nl):
             lid = comp_links[j]
             left[lid] = cap[lid]
             at[lid] = 0.0
             if ws[lid] > TINY_WEIGHT:
-                n = _hpush(fk, fs, fp, fv, n, cap[lid] / ws[lid], lid, 0, 0)
-        while n > 0:
+                key = cap[lid] / ws[lid]
+                if active[lid] == 1:
+                    act[outside] = lid          # act: fill_scan's scratch, free here
+                    outside += 1
+                    if key < lowest:
+                        lowest = key
+                else:
+                    fk[n], fs[n] = key, lid
+                    n += 1
+        for i in range(n // 2 - 1, -1, -1):
+            _hdown(fk, fs, fp, fv, n, i)
+        nout = outside
+        while True:
+            if outside > 0 and (n == 0 or fk[0] >= lowest):
+                n = bring_in(nout, n)
+                outside = 0
+            if n == 0:
+                break
             ok, n = top_is_current(n)
             if not ok:
                 continue
@@ -376,7 +435,12 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             full[0] = fs[0]
             nfull = 1
             n = _hpop(fk, fs, fp, fv, n)
-            while n > 0:
+            while True:                             # links full at this level too
+                if outside > 0 and (n == 0 or fk[0] >= lowest):
+                    n = bring_in(nout, n)
+                    outside = 0
+                if n == 0:
+                    break
                 ok, n = top_is_current(n)
                 if not ok:
                     continue
@@ -388,7 +452,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 n = _hpop(fk, fs, fp, fv, n)
             for j in range(nfull):
                 b = full[j]
-                freeze_link(b, level, stamp, True)
+                outside -= freeze_link(b, level, stamp, True)
                 ws[b] = 0.0
 
     def settle() -> None:
