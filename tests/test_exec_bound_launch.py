@@ -133,6 +133,7 @@ def test_the_auto_grid_takes_the_groups_smallest_gpu(monkeypatch):
         assert op == dist.ReduceOp.MIN
         t.fill_(min(int(t.item()), 114))
     monkeypatch.setattr(dist, "all_reduce", smallest_elsewhere)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
     cpu = torch.device("cpu")
     assert backend.fit_to_device(CudaOptions(), cpu).max_ctas == 114
     assert backend.fit_to_device(CudaOptions(max_ctas=64), cpu).max_ctas == 64

@@ -183,8 +183,9 @@ def fit_to_device(options: CudaOptions, device: torch.device, group: Any = None)
     ranks' lowerings must agree on the grid, or their barrier counts disagree and the call
     hangs). The row kernel takes one CTA an SM (its registers), and every CTA of a launch must
     be resident at once: they spin on each other."""
+    where = "cpu" if dist.get_backend(group) == "gloo" else device   # NCCL takes device tensors
     t = torch.tensor([torch.cuda.get_device_properties(device).multi_processor_count],
-                     dtype=torch.int64, device=device)
+                     dtype=torch.int64, device=where)
     dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
     sms = int(t.item())
     return replace(options, max_ctas=sms) if options.max_ctas > sms else options
