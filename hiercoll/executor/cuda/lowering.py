@@ -56,7 +56,8 @@ VECTOR_BYTES = 16           # one vector access; regions aligned to it take the 
 # round trip, and big ops need every SM's loads in flight to stream at link rate. The cap is the
 # GPU's SM count (132 on an H100 SXM or H200): a call ends with its slowest CTA, so a 128-step op
 # on 120 CTAs (8 of them doing two steps) took 13.2 us at 1 MiB where 132 CTAs take 12.0 (2 x
-# H200, results/gpu/mid-w2/grid-sweep). The row kernel takes one CTA an SM (its registers), so
+# H200, results/gpu/mid-w2/grid-sweep). The row kernel takes one CTA an SM (its registers:
+# results/kernel_registers.md), so
 # more CTAs than SMs are not all resident at once, and CTAs that spin on each other then never
 # finish (264 CTAs hung there).
 DEFAULT_MAX_CTAS = 132
@@ -569,7 +570,8 @@ def _auto_grid(schedule: Schedule, engines: dict[OpRef, Engine], opts: CudaOptio
 # SMs an auto grid leaves free where other work must run beside the row kernels: the one-CTA
 # wait/signal launches around a copy-engine copy, NCCL's send/recv kernels, NVSHMEM puts on a
 # net stream. The row kernel takes one CTA an SM (181-255 registers a thread x 256 threads,
-# sm_90): a grid of every SM whose CTAs spin on a signal that such work sets would never see it.
+# sm_90: bench/results/kernel_registers.md): a grid of every SM whose CTAs spin on a signal that
+# such work sets would never see it.
 SIDE_WORK_SMS = 12
 
 
