@@ -1,6 +1,7 @@
-"""Registers a thread of the row kernel's variants, compiled for sm_90 on any machine (Triton's bundled ptxas, `-v`): how many CTAs of each fit an SM, which is
-what the auto grid's cap rests on (lowering.DEFAULT_MAX_CTAS, SIDE_WORK_SMS: a CTA that spins
-needs every CTA it waits on resident at once).
+"""Registers a thread of the row kernel's variants, compiled for sm_90 on any machine
+(Triton's bundled ptxas, `-v`): how many CTAs of each fit an SM, which is what the auto grid's
+cap rests on (lowering.DEFAULT_MAX_CTAS, SIDE_WORK_SMS: a CTA that spins needs every CTA it
+waits on resident at once).
 
     python bench/kernel_registers.py      # writes bench/results/kernel_registers.{json,md}
 """

@@ -57,9 +57,8 @@ VECTOR_BYTES = 16           # one vector access; regions aligned to it take the 
 # GPU's SM count (132 on an H100 SXM or H200): a call ends with its slowest CTA, so a 128-step op
 # on 120 CTAs (8 of them doing two steps) took 13.2 us at 1 MiB where 132 CTAs take 12.0 (2 x
 # H200, results/gpu/mid-w2/grid-sweep). The row kernel takes one CTA an SM (its registers:
-# results/kernel_registers.md), so
-# more CTAs than SMs are not all resident at once, and CTAs that spin on each other then never
-# finish (264 CTAs hung there).
+# results/kernel_registers.md), so more CTAs than SMs are not all resident at once, and CTAs
+# that spin on each other then never finish (264 CTAs hung there).
 DEFAULT_MAX_CTAS = 132
 COPY_ENGINE_OFF = 1 << 40    # the default copy-engine threshold: no copy reaches it
 
