@@ -38,7 +38,13 @@ import triton.language as tl
 from triton.runtime.driver import driver
 
 from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES, REGIONS, SAFE, Ordering
-from hiercoll.kernels.program import _acquire_fence, _poll_all, launch_hook_set, uses_ptx
+from hiercoll.kernels.program import (
+    CompiledBinary,
+    _acquire_fence,
+    _poll_all,
+    launch_hook_set,
+    uses_ptx,
+)
 
 _PHASES = tl.constexpr(PHASES)
 NUM_WARPS = 8
@@ -321,16 +327,14 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
             rb, rbg, ordering.release, ordering.acquire, ordering.acquire_all_threads, parts[0],
             parts[1], ptx)
     key = _binary_key(args, hidden, stages, ordering, parts, ptx)
-    bound = _BOUND.get(key)
-    if bound is not None and not launch_hook_set():
-        launcher, function, metadata = bound
+    binary = _BOUND.get(key)
+    if binary is not None and not launch_hook_set():
         active = driver.active      # the stream the JIT would launch on: the current device's
-        launcher(state.grid, 1, 1, active.get_current_stream(active.get_current_device()),
-                 function, metadata, None, None, None, *args)
+        binary.launch(state.grid, active.get_current_stream(active.get_current_device()), args)
         return
-    kernel = _fused_norm_kernel[(state.grid,)](*args, num_warps=NUM_WARPS)
-    if kernel is not None and hasattr(kernel, "packed_metadata"):   # not in the interpreter
-        _BOUND[key] = (kernel.run, kernel.function, kernel.packed_metadata)
+    binary = CompiledBinary.of(_fused_norm_kernel[(state.grid,)](*args, num_warps=NUM_WARPS))
+    if binary is not None:          # not in the interpreter
+        _BOUND[key] = binary
 
 
 # The compiled binary of each specialisation the JIT chose, bound for direct launches: every
@@ -339,7 +343,7 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
 # call, fake launcher, 2-core CPU (`python bench/host_launch.py`): 32.3 us before (the JIT's
 # dispatch and the shape constants computed every call), 17.7 through the JIT now, 7.2 bound.
 # The key holds what the JIT specialises on (`_binary_key`).
-_BOUND: dict[tuple[object, ...], tuple[Any, Any, Any]] = {}
+_BOUND: dict[tuple[object, ...], CompiledBinary] = {}
 _TENSORS = 11                # the kernel's first eleven arguments are tensors
 _INT32 = range(-2**31, 2**31)
 

@@ -443,6 +443,28 @@ LL_VARIANT: Variant = (True, True, True, True)   # never a simple variant (bump 
 
 
 @dataclass(frozen=True)
+class CompiledBinary:
+    """A binary the JIT compiled, launched without its dispatch: one call of Triton's C
+    launcher (triton 3.6's argument order: grid, stream, function, packed metadata, launch
+    metadata and hooks, then the kernel's arguments, constexprs included)."""
+
+    launcher: Any          # the compiled kernel's `run` (a CudaLauncher)
+    function: Any
+    packed_metadata: Any
+
+    @staticmethod
+    def of(kernel: Any) -> CompiledBinary | None:
+        """The binary of a JIT launch's return value; None in the interpreter (no binary)."""
+        if kernel is None or not hasattr(kernel, "packed_metadata"):
+            return None
+        return CompiledBinary(kernel.run, kernel.function, kernel.packed_metadata)
+
+    def launch(self, grid: int, stream: int, args: tuple[Any, ...]) -> None:
+        self.launcher(grid, 1, 1, stream, self.function, self.packed_metadata, None, None, None,
+                      *args)
+
+
+@dataclass(frozen=True)
 class BoundLaunch:
     """One launch with everything bound at prepare time: calling it is one call of Triton's C
     launcher on a given stream.
@@ -454,9 +476,7 @@ class BoundLaunch:
     the allocations, the row span), so they are bound once; the binary is the one the JIT
     compiled for the same arguments (`warm_up`)."""
 
-    launcher: Any          # the compiled kernel's `run` (a CudaLauncher)
-    function: Any
-    packed_metadata: Any
+    binary: CompiledBinary
     grid: int
     args: tuple[Any, ...]
     io_at: int = -1        # an LL launch: where its per-call (in_delta, out_delta) sit in `args`
@@ -466,10 +486,7 @@ class BoundLaunch:
         assert io is None or self.io_at >= 0, "only an LL launch takes per-call bases"
         args = self.args if io is None else (*self.args[:self.io_at], *io,
                                              *self.args[self.io_at + 2:])
-        self.launcher(self.grid, 1, 1, stream, self.function, self.packed_metadata, None, None,
-                      None, *args)
-
-
+        self.binary.launch(self.grid, stream, args)
 
 
 def launch_hook_set() -> bool:
@@ -485,11 +502,9 @@ def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any],
     """`span` bound for direct launches, or None where the JIT must dispatch: no compiled
     variant (the interpreter), or a launch hook is set (a profiler such as proton needs the
     JIT's launch metadata)."""
-    kernel = compiled.get(LL_VARIANT if state.ll_half
-                          else (span.aligned, bump_epoch, fused, span.also))
-    if kernel is None or not hasattr(kernel, "packed_metadata"):
-        return None
-    if launch_hook_set():
+    binary = CompiledBinary.of(compiled.get(LL_VARIANT if state.ll_half
+                                            else (span.aligned, bump_epoch, fused, span.also)))
+    if binary is None or launch_hook_set():
         return None
     args = (_ll_args(state, span, reduce_op, spin_limit) if state.ll_half
             else _kernel_args(state, span, reduce_op, spin_limit, bump_epoch, fused))
@@ -497,8 +512,7 @@ def bind_launch(state: KernelState, span: RowSpan, compiled: dict[Variant, Any],
     if state.ll_half:
         from hiercoll.kernels.ll import ll_kernel
         io_at = ll_kernel.arg_names.index("in_delta")     # out_delta follows it
-    return BoundLaunch(kernel.run, kernel.function, kernel.packed_metadata, span.grid, args,
-                       io_at)
+    return BoundLaunch(binary, span.grid, args, io_at)
 
 
 def warm_up(state: KernelState, reduce_op: str, spin_limit: int = 0,
