@@ -122,6 +122,8 @@ def test_table_encodes_rows_relative_to_this_ranks_base():
 
 @pytest.mark.parametrize(("field", "value", "match"), [
     ("ctas", 0, "ctas: 0 must be in 1..132"),
+    ("max_ctas", 0, "max_ctas: 0 must be in 1..132"),
+    ("max_ctas", 264, "max_ctas: 264 must be in 1..132"),
     ("ce_threshold_bytes", -1, "ce_threshold_bytes: -1 must be >= 0"),
     ("debug_timeout_ms", -5.0, "debug_timeout_ms"),
     ("inter_transport", "rdma", "inter_transport: 'rdma' should be one of peer, nccl"),
@@ -455,4 +457,35 @@ def test_the_auto_grid_leaves_sms_free_only_where_other_work_runs_beside_it():
     assert grids(single_stream=True, inter_transport="nccl") == {DEFAULT_MAX_CTAS - SIDE_WORK_SMS}
     assert max(grids(ce_threshold_bytes=1 << 20)) <= DEFAULT_MAX_CTAS - SIDE_WORK_SMS
     assert grids(single_stream=True, max_ctas=40) == {40}
+
+
+def test_a_copy_folds_into_a_row_only_where_its_stores_meet_nothing_else_of_the_row():
+    """`_merge_result_copies`' guards, on rows built by hand: a copy of the row's destination
+    folds in; one that would overwrite part of what the row reads does not (`_clobbers`); past
+    MERGE_MAX_BYTES a copy row folds its copy in only when it reads this rank's own memory (a
+    pulled copy mixes remote reads and stores like a reduce), a reduce row never."""
+    from hiercoll.executor.cuda.lowering import (
+        MERGE_MAX_BYTES,
+        Addr,
+        Row,
+        _merge_result_copies,
+    )
+
+    def row(count, dst, srcs, reduce=False):  # type: ignore[no-untyped-def]
+        return Row("0.0", count, dst, tuple(srcs), reduce, False, 1.0, (), ())
+
+    def push(count, src, dst):  # type: ignore[no-untyped-def]
+        return row(count, dst, [src])
+    small = 1024
+    red = row(small, Addr(0, 0), [Addr(0, 4096), Addr(1, 4096)], reduce=True)
+    assert len(_merge_result_copies([red, push(small, Addr(0, 0), Addr(1, 0))], 2, 0)) == 1
+    # the copy's stores land on half of what the reduce reads: kept apart
+    clash = push(small, Addr(0, 0), Addr(0, 4096 + small // 2))
+    assert len(_merge_result_copies([red, clash], 2, 0)) == 2
+    big = MERGE_MAX_BYTES // 2 + 8                         # elements of 2 bytes past the limit
+    local = row(big, Addr(0, 0), [Addr(0, 1 << 22)])
+    pulled = row(big, Addr(0, 0), [Addr(1, 1 << 22)])
+    bigred = row(big, Addr(0, 0), [Addr(0, 1 << 22), Addr(1, 1 << 22)], reduce=True)
+    out = push(big, Addr(0, 0), Addr(1, 0))
+    assert [len(_merge_result_copies([p, out], 2, 0)) for p in (local, pulled, bigred)] == [1, 2, 2]
 
