@@ -340,9 +340,8 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
 # The compiled binary of each specialisation the JIT chose, bound for direct launches: every
 # eager fused call paid Triton's dispatch (bind and specialise 31 arguments, build its cache key,
 # look up the device and stream), as the row kernel's did before its BoundLaunch. Host Python per
-# call, fake launcher, 2-core CPU (`python bench/host_launch.py`): 32.3 us before (the JIT's
-# dispatch and the shape constants computed every call), 17.7 through the JIT now, 7.2 bound.
-# The key holds what the JIT specialises on (`_binary_key`).
+# call, fake launcher, 2-core CPU (bench/results/host_launch.md): 17.7 us through the JIT, 7.2
+# bound. The key holds what the JIT specialises on (`_binary_key`).
 _BOUND: dict[tuple[object, ...], CompiledBinary] = {}
 _TENSORS = 11                # the kernel's first eleven arguments are tensors
 _INT32 = range(-2**31, 2**31)
