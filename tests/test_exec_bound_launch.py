@@ -58,7 +58,7 @@ def test_bound_launch_matches_the_jit_dispatch(monkeypatch, dtype, reduce_op):
             (True, False, True, True)]                     # only what the program launches
 
 
-def test_no_bound_launch_without_a_binary_or_with_a_profiler_hook(monkeypatch):
+def test_no_bound_launch_without_a_binary_with_a_profiler_hook_or_when_asked(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     state = _state(torch.float32)
     span = RowSpan(0, 3, 4, True)
@@ -74,6 +74,10 @@ def test_no_bound_launch_without_a_binary_or_with_a_profiler_hook(monkeypatch):
             assert bind_launch(state, span, compiled, reduce_op="sum") is None
         finally:
             triton.knobs.runtime.launch_enter_hook.remove(hook)
+        monkeypatch.setenv("HIERCOLL_JIT_LAUNCH", "1")   # asked for: every launch through the JIT
+        assert bind_launch(state, span, compiled, reduce_op="sum") is None
+        monkeypatch.setenv("HIERCOLL_JIT_LAUNCH", "0")
+        assert bind_launch(state, span, compiled, reduce_op="sum") is not None
 
 
 def test_an_eager_fused_norm_call_skips_the_jit_after_its_first(monkeypatch):

@@ -51,6 +51,8 @@ def start(doc: str | None) -> Probe:
     ap.add_argument("--kind", default="all_reduce", help="the collective (all_reduce, reduce_scatter, ...)")
     ap.add_argument("--ctas", default="auto",
                     help="comma list of CTA counts to run each plan with (auto: the lowering's)")
+    ap.add_argument("--protocol", default="auto", choices=["auto", "simple", "ll"],
+                    help="the cuda lowering's protocol (auto: LL where the plan is small enough)")
     args = ap.parse_args()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -70,7 +72,8 @@ def cases(probe: Probe, n: int, spec: CollectiveSpec) -> Iterator[Case]:
     topo = load_topology("h200x4" if probe.world == 4 else "bench/gpu/topologies/h200x2.yaml")
     for algo in probe.args.algorithms.split(","):
         for ctas in probe.args.ctas.split(","):
-            backend = CudaBackend(single_stream=True, ctas=None if ctas == "auto" else int(ctas))
+            backend = CudaBackend(single_stream=True, ctas=None if ctas == "auto" else int(ctas),
+                                  protocol=probe.args.protocol)
             prepared = backend.prepare(plan(topo, spec, algo).expand())
             inp = prepared.input_view
             inp.copy_(torch.randn(inp.numel(), device=probe.device).to(inp.dtype))

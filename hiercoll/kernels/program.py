@@ -489,9 +489,15 @@ class BoundLaunch:
         self.binary.launch(self.grid, stream, args)
 
 
+JIT_LAUNCH_ENV = "HIERCOLL_JIT_LAUNCH"
+
+
 def launch_hook_set() -> bool:
-    """A launch hook is set (a profiler such as proton): launches must go through the JIT,
-    which hands the hook its launch metadata; a bound launch would skip it."""
+    """Launches must go through the JIT: a launch hook is set (a profiler such as proton, which
+    the JIT hands its launch metadata; a bound launch would skip it), or HIERCOLL_JIT_LAUNCH=1
+    asks for it (to tell a fault of the bound launches from one of the kernels)."""
+    if os.environ.get(JIT_LAUNCH_ENV, "") not in ("", "0"):
+        return True
     hooks = triton.knobs.runtime.launch_enter_hook   # a HookChain (empty) in triton 3.6
     return hooks is not None and bool(getattr(hooks, "calls", True))
 
