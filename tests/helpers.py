@@ -165,3 +165,39 @@ def run_interpreted(script: str, timeout: float = 600) -> Any:
                           capture_output=True, text=True, env=env, timeout=timeout, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compile_sm90_ptx(src: Any, num_warps: int) -> str:
+    """PTX of a Triton ASTSource for sm_90. Skips only where this machine's Triton cannot
+    compile for sm_90 at all (a trivial kernel fails too); a kernel that fails where the trivial
+    one compiles is a failure of the test, not a skip (a catch-all skip hid a static_assert that
+    caught the fused kernel's boolean poll mask)."""
+    import pytest
+    import triton
+    from triton.backends.compiler import GPUTarget
+    try:
+        return str(triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": num_warps}).asm["ptx"])
+    except Exception as exc:  # noqa: BLE001 - decided below: toolchain missing, or the kernel
+        if _sm90_toolchain_works():
+            raise
+        pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+
+
+
+_TOOLCHAIN: list[bool] = []
+
+
+def _sm90_toolchain_works() -> bool:
+    if not _TOOLCHAIN:
+        import triton
+        from sm90_probe import store_one
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        try:
+            triton.compile(ASTSource(fn=store_one, signature={"p": "*i32"}, constexprs={}),
+                           target=GPUTarget("cuda", 90, 32), options={"num_warps": 1})
+            _TOOLCHAIN.append(True)
+        except Exception:  # noqa: BLE001 - any failure here means no usable toolchain
+            _TOOLCHAIN.append(False)
+    return _TOOLCHAIN[0]

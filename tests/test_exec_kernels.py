@@ -10,7 +10,7 @@ import os
 import re
 
 import pytest
-from helpers import run_interpreted
+from helpers import compile_sm90_ptx, run_interpreted
 
 if os.environ.get("CI") == "true":
     import triton  # noqa: F401 - CI must run the kernel tests: a missing triton is a failure
@@ -38,7 +38,6 @@ def _ordered_ops(ptx: str, sem: str) -> list[str]:
 
 
 def _ptx(dtype: str, aligned: bool, ptx: bool = True, also: bool = False) -> str:
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from hiercoll.kernels.program import _program_kernel
@@ -52,11 +51,7 @@ def _ptx(dtype: str, aligned: bool, ptx: bool = True, also: bool = False) -> str
               "BUMP_EPOCH": False, "FUSED": False, "PTX": ptx, "ALSO": also}
     attrs = {(k,): [["tt.divisibility", 16]] for k in range(5)}
     src = ASTSource(fn=_program_kernel, signature=sig, constexprs=consts, attrs=attrs)
-    try:
-        return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": 8}).asm["ptx"]
-    except Exception as exc:  # noqa: BLE001 - no CUDA toolchain for this triton build
-        pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+    return compile_sm90_ptx(src, 8)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import compile_sm90_ptx
 
 from hiercoll.cli.main import main
 from hiercoll.executor.cuda.fused_emulate import FusedCall, emulate, reference, stale_calls
@@ -200,9 +201,8 @@ def _ordered_ops(ptx: str, sem: str) -> list[str]:
 
 
 def _ptx(stages: int, ordering: Ordering, ptx: bool = False) -> str:
-    triton = pytest.importorskip("triton")
+    pytest.importorskip("triton")
     pytest.importorskip("torch")
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from hiercoll.kernels.fused_norm import _fused_norm_kernel
@@ -218,11 +218,7 @@ def _ptx(stages: int, ordering: Ordering, ptx: bool = False) -> str:
     sig |= {k: "constexpr" for k in consts}
     src = ASTSource(fn=_fused_norm_kernel, signature=sig, constexprs=consts,
                     attrs={(k,): [["tt.divisibility", 16]] for k in range(11)})
-    try:
-        return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": 8}).asm["ptx"]
-    except Exception as exc:  # noqa: BLE001 - no CUDA toolchain for this triton build
-        pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+    return compile_sm90_ptx(src, 8)
 
 
 @pytest.mark.parametrize("stages", [1, 2])

@@ -117,9 +117,9 @@ def _wait(sig_ptr, slot_base, rank, e, spin_limit, err_ptr, cta, phase, lanes,
         k = tl.arange(0, WP)
         live = (k < W) & (k != rank)
         ptrs = tl.broadcast_to((sig_ptr + slot_base + k)[:, None], (WP, LANES))
-        live2 = tl.broadcast_to(live[:, None], (WP, LANES))
+        how2 = tl.broadcast_to(tl.where(live, 1, 0)[:, None], (WP, LANES))   # 1: an int32 slot
         need2 = tl.broadcast_to((e + k * 0)[:, None], (WP, LANES))
-        first, low = _poll_all(ptrs, live2, need2, k, spin_limit, WP, PTX)
+        first, low = _poll_all(ptrs, how2, need2, k, spin_limit, WP, PTX)
         if first < WP:               # the spin limit passed
             _timed_out(err_ptr, cta, phase, first, low, e)
         if ACQUIRE:

@@ -82,7 +82,11 @@ def _poll(ptrs, how, need, PTX: tl.constexpr):
     half a 64-bit atomic is not morally strong with it in the PTX model). CUDA: a relaxed load
     (strong, so it observes a release), made an acquire by `_acquire_fence` once every slot is
     satisfied; the loads of one poll are independent and overlap. Elsewhere: an atomic add of 0
-    with acquire semantics per load (the low word: the count never reaches 2**31)."""
+    with acquire semantics per load (the low word: the count never reaches 2**31).
+    `how` must be int32: the asm compares it with 1 and 2, and a boolean lane mask handed in
+    its place read as neither on the GPU, so every poll returned `need` and no wait waited
+    (the fused kernel, 11e15ad to 2026-11-28: wrong sums from the first call on 4 H100s)."""
+    tl.static_assert(how.dtype == tl.int32, "_poll: `how` is int32 (0 dead, 1 int32, 2 64-bit)")
     if PTX:
         return tl.inline_asm_elementwise(
             "{\n\t.reg .pred p, q;\n\t.reg .b64 t;\n\tsetp.eq.b32 p, $2, 1;\n\t"
