@@ -65,10 +65,10 @@ def test_forwarding_respects_what_the_lowering_allows():
              "direct").expand()
     big = lowered_schedule(s, CudaOptions(ce_threshold_bytes=1 << 20))
     assert big is not s and not any(op.kind == OpKind.COPY for op in big.ops())
-    assert lowered_schedule(s, CudaOptions(forward=False)) is s
+    assert lowered_schedule(s, CudaOptions(forward=False, split_channels=False)) is s
     assert lowered_schedule(s, CudaOptions()) is not s
     # bruck's copies feed copies: on the copy engine they stay, on SMs they are forwarded
     a2a = plan(_topo(1, 4), CollectiveSpec(kind="all_to_all", world_size=4, nbytes=4 << 20),
                "bruck").expand()
-    assert lowered_schedule(a2a, CudaOptions(ce_threshold_bytes=1 << 10)) is a2a
+    assert lowered_schedule(a2a, CudaOptions(ce_threshold_bytes=1 << 10, split_channels=False)) is a2a
     assert lowered_schedule(a2a, CudaOptions(ce_threshold_bytes=1 << 30)) is not a2a

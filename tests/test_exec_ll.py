@@ -15,6 +15,7 @@ from hiercoll.executor.cuda import emulate as emu
 from hiercoll.executor.cuda.lowering import CudaOptions, fused_launch, ll_applies, lower
 from hiercoll.executor.cuda.table import encode
 from hiercoll.kernels.abi import F_DST, F_LL, ROW_WORDS
+from hiercoll.ll_protocol import ll_plan_or_reason
 from hiercoll.planner import plan
 from hiercoll.topology import preset
 
@@ -37,8 +38,8 @@ def _plan(kind: str, algo: str, count: int = 40, dtype: str = "bf16", world: int
 ])
 def test_plans_that_push_each_region_once_take_the_ll_lowering(kind, algo, takes_ll):
     s = _plan(kind, algo)
-    for r in range(4):
-        prog = lower(s, r, CudaOptions())
+    for r in range(4):     # plans whose receivers unpack take LL under auto only if asked (below)
+        prog = lower(s, r, CudaOptions(ll_unpack_threshold_bytes=1 << 20))
         assert bool(prog.ll_half) is takes_ll
         if takes_ll:
             (launch,) = prog.streams[0]
@@ -47,6 +48,21 @@ def test_plans_that_push_each_region_once_take_the_ll_lowering(kind, algo, takes
             pushes = [row for row in launch.rows if row.ll & 1]
             assert all(row.dst is not None and row.dst.rank != r for row in pushes)
             assert launch.rows[0].ll & 1          # a push first: the bytes leave at once
+
+
+def test_auto_runs_plans_whose_receivers_unpack_simple_unless_asked():
+    """all-gather / all-to-all LL lost to simple at every size measured on 4 GPUs: auto keeps
+    them simple (--ll-unpack-threshold 0), `ll` still forces them, and a threshold admits them."""
+    for kind in ("all_gather", "all_to_all"):
+        s = _plan(kind, "direct")
+        assert ll_applies(s, CudaOptions()) is None
+        assert ll_applies(s, CudaOptions(protocol="ll")) is not None
+        assert ll_applies(s, CudaOptions(ll_unpack_threshold_bytes=1 << 10)) is not None
+        assert "unpack" in str(ll_plan_or_reason(s, 1 << 20, True, 0))
+    assert ll_applies(_plan("all_reduce", "direct"), CudaOptions()) is not None  # no unpacks
+    assert ll_applies(_plan("all_reduce", "two_shot"), CudaOptions()) is None    # into outputs
+    with pytest.raises(HiercollError, match="ll_unpack_threshold_bytes"):
+        CudaOptions(ll_unpack_threshold_bytes=-1)
 
 
 def test_the_protocol_knobs_decide_and_are_validated():
@@ -85,9 +101,9 @@ def test_ll_addresses_are_encoded_as_signal_slots_of_the_receiver():
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_emulated_ll_programs_are_right_over_several_calls(kind, dtype):
     s = _plan(kind, "direct", dtype=dtype)
-    assert ll_applies(s, CudaOptions()) is not None
+    assert ll_applies(s, CudaOptions(protocol="ll")) is not None
     for seed, ctas in enumerate((1, 2, 5)):
-        check_emulation(s, CudaOptions(ctas=ctas), seed)
+        check_emulation(s, CudaOptions(ctas=ctas, protocol="ll"), seed)
 
 
 def _failures(s, opts, seeds=16, calls=5) -> int:  # type: ignore[no-untyped-def]
@@ -157,7 +173,7 @@ def run(kind, dtype, reduce_op, algo="direct", world=4, count=1100, calls=3, gri
     spec = CollectiveSpec(kind=kind, world_size=world, nbytes=count * world * isz, dtype=dtype,
                           reduce_op=reduce_op)
     s = plan(preset("h200x4"), spec, algo).expand()
-    progs = [lower(s, r, CudaOptions(ctas=grid)) for r in range(world)]
+    progs = [lower(s, r, CudaOptions(ctas=grid, protocol="ll")) for r in range(world)]
     assert all(p.ll_half for p in progs)
     tdt = torch_dtype(spec.dtype)
     data = slabs(world, progs[0].layout.total, tdt, torch.device("cpu"))
@@ -303,7 +319,7 @@ def test_group_casts_take_ll_only_where_every_push_is_answered():
                 if isinstance(why, ll_mod.LLPlan):
                     assert kind == "group_cast"
                     taken += 1
-                    check_emulation(s, CudaOptions(ctas=2), seed, calls=4)
+                    check_emulation(s, CudaOptions(ctas=2, protocol="ll"), seed, calls=4)
                 else:
                     assert "never hears from" in why or kind == "group_reduce", why
     assert taken >= 2

@@ -152,9 +152,9 @@ def test_one_cta_launches_order_rows_without_signals_and_share_release_fences():
     from hiercoll.executor.cuda.lowering import fused_launch
     s = plan(_topo(1, 4), _spec("all_reduce", 4), "direct").expand()
     for r in range(4):
-        rows = [row for row in fused_launch(lower(s, r, CudaOptions(ctas=1, single_stream=True,
-                                                                   forward=False,
-                                                                   protocol="simple"))).rows
+        rows = [row for row in fused_launch(lower(s, r, CudaOptions(
+                    ctas=1, single_stream=True, forward=False, split_channels=False,
+                    protocol="simple"))).rows
                 if row.count]
         pushes, reduce = rows[:3], rows[3]
         assert [len(x.signals) for x in pushes] == [0, 0, 3], r
@@ -164,7 +164,7 @@ def test_one_cta_launches_order_rows_without_signals_and_share_release_fences():
         assert {w.producer for w in reduce.waits} & own == set()     # no wait on its own rows
         assert len(reduce.waits) == 3
     several = lower(s, 0, CudaOptions(ctas=2, single_stream=True, forward=False,
-                                      protocol="simple"))
+                                      split_channels=False, protocol="simple"))
     # the pushes share no region: each CTA orders its own elements, no grid-wide wait
     assert not any(w.producer == "0.0" for row in fused_launch(several).rows for w in row.waits)
     # rows on different CTA splits do need one (hier's level of two pushes after a reduce)

@@ -114,32 +114,41 @@ def test_the_auto_picker_times_plans_by_the_protocol_where_the_topology_prices_i
     """h200x2 ships costs fitted on our executor (sync_us, ll_unpack_us): the auto-picker times
     a candidate as the cuda backend runs it at its default knobs. Topologies without those
     terms are timed as before (no protocol, no walk over a large plan's ops)."""
-    from hiercoll.planner.search.autopick import SimCache, backend_protocol, simulate_candidate
+    from hiercoll.planner.search.autopick import (
+        SimCache,
+        backend_protocol,
+        backend_schedule,
+        simulate_candidate,
+    )
     from hiercoll.planner.search.candidates import Candidate
     topo = hc.load_topology("h200x2")
     assert topo.costs.sync_us > 0
     for nbytes, want_ll in ((8192, True), (64 << 20, False)):
-        spec = hc.CollectiveSpec(kind="all_gather", world_size=2, dtype="bf16", nbytes=nbytes)
+        spec = hc.CollectiveSpec(kind="all_reduce", world_size=2, dtype="bf16", nbytes=nbytes)
         s = hc.plan(topo, spec, "direct")
         proto = backend_protocol(topo, s)
         assert proto is not None and proto.ll == want_ll
         got = simulate_candidate(topo, spec, Candidate("direct", {}), SimCache(None), s,
                                  call_mode="graph")
+        ran = s if proto.ll else backend_schedule(topo, s, proto)   # simple: as lowered
         assert got.time_us == pytest.approx(
-            hc.simulate(s, topo, call_mode="graph", protocol=proto).time_us)
+            hc.simulate(ran, topo, call_mode="graph", protocol=proto).time_us)
     # a simple-protocol call is timed with its copies forwarded, as the lowering runs it (and as
     # `autopick --validate` prices bench rows): two_shot's pushes into scratch become pulls
-    from hiercoll.sim.forwarding import forward_on_sms
+    from hiercoll.sim.forwarding import as_lowered
     spec = hc.CollectiveSpec(kind="all_reduce", world_size=2, dtype="bf16", nbytes=64 << 20)
     s = hc.plan(topo, spec, "two_shot")
     proto = backend_protocol(topo, s)
-    fwd = forward_on_sms(s, topo.costs.ce_threshold_bytes, inter_peer=True)
+    fwd = as_lowered(s, topo.costs.ce_threshold_bytes, inter_peer=True)
     assert proto is not None and not proto.ll and fwd is not s
     want = hc.simulate(fwd, topo, call_mode="graph", protocol=proto).time_us
     assert want != pytest.approx(hc.simulate(s, topo, call_mode="graph", protocol=proto).time_us)
     got = simulate_candidate(topo, spec, Candidate("two_shot", {}), SimCache(None), s,
                              call_mode="graph")
     assert got.time_us == pytest.approx(want)
+    ag = hc.plan(topo, hc.CollectiveSpec(kind="all_gather", world_size=2, dtype="bf16",
+                                         nbytes=8192), "direct")
+    assert not backend_protocol(topo, ag).ll      # its receivers unpack: auto runs it simple
     plain = hc.load_topology("dgx-h100", 1)
     spec = hc.CollectiveSpec(kind="all_gather", world_size=8, dtype="bf16", nbytes=8192)
     assert backend_protocol(plain, hc.plan(plain, spec, "direct")) is None

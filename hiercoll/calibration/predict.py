@@ -21,6 +21,7 @@ from hiercoll.ll_protocol import (
     CallProtocol,
     call_protocol,
     ll_limit_bytes,
+    ll_unpack_limit_bytes,
 )
 from hiercoll.planner import plan
 from hiercoll.planner.library_model import (
@@ -31,7 +32,7 @@ from hiercoll.planner.library_model import (
 )
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.sim import simulate
-from hiercoll.sim.forwarding import forward_on_sms
+from hiercoll.sim.forwarding import as_lowered
 from hiercoll.topology import Topology
 
 
@@ -112,17 +113,23 @@ def protocol_of(schedule: Schedule, topology: Topology,
                            bool(knobs.get("launch_per_op")),
                            ll_bytes if isinstance(ll_bytes, int) else DEFAULT_LL_THRESHOLD_BYTES,
                            _ce_threshold(topology, knobs))
-    return call_protocol(schedule, limit, peer_inter=_inter_peer(knobs))
+    # rows from before the unpack threshold carry none: their auto ran unpacking plans as LL
+    unpack = knobs.get("ll_unpack_threshold_bytes")
+    return call_protocol(schedule, limit, _inter_peer(knobs), ll_unpack_limit_bytes(
+        str(asked), unpack) if isinstance(unpack, int) else None)
 
 
 def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object]) -> Schedule:
-    """The schedule a cuda bench row ran: its copies forwarded where the row's lowering did
-    (`forward` on, not one launch per op), with the row's copy-engine threshold; as planned for
-    every other row."""
-    if not knobs.get("forward") or knobs.get("launch_per_op"):
+    """The schedule a cuda bench row ran: its copies forwarded and its channel heads split
+    where the row's lowering did (`forward`, `split_channels`; not one launch per op), with the
+    row's copy-engine threshold; as planned for every other row."""
+    if knobs.get("launch_per_op") or "forward" not in knobs:
         return schedule
-    return forward_on_sms(schedule, _ce_threshold(topology, knobs),
-                          inter_peer=_inter_peer(knobs))
+    # rows from before the channel split carry no `split_channels` knob: they ran unsplit
+    return as_lowered(schedule, _ce_threshold(topology, knobs), inter_peer=_inter_peer(knobs),
+                      forward=bool(knobs.get("forward")),
+                      split=bool(knobs.get("split_channels", False))
+                      and bool(knobs.get("single_stream") or knobs.get("fuse", True)))
 
 
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:

@@ -31,11 +31,13 @@ from hiercoll.executor.order import Levels, levels
 from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS, WAIT_WIDE_SHIFT
 from hiercoll.ll_protocol import (
     DEFAULT_LL_THRESHOLD_BYTES,
+    DEFAULT_LL_UNPACK_THRESHOLD_BYTES,
     LLPlan,
     elements_per_word,
     ll_limit_bytes,
     ll_plan,
     ll_plan_or_reason,
+    ll_unpack_limit_bytes,
 )
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
@@ -167,10 +169,18 @@ class CudaOptions:
     ll_threshold_bytes: int = _knob(
         DEFAULT_LL_THRESHOLD_BYTES, "--ll-threshold", "cuda: --protocol auto takes LL when no op of the plan "
         "moves more than this", size=True)
+    ll_unpack_threshold_bytes: int = _knob(
+        DEFAULT_LL_UNPACK_THRESHOLD_BYTES, "--ll-unpack-threshold", "cuda: ... and, for a plan "
+        "whose receivers unpack pushes (all-gather, all-to-all), than this (default 0: such "
+        "plans run simple under auto; ll_protocol.py says why)", size=True)
     forward: bool = _knob(
         True, "--no-forward", "cuda: keep every copy as planned (by default a reader of a "
         "copy's scratch reads its source over the peer mapping instead: executor/cuda/"
         "forwarding.py)")
+    split_channels: bool = _knob(
+        True, "--no-split-channels", "cuda: keep the plan's order between independent ops of "
+        "one channel (by default the ops at a channel's head that depend on nothing and touch "
+        "disjoint memory run side by side: sim/channel_split.py)")
 
     def tuned(self, executor: dict[str, Any]) -> CudaOptions:
         """These options with a tuning file's `executor` knobs (the auto-picker's choice for the
@@ -209,9 +219,10 @@ class CudaOptions:
         except ValueError:
             raise HiercollError(f"protocol: {self.protocol!r} should be one of "
                                 f"{', '.join(t.value for t in Protocol)}") from None
-        if not isinstance(self.ll_threshold_bytes, int) or self.ll_threshold_bytes < 0:
-            raise HiercollError(f"ll_threshold_bytes: {self.ll_threshold_bytes!r} must be an "
-                                "integer number of bytes >= 0")
+        for name in ("ll_threshold_bytes", "ll_unpack_threshold_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise HiercollError(f"{name}: {value!r} must be an integer number of bytes >= 0")
 
 
 TUNED_KNOBS = ("ce_threshold_bytes",)   # what the auto-picker chooses (tuning.json "executor")
@@ -710,16 +721,18 @@ def _aligned(rows: list[Row], itemsize: int) -> bool:
 
 
 def lowered_schedule(schedule: Schedule, opts: CudaOptions) -> Schedule:
-    """What the kernels run: the plan with its copies forwarded where allowed (forwarding.py).
-    Every rank derives the same schedule (memoised: each rank's lowering asks for it). Not with
+    """What the kernels run: the plan with its copies forwarded where allowed (forwarding.py)
+    and a channel's independent head ops on channels of their own (channel_split.py). Every
+    rank derives the same schedule (memoised: each rank's lowering asks for it). Not with
     `launch_per_op`: a per-op profile times the plan's ops as planned."""
-    if not opts.forward or opts.launch_per_op:
+    if opts.launch_per_op:
         return schedule
-    from hiercoll.sim.forwarding import forward_on_sms
+    from hiercoll.sim.forwarding import as_lowered
     # the copies `_engine` puts on SMs: not a copy engine, and between nodes only over peer
     # mappings (the NCCL transport's copies go to the net stream)
-    return _per_schedule(_FORWARDED, opts, schedule, lambda: forward_on_sms(
-        schedule, opts.ce_threshold_bytes, inter_peer=opts.inter_transport == InterTransport.PEER))
+    return _per_schedule(_FORWARDED, opts, schedule, lambda: as_lowered(
+        schedule, opts.ce_threshold_bytes, inter_peer=opts.inter_transport == InterTransport.PEER,
+        forward=opts.forward, split=opts.split_channels and (opts.single_stream or opts.fuse)))
 
 
 def _per_schedule(cache: dict[tuple[int, Any], tuple[Schedule, Any]], key: Any,
@@ -850,8 +863,9 @@ def ll_applies(schedule: Schedule, opts: CudaOptions) -> LLPlan | None:
     if limit is None:
         return None
     peer = opts.inter_transport == InterTransport.PEER
-    plan: LLPlan | None = _per_schedule(_LL_PLANS, (limit, peer), schedule,
-                                        lambda: ll_plan(schedule, limit, peer_inter=peer))
+    unpack = ll_unpack_limit_bytes(str(opts.protocol), opts.ll_unpack_threshold_bytes)
+    plan: LLPlan | None = _per_schedule(_LL_PLANS, (limit, peer, unpack), schedule,
+                                        lambda: ll_plan(schedule, limit, peer, unpack))
     return plan
 
 

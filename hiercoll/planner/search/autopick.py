@@ -97,8 +97,9 @@ class SimCache:
     # names the candidate, not its ops: a planner change that re-times a candidate bumps it too);
     # 4: rail leaves spanning the cluster no longer folded (same fingerprint, other times);
     # 5: ECMP hashes per-level digit offsets (other paths on tiered fabrics); 6: where the
-    # topology prices protocols, simple-protocol candidates timed forwarded (`backend_schedule`)
-    MODEL_VERSION = 6
+    # topology prices protocols, simple-protocol candidates timed forwarded (`backend_schedule`);
+    # 7: ... and with independent channel heads split; unpacking plans priced simple under auto
+    MODEL_VERSION = 7
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
     # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; and under the
@@ -201,14 +202,15 @@ def backend_protocol(topology: Topology, schedule: Schedule) -> CallProtocol | N
 def backend_schedule(topology: Topology, schedule: Schedule,
                      protocol: CallProtocol | None) -> Schedule:
     """What the cuda backend runs at its default knobs, where the topology prices protocols:
-    the simple protocol's copies forwarded (`sim.forwarding.forward_on_sms`, the lowering's
-    rule), an LL call as planned. `hiercoll autopick --validate` prices the bench rows it
-    checks the same way (`calibration.predict.lowered`), so the regret it reports is of this
-    ranking; elsewhere (no protocol) the plan as written, as before."""
+    the simple protocol's schedule as the lowering runs it (`sim.forwarding.as_lowered`:
+    copies forwarded, independent channel heads split), an LL call as planned. `hiercoll
+    autopick --validate` prices the bench rows it checks the same way
+    (`calibration.predict.lowered`), so the regret it reports is of this ranking; elsewhere
+    (no protocol) the plan as written, as before."""
     if protocol is None or protocol.ll:
         return schedule
-    from hiercoll.sim.forwarding import forward_on_sms
-    return forward_on_sms(schedule, topology.costs.ce_threshold_bytes, inter_peer=True)
+    from hiercoll.sim.forwarding import as_lowered
+    return as_lowered(schedule, topology.costs.ce_threshold_bytes, inter_peer=True)
 
 
 def _mode_suffix(call_mode: CallMode) -> str:

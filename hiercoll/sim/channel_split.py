@@ -1,0 +1,85 @@
+"""Independent ops at the head of a channel run on channels of their own.
+
+Why: a plan orders the ops of one (rank, channel), and some plans put independent ops on one
+channel because on a switched network one writer per destination port per step is the point
+(`direct`'s swizzled pushes). Inside one NVLink domain the kernel can push to every peer at
+once, and the order only made the pushes wait for each other: a 2 MiB `direct` all-gather on 4
+H100s spent 21 of its 22 us in three pushes run one after another, each behind a grid-wide
+signal and wait (bench/results/gpu/w4/README.md, in-kernel stamps), where `hier_2d`, whose
+single row moves the same bytes, took 14.
+
+The rule, derived from the schedule: on each (rank, channel), the longest run of ops from the
+channel's start that depend on nothing and touch no memory another op of the run touches
+(no two write overlapping regions, none reads what another writes). Nothing can be ordered
+before such an op but the ops of the run ahead of it, and it conflicts with none of them, so
+dropping those orders loses nothing the op itself needed. What others needed is kept: the op
+that followed the run on the channel, and every op that depended on a run op, depend on every
+run op ahead of it too (they were ordered after all of them). The result is an ordinary
+schedule: the checker and the reference executor verify it like any plan
+(tests/test_channel_split.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from hiercoll.schedule import ExpandedOps, Op, OpRef, Schedule
+
+
+def split_independent_heads(schedule: Schedule) -> Schedule:
+    """`schedule` with each channel's independent head ops on channels of their own (above);
+    the same object where no channel has two."""
+    w = schedule.world_size
+    extra_deps: dict[OpRef, list[OpRef]] = defaultdict(list)   # op -> run ops now needed
+    ahead: dict[OpRef, list[OpRef]] = {}      # a moved run op -> the run ops ahead of it
+    channel: dict[OpRef, int] = {}
+    for r in range(w):
+        by_channel: dict[int, list[Op]] = defaultdict(list)
+        for op in schedule.rank_ops(r):
+            by_channel[op.channel].append(op)
+        fresh = max(by_channel, default=-1) + 1
+        for chain in by_channel.values():
+            run = _independent_head(chain)
+            if len(run) < 2:
+                continue
+            for op in run[1:]:
+                channel[op.ref] = fresh
+                fresh += 1
+            if len(chain) > len(run):         # the next op waited for the whole run
+                extra_deps[chain[len(run)].ref].extend(op.ref for op in run[1:])
+            ahead.update((op.ref, [o.ref for o in run[:i]]) for i, op in enumerate(run) if i)
+    if not channel:
+        return schedule
+    for r in range(w):                        # who depended on a moved op
+        for op in schedule.rank_ops(r):
+            for d in op.deps:
+                extra_deps[op.ref].extend(ahead.get(d, ()))
+    out = []
+    for r in range(w):
+        fixed = []
+        for op in schedule.rank_ops(r):
+            deps = tuple(dict.fromkeys((*op.deps, *extra_deps.get(op.ref, ()))))
+            fixed.append(replace(op, channel=channel.get(op.ref, op.channel), deps=deps))
+        out.append(tuple(fixed))
+    buffers = tuple(dict(schedule.buffers(r)) for r in range(w))
+    return Schedule(schedule.meta, ExpandedOps(tuple(out), buffers))
+
+
+def _independent_head(chain: list[Op]) -> list[Op]:
+    """The longest prefix of a channel's ops with no dependencies and no memory conflict
+    between any two of them."""
+    run: list[Op] = []
+    for op in chain:
+        if op.deps or any(_conflict(op, o) for o in run):
+            break
+        run.append(op)
+    return run
+
+
+def _conflict(a: Op, b: Op) -> bool:
+    """Would running a and b in either order (or at once) change what either reads or leaves?"""
+    if a.dst.overlaps(b.dst):
+        return True
+    return (any(a.dst.overlaps(reg) for reg in b.reads())
+            or any(b.dst.overlaps(reg) for reg in a.reads()))
