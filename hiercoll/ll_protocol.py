@@ -45,13 +45,15 @@ from hiercoll.schedule import INPUT, OUTPUT, Op, OpRef, Region, Schedule, Transp
 
 PROTOCOLS = ("auto", "simple", "ll")      # the cuda backend's --protocol choices
 DEFAULT_LL_THRESHOLD_BYTES = 256 << 10     # the cuda backend's --ll-threshold default
-# --protocol auto takes LL for a plan whose receivers unpack pushes (all-gather, all-to-all) only
-# up to this op size: none by default. On 4 H100s every such LL call lost to the simple protocol
-# at every size measured (all_gather 8 KiB: 12.7 us LL direct against 9.4 simple hier_2d; 1 MiB
-# 15.3 against 12.9; all_to_all 8 KiB 13.1 against 11.5: bench/results/gpu/w4/README.md), and on
-# 2 H200s simple rhd matched LL direct (6.5 / 6.4 us at 32 KiB): the unpack is a second pass that
-# polls every word, where a reduce's LL read is its only pass.
-DEFAULT_LL_UNPACK_THRESHOLD_BYTES = 0
+# --protocol auto takes LL for a plan whose receivers unpack pushes into their output (all-gather,
+# all-to-all, the multi-hop all-reduces) only where no rank unpacks pushes from more than this many
+# peers. Measured (bench/results/gpu/w4/README.md): on 4 H100s, where direct / hier / two_shot
+# receivers unpack from 3 peers, LL lost to simple at every size up to 1 MiB but one (all_gather
+# 8 KiB 12.7 us LL against 9.4 simple; all_reduce two_shot 256 KiB 16.2 against 14.0), while ring
+# all_gather (each rank unpacks from its one neighbour) won with LL (256 KiB 16.0 against 24.4);
+# on 2 H200s (one peer) LL won up to 256 KiB (all_gather 6.8 against 7.1, all_to_all 6.8 against
+# 7.6 at 8 KiB, one A/B run).
+DEFAULT_LL_UNPACK_PEERS = 1
 WIRE_FACTOR = 2.0           # bytes an LL push puts on the wire per data byte (4 + 4 of a word)
 MAX_LL_SOURCES = 30         # the table's LL bitmask has one bit per source (and one for dst)
 
@@ -96,11 +98,11 @@ SIMPLE = CallProtocol(ll=False)
 
 
 def call_protocol(schedule: Schedule, max_bytes: int | None, peer_inter: bool = True,
-                  max_unpack_bytes: int | None = None) -> CallProtocol:
+                  max_unpack_peers: int | None = None) -> CallProtocol:
     """The protocol `schedule` runs with an LL limit of `max_bytes` (None: simple asked) and,
-    for plans whose receivers unpack, of `max_unpack_bytes` (None: no other limit)."""
+    for plans whose receivers unpack, of `max_unpack_peers` (None: no other limit)."""
     plan = None if max_bytes is None else ll_plan(schedule, max_bytes, peer_inter,
-                                                  max_unpack_bytes)
+                                                  max_unpack_peers)
     return SIMPLE if plan is None else CallProtocol(ll=True, unpacks=bool(plan.unpacked))
 
 
@@ -109,7 +111,7 @@ def default_call_protocol(schedule: Schedule, ce_threshold_bytes: int) -> CallPr
     fused, LL threshold DEFAULT_LL_THRESHOLD_BYTES, peer mappings across nodes)."""
     return call_protocol(schedule, ll_limit_bytes("auto", True, False, DEFAULT_LL_THRESHOLD_BYTES,
                                                   ce_threshold_bytes), True,
-                         ll_unpack_limit_bytes("auto", DEFAULT_LL_UNPACK_THRESHOLD_BYTES))
+                         ll_unpack_peer_limit("auto", DEFAULT_LL_UNPACK_PEERS))
 
 
 def ll_limit_bytes(protocol: str, fuse: bool, launch_per_op: bool, ll_threshold_bytes: int,
@@ -123,22 +125,22 @@ def ll_limit_bytes(protocol: str, fuse: bool, launch_per_op: bool, ll_threshold_
     return min(ll_threshold_bytes, ce_threshold_bytes - 1) if protocol == "auto" else 1 << 62
 
 
-def ll_unpack_limit_bytes(protocol: str, ll_unpack_threshold_bytes: int) -> int | None:
-    """The largest op (bytes) of a plan whose receivers unpack that `protocol` runs as LL (None:
-    no limit beyond `ll_limit_bytes`): auto's own threshold; `ll` forces any plan."""
-    return ll_unpack_threshold_bytes if protocol == "auto" else None
+def ll_unpack_peer_limit(protocol: str, ll_unpack_peers: int) -> int | None:
+    """The most peers a rank may unpack pushes from where `protocol` runs a plan as LL (None: no
+    limit): auto's own limit; `ll` forces any qualifying plan."""
+    return ll_unpack_peers if protocol == "auto" else None
 
 
 def ll_plan(schedule: Schedule, max_bytes: int, peer_inter: bool = True,
-            max_unpack_bytes: int | None = None) -> LLPlan | None:
+            max_unpack_peers: int | None = None) -> LLPlan | None:
     """The LL lowering's plan for `schedule`, or None where it does not apply (the simple
     lowering runs any plan)."""
-    out = ll_plan_or_reason(schedule, max_bytes, peer_inter, max_unpack_bytes)
+    out = ll_plan_or_reason(schedule, max_bytes, peer_inter, max_unpack_peers)
     return out if isinstance(out, LLPlan) else None
 
 
 def ll_plan_or_reason(schedule: Schedule, max_bytes: int, peer_inter: bool = True,
-                      max_unpack_bytes: int | None = None) -> LLPlan | str:
+                      max_unpack_peers: int | None = None) -> LLPlan | str:
     """`ll_plan`, or why not (for notes and tests)."""
     spec = schedule.spec
     itemsize = spec.dtype.itemsize
@@ -203,10 +205,14 @@ def ll_plan_or_reason(schedule: Schedule, max_bytes: int, peer_inter: bool = Tru
                 return f"op {op.id} reads part of a local result ({reg})"
     unpacked = tuple(sorted(ref for ref, op in pushes.items()
                             if op.dst.buffer == OUTPUT or ref not in read_pushes))
-    if unpacked and max_unpack_bytes is not None and any(
-            op.dst.count * itemsize > max_unpack_bytes for op in ops):
-        return (f"receivers unpack pushes, and an op moves more than {max_unpack_bytes} bytes "
-                "(--ll-unpack-threshold)")
+    if max_unpack_peers is not None and unpacked:
+        senders: dict[int, set[int]] = defaultdict(set)
+        for ref in unpacked:
+            senders[pushes[ref].dst.rank].add(ref[0])
+        most = max(len(v) for v in senders.values())
+        if most > max_unpack_peers:
+            return (f"a rank unpacks pushes from {most} peers, more than {max_unpack_peers} "
+                    "(--ll-unpack-peers)")
     level = _dep_levels(schedule)
     if not answered(schedule, level, pushes, unpacked):
         return "a rank pushes to a peer it never hears from within a call"

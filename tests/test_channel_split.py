@@ -99,7 +99,7 @@ def test_the_knob_turns_it_off_and_bench_rows_name_it():
 
 def test_calibration_prices_each_bench_row_as_it_ran():
     """A bench row records the lowering's knobs: rows from before the split (no
-    `split_channels`) or the unpack rule (no `ll_unpack_threshold_bytes`) are priced as they ran
+    `split_channels`) or the unpack rule (no `ll_unpack_peers`) are priced as they ran
     then, rows of this lowering as it runs now."""
     from hiercoll.calibration.predict import lowered, protocol_of
     from hiercoll.topology import preset
@@ -112,3 +112,7 @@ def test_calibration_prices_each_bench_row_as_it_ran():
     assert lowered(s, topo, new) is not s
     assert protocol_of(s, topo, old).ll and not protocol_of(s, topo, new).ll
     assert lowered(s, topo, new | {"split_channels": False}) is s
+    # rows of 84b9a30 / 2e0de52 recorded the unpack rule as a byte threshold
+    recorded = {k: v for k, v in new.items() if k != "ll_unpack_peers"}
+    assert not protocol_of(s, topo, recorded | {"ll_unpack_threshold_bytes": 0}).ll
+    assert protocol_of(s, topo, recorded | {"ll_unpack_threshold_bytes": 256 << 10}).ll

@@ -39,7 +39,7 @@ def _plan(kind: str, algo: str, count: int = 40, dtype: str = "bf16", world: int
 def test_plans_that_push_each_region_once_take_the_ll_lowering(kind, algo, takes_ll):
     s = _plan(kind, algo)
     for r in range(4):     # plans whose receivers unpack take LL under auto only if asked (below)
-        prog = lower(s, r, CudaOptions(ll_unpack_threshold_bytes=1 << 20))
+        prog = lower(s, r, CudaOptions(ll_unpack_peers=3))
         assert bool(prog.ll_half) is takes_ll
         if takes_ll:
             (launch,) = prog.streams[0]
@@ -50,19 +50,24 @@ def test_plans_that_push_each_region_once_take_the_ll_lowering(kind, algo, takes
             assert launch.rows[0].ll & 1          # a push first: the bytes leave at once
 
 
-def test_auto_runs_plans_whose_receivers_unpack_simple_unless_asked():
-    """all-gather / all-to-all LL lost to simple at every size measured on 4 GPUs: auto keeps
-    them simple (--ll-unpack-threshold 0), `ll` still forces them, and a threshold admits them."""
+def test_auto_takes_ll_where_ranks_unpack_from_one_peer():
+    """Plans whose receivers unpack pushes into their output: on 4 GPUs direct / two_shot ranks
+    unpack from 3 peers and lost to simple, ring all-gather (one neighbour) and every 2-GPU plan
+    won with LL (ll_protocol.DEFAULT_LL_UNPACK_PEERS). `ll` still forces any qualifying plan,
+    and the knob moves the limit."""
     for kind in ("all_gather", "all_to_all"):
         s = _plan(kind, "direct")
         assert ll_applies(s, CudaOptions()) is None
         assert ll_applies(s, CudaOptions(protocol="ll")) is not None
-        assert ll_applies(s, CudaOptions(ll_unpack_threshold_bytes=1 << 10)) is not None
-        assert "unpack" in str(ll_plan_or_reason(s, 1 << 20, True, 0))
-    assert ll_applies(_plan("all_reduce", "direct"), CudaOptions()) is not None  # no unpacks
-    assert ll_applies(_plan("all_reduce", "two_shot"), CudaOptions()) is None    # into outputs
-    with pytest.raises(HiercollError, match="ll_unpack_threshold_bytes"):
-        CudaOptions(ll_unpack_threshold_bytes=-1)
+        assert ll_applies(s, CudaOptions(ll_unpack_peers=3)) is not None
+        assert "from 3 peers" in str(ll_plan_or_reason(s, 1 << 20, True, 1))
+        two = plan(preset("h200x2"), CollectiveSpec(kind=kind, world_size=2, nbytes=160), "direct")
+        assert ll_applies(two.expand(), CudaOptions()) is not None
+    assert ll_applies(_plan("all_gather", "ring"), CudaOptions()) is not None      # one neighbour
+    assert ll_applies(_plan("all_reduce", "direct"), CudaOptions()) is not None    # no unpacks
+    assert ll_applies(_plan("all_reduce", "two_shot"), CudaOptions()) is None      # 3 peers
+    with pytest.raises(HiercollError, match="ll_unpack_peers"):
+        CudaOptions(ll_unpack_peers=-1)
 
 
 def test_the_protocol_knobs_decide_and_are_validated():

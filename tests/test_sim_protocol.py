@@ -148,7 +148,7 @@ def test_the_auto_picker_times_plans_by_the_protocol_where_the_topology_prices_i
     assert got.time_us == pytest.approx(want)
     ag = hc.plan(topo, hc.CollectiveSpec(kind="all_gather", world_size=2, dtype="bf16",
                                          nbytes=8192), "direct")
-    assert not backend_protocol(topo, ag).ll      # its receivers unpack: auto runs it simple
+    assert backend_protocol(topo, ag).ll          # each rank unpacks from its one peer: LL
     plain = hc.load_topology("dgx-h100", 1)
     spec = hc.CollectiveSpec(kind="all_gather", world_size=8, dtype="bf16", nbytes=8192)
     assert backend_protocol(plain, hc.plan(plain, spec, "direct")) is None

@@ -21,7 +21,7 @@ from hiercoll.ll_protocol import (
     CallProtocol,
     call_protocol,
     ll_limit_bytes,
-    ll_unpack_limit_bytes,
+    ll_unpack_peer_limit,
 )
 from hiercoll.planner import plan
 from hiercoll.planner.library_model import (
@@ -113,10 +113,23 @@ def protocol_of(schedule: Schedule, topology: Topology,
                            bool(knobs.get("launch_per_op")),
                            ll_bytes if isinstance(ll_bytes, int) else DEFAULT_LL_THRESHOLD_BYTES,
                            _ce_threshold(topology, knobs))
-    # rows from before the unpack threshold carry none: their auto ran unpacking plans as LL
-    unpack = knobs.get("ll_unpack_threshold_bytes")
-    return call_protocol(schedule, limit, _inter_peer(knobs), ll_unpack_limit_bytes(
-        str(asked), unpack) if isinstance(unpack, int) else None)
+    return call_protocol(schedule, limit, _inter_peer(knobs),
+                         ll_unpack_peer_limit(str(asked), peers) if (peers := _unpack_peers(
+                             knobs)) is not None else None)
+
+
+def _unpack_peers(knobs: Mapping[str, object]) -> int | None:
+    """The row's limit on the peers an LL rank unpacks from: its `ll_unpack_peers`; for rows of
+    84b9a30 / 2e0de52, which recorded `ll_unpack_threshold_bytes` instead, 0 where that was 0
+    (no unpacking plan ran LL under auto) and none where it admitted every LL-sized op; None for
+    rows from before either (auto ran every qualifying plan as LL)."""
+    peers = knobs.get("ll_unpack_peers")
+    if isinstance(peers, int):
+        return peers
+    old = knobs.get("ll_unpack_threshold_bytes")
+    if isinstance(old, int):
+        return 0 if old == 0 else None
+    return None
 
 
 def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object]) -> Schedule:

@@ -10,7 +10,11 @@ single row moves the same bytes, took 14.
 
 The rule, derived from the schedule: on each (rank, channel), the longest run of ops from the
 channel's start that depend on nothing and touch no memory another op of the run touches
-(no two write overlapping regions, none reads what another writes). Nothing can be ordered
+(no two write overlapping regions, none reads what another writes), where the run pushes to at
+least two peers. A run of one push beside local work gains nothing: the kernel already walks such
+rows CTA by CTA without a wait between them, and split it cost two more barrier rows (2 x H200,
+all_to_all 1 MiB hier 10.9 us split against 9.8 unsplit; 16 MiB within 1 %: one A/B run,
+bench/results/gpu/w4/README.md). Nothing can be ordered
 before such an op but the ops of the run ahead of it, and it conflicts with none of them, so
 dropping those orders loses nothing the op itself needed. What others needed is kept: the op
 that followed the run on the channel, and every op that depended on a run op, depend on every
@@ -41,8 +45,8 @@ def split_independent_heads(schedule: Schedule) -> Schedule:
         fresh = max(by_channel, default=-1) + 1
         for chain in by_channel.values():
             run = _independent_head(chain)
-            if len(run) < 2:
-                continue
+            if len({op.dst.rank for op in run if op.dst.rank != r}) < 2:
+                continue            # side by side pays only where it loads links to several peers
             for op in run[1:]:
                 channel[op.ref] = fresh
                 fresh += 1

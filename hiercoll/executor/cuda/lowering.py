@@ -31,13 +31,13 @@ from hiercoll.executor.order import Levels, levels
 from hiercoll.kernels.abi import LL_STEP_WORDS, STEP_ELEMENTS, WAIT_WIDE_SHIFT
 from hiercoll.ll_protocol import (
     DEFAULT_LL_THRESHOLD_BYTES,
-    DEFAULT_LL_UNPACK_THRESHOLD_BYTES,
+    DEFAULT_LL_UNPACK_PEERS,
     LLPlan,
     elements_per_word,
     ll_limit_bytes,
     ll_plan,
     ll_plan_or_reason,
-    ll_unpack_limit_bytes,
+    ll_unpack_peer_limit,
 )
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
@@ -169,10 +169,10 @@ class CudaOptions:
     ll_threshold_bytes: int = _knob(
         DEFAULT_LL_THRESHOLD_BYTES, "--ll-threshold", "cuda: --protocol auto takes LL when no op of the plan "
         "moves more than this", size=True)
-    ll_unpack_threshold_bytes: int = _knob(
-        DEFAULT_LL_UNPACK_THRESHOLD_BYTES, "--ll-unpack-threshold", "cuda: ... and, for a plan "
-        "whose receivers unpack pushes (all-gather, all-to-all), than this (default 0: such "
-        "plans run simple under auto; ll_protocol.py says why)", size=True)
+    ll_unpack_peers: int = _knob(
+        DEFAULT_LL_UNPACK_PEERS, "--ll-unpack-peers", "cuda: ... and, for a plan whose receivers "
+        "unpack pushes into their output (all-gather, all-to-all, multi-hop all-reduce), when no "
+        "rank unpacks from more peers than this (default 1; ll_protocol.py has the measurements)")
     forward: bool = _knob(
         True, "--no-forward", "cuda: keep every copy as planned (by default a reader of a "
         "copy's scratch reads its source over the peer mapping instead: executor/cuda/"
@@ -219,10 +219,10 @@ class CudaOptions:
         except ValueError:
             raise HiercollError(f"protocol: {self.protocol!r} should be one of "
                                 f"{', '.join(t.value for t in Protocol)}") from None
-        for name in ("ll_threshold_bytes", "ll_unpack_threshold_bytes"):
+        for name in ("ll_threshold_bytes", "ll_unpack_peers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise HiercollError(f"{name}: {value!r} must be an integer number of bytes >= 0")
+                raise HiercollError(f"{name}: {value!r} must be an integer >= 0")
 
 
 TUNED_KNOBS = ("ce_threshold_bytes",)   # what the auto-picker chooses (tuning.json "executor")
@@ -863,7 +863,7 @@ def ll_applies(schedule: Schedule, opts: CudaOptions) -> LLPlan | None:
     if limit is None:
         return None
     peer = opts.inter_transport == InterTransport.PEER
-    unpack = ll_unpack_limit_bytes(str(opts.protocol), opts.ll_unpack_threshold_bytes)
+    unpack = ll_unpack_peer_limit(str(opts.protocol), opts.ll_unpack_peers)
     plan: LLPlan | None = _per_schedule(_LL_PLANS, (limit, peer, unpack), schedule,
                                         lambda: ll_plan(schedule, limit, peer, unpack))
     return plan
