@@ -116,3 +116,17 @@ def test_calibration_prices_each_bench_row_as_it_ran():
     recorded = {k: v for k, v in new.items() if k != "ll_unpack_peers"}
     assert not protocol_of(s, topo, recorded | {"ll_unpack_threshold_bytes": 0}).ll
     assert protocol_of(s, topo, recorded | {"ll_unpack_threshold_bytes": 256 << 10}).ll
+    # ... and split every run of two ops: a lone push beside a local copy (2 ranks) too
+    two = preset("h200x2")
+    a2a = plan(two, _spec("all_to_all", 2, 40), "hier").expand()
+    assert lowered(a2a, two, new) is a2a                               # one peer: not split now
+    assert lowered(a2a, two, recorded | {"ll_unpack_threshold_bytes": 0}) is not a2a
+
+
+def test_a_lone_push_beside_local_work_keeps_its_channel():
+    """2 ranks: the run [local copy, push] loads one peer's links; the kernel already walks it CTA
+    by CTA without a wait, and split it lost 1.1 us at 1 MiB (2 x H200, one A/B run)."""
+    from hiercoll.topology import preset
+    s = plan(preset("h200x2"), _spec("all_to_all", 2, 40), "hier").expand()
+    assert split_independent_heads(s) is s
+    assert split_independent_heads(s, min_push_peers=0) is not s

@@ -138,11 +138,13 @@ def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object])
     row's copy-engine threshold; as planned for every other row."""
     if knobs.get("launch_per_op") or "forward" not in knobs:
         return schedule
-    # rows from before the channel split carry no `split_channels` knob: they ran unsplit
+    # rows from before the channel split carry no `split_channels` knob: they ran unsplit; rows
+    # of 84b9a30 / 2e0de52 (they carry `ll_unpack_threshold_bytes`) split every run of two ops
     return as_lowered(schedule, _ce_threshold(topology, knobs), inter_peer=_inter_peer(knobs),
                       forward=bool(knobs.get("forward")),
                       split=bool(knobs.get("split_channels", False))
-                      and bool(knobs.get("single_stream") or knobs.get("fuse", True)))
+                      and bool(knobs.get("single_stream") or knobs.get("fuse", True)),
+                      split_min_peers=0 if "ll_unpack_threshold_bytes" in knobs else 2)
 
 
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:

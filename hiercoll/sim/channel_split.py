@@ -31,9 +31,11 @@ from dataclasses import replace
 from hiercoll.schedule import ExpandedOps, Op, OpRef, Schedule
 
 
-def split_independent_heads(schedule: Schedule) -> Schedule:
-    """`schedule` with each channel's independent head ops on channels of their own (above);
-    the same object where no channel has two."""
+def split_independent_heads(schedule: Schedule, min_push_peers: int = 2) -> Schedule:
+    """`schedule` with each channel's independent head ops on channels of their own (above),
+    where a run pushes to at least `min_push_peers` peers (0: any run of two ops, the rule of
+    84b9a30 / 2e0de52, which calibration needs to price those commits' bench rows); the same
+    object where no channel has such a run."""
     w = schedule.world_size
     extra_deps: dict[OpRef, list[OpRef]] = defaultdict(list)   # op -> run ops now needed
     ahead: dict[OpRef, list[OpRef]] = {}      # a moved run op -> the run ops ahead of it
@@ -45,7 +47,7 @@ def split_independent_heads(schedule: Schedule) -> Schedule:
         fresh = max(by_channel, default=-1) + 1
         for chain in by_channel.values():
             run = _independent_head(chain)
-            if len({op.dst.rank for op in run if op.dst.rank != r}) < 2:
+            if len(run) < 2 or len({op.dst.rank for op in run if op.dst.rank != r}) < min_push_peers:
                 continue            # side by side pays only where it loads links to several peers
             for op in run[1:]:
                 channel[op.ref] = fresh

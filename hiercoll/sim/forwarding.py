@@ -147,13 +147,14 @@ def forward_on_sms(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool
 
 
 def as_lowered(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = False,
-               forward: bool = True, split: bool = True) -> Schedule:
+               forward: bool = True, split: bool = True, split_min_peers: int = 2) -> Schedule:
     """The schedule the cuda backend's simple lowering runs: its copies forwarded
     (`forward_on_sms`, unless `forward` is off), then, where the program is one kernel (`split`:
     fused or single-stream, and every op a row on SMs over peer mappings), the independent ops at
-    the head of a channel on channels of their own (`channel_split`; in a multi-stream program
-    each would be a stream with its own launches). The lowering runs it; the simulator times it
-    where it predicts the cuda backend (calibration, autopick's backend schedule)."""
+    the head of a channel on channels of their own (`channel_split`, `split_min_peers`; in a
+    multi-stream program each would be a stream with its own launches). The lowering runs it;
+    the simulator times it where it predicts the cuda backend (calibration, autopick's backend
+    schedule)."""
     from hiercoll.schedule import Transport
     from hiercoll.sim.channel_split import split_independent_heads
     from hiercoll.sim.engine import on_copy_engine
@@ -164,5 +165,5 @@ def as_lowered(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = F
                         or (not inter_peer and op.transport == Transport.INTER)
                         for op in schedule.ops()):
         return schedule
-    return split_independent_heads(schedule)
+    return split_independent_heads(schedule, split_min_peers)
 

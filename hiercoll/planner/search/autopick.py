@@ -98,8 +98,9 @@ class SimCache:
     # 4: rail leaves spanning the cluster no longer folded (same fingerprint, other times);
     # 5: ECMP hashes per-level digit offsets (other paths on tiered fabrics); 6: where the
     # topology prices protocols, simple-protocol candidates timed forwarded (`backend_schedule`);
-    # 7: ... and with independent channel heads split; unpacking plans priced simple under auto
-    MODEL_VERSION = 7
+    # 7: ... and with independent channel heads split; unpacking plans priced simple under auto;
+    # 8: the split only where a run pushes to 2+ peers, LL for ranks unpacking from one peer
+    MODEL_VERSION = 8
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
     # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; and under the
