@@ -45,10 +45,11 @@ def _ptx(dtype: str, aligned: bool, ptx: bool = True, also: bool = False) -> str
            "err_ptr": "*i64", "first_row": "i32", "num_rows": "i32", "spin_limit": "i32",
            "REDUCE": "constexpr", "ACC": "constexpr", "ALIGNED": "constexpr", "VEC": "constexpr",
            "BLOCK": "constexpr", "LANES": "constexpr", "BUMP_EPOCH": "constexpr",
-           "FUSED": "constexpr", "PTX": "constexpr", "ALSO": "constexpr"}
+           "FUSED": "constexpr", "PTX": "constexpr", "TRACE": "constexpr",
+           "ALSO": "constexpr"}
     consts = {"REDUCE": 0, "ACC": triton.language.float32, "ALIGNED": aligned,
               "VEC": 8 if dtype == "bf16" else 4, "BLOCK": 4096, "LANES": 256,
-              "BUMP_EPOCH": False, "FUSED": False, "PTX": ptx, "ALSO": also}
+              "BUMP_EPOCH": False, "FUSED": False, "PTX": ptx, "TRACE": False, "ALSO": also}
     attrs = {(k,): [["tt.divisibility", 16]] for k in range(5)}
     src = ASTSource(fn=_program_kernel, signature=sig, constexprs=consts, attrs=attrs)
     return compile_sm90_ptx(src, 8)
