@@ -330,14 +330,10 @@ def _program_kernel(table, data, sig, epoch_ptr, err_ptr, first_row, num_rows, s
                     acc = acc * scale.to(ACC)
                     if acc_flag != 0:
                         acc = acc + tl.load(dst + offs, mask=mask).to(ACC)
-                    y = acc.to(dst.dtype.element_ty)
-                    tl.store(dst + offs, y, mask=mask)
-                    if ALSO:
-                        _store_also(table, data, astart, nalso, offs, y, mask, ALIGNED, VEC)
-                else:
-                    tl.store(dst + offs, x, mask=mask)
-                    if ALSO:
-                        _store_also(table, data, astart, nalso, offs, x, mask, ALIGNED, VEC)
+                    x = acc.to(dst.dtype.element_ty)
+                tl.store(dst + offs, x, mask=mask)
+                if ALSO:
+                    _store_also(table, data, astart, nalso, offs, x, mask, ALIGNED, VEC)
         if TRACE:
             if traced:
                 tl.debug_barrier()   # every thread's loads are in (its stores issued)
