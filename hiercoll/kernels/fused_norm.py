@@ -326,7 +326,7 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
             float(eps), spin_limit, state.world, state.grid, stages, block_h, 32 * NUM_WARPS, wp,
             rb, rbg, ordering.release, ordering.acquire, ordering.acquire_all_threads, parts[0],
             parts[1], ptx)
-    key = _binary_key(args, hidden, stages, ordering, parts, ptx)
+    key = _binary_key(args)
     binary = _BOUND.get(key)
     if binary is not None and not launch_hook_set():
         active = driver.active      # the stream the JIT would launch on: the current device's
@@ -355,15 +355,15 @@ def _shape_constants(hidden: int, world: int) -> tuple[int, int, int, int]:
             rows_per_step(hidden, REDUCE_TILE), rows_per_step(hidden, COPY_TILE))
 
 
-def _binary_key(args: tuple[Any, ...], hidden: int, stages: int, ordering: Ordering,
-                parts: tuple[int, int], ptx: bool) -> tuple[object, ...]:
+def _binary_key(args: tuple[Any, ...]) -> tuple[object, ...]:
     """What the JIT specialises `args` on (`launch`'s argument order): every tensor's device,
     dtype and 16-byte alignment, the do-not-specialise integers' width (int32 or int64), and by
-    value everything else (hidden, the constexprs; `args` holds nothing else that varies)."""
+    value `hidden` and everything after `spin_limit` (world, grid and the constexprs); `eps` is
+    a float the JIT does not specialise."""
     tensors = args[:_TENSORS]
-    rank, rows, stride, spin = args[11], args[12], args[14], args[16]
+    rank, rows, hidden, stride, _eps, spin = args[_TENSORS:_TENSORS + 6]
     x = tensors[0]      # the binary's device (the JIT compiles for the current one)
     return (torch.cuda.current_device() if x.is_cuda else -1,
             tuple((t.device, t.dtype, t.data_ptr() % 16 == 0) for t in tensors),
-            rank in _INT32, rows in _INT32, stride in _INT32, spin in _INT32, hidden, stages,
-            ordering, parts, ptx, args[17], args[18])
+            rank in _INT32, rows in _INT32, stride in _INT32, spin in _INT32, hidden,
+            *args[_TENSORS + 6:])
