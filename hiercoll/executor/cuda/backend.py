@@ -303,14 +303,13 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         (prepared.inline_channel,) = program.streams
     if puts:
         _warm_up_put(program, data, signals, kernel, device, group)
-    launches = _kernel_launches(program)
-    spans = [(table.launches[id(launch)], bump, fused) for launch, bump, fused in launches]
+    launches = [(launch, table.launches[id(launch)], bump, fused)
+                for launch, bump, fused in _kernel_launches(program)]
     compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit,
-                       {(span.aligned, bump, fused, span.also) for span, bump, fused in spans})
-    for launch, bump, fused in launches:
-        bound = bind_launch(kernel, table.launches[id(launch)], compiled,
-                            reduce_op=prepared.reduce_op, spin_limit=prepared.spin_limit,
-                            bump_epoch=bump, fused=fused)
+                       {(span.aligned, bump, fused, span.also) for _, span, bump, fused in launches})
+    for launch, span, bump, fused in launches:
+        bound = bind_launch(kernel, span, compiled, reduce_op=prepared.reduce_op,
+                            spin_limit=prepared.spin_limit, bump_epoch=bump, fused=fused)
         if bound is not None:
             prepared.bound[id(launch)] = bound
     return prepared
