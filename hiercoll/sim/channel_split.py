@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from hiercoll.schedule import ExpandedOps, Op, OpRef, Schedule
+from hiercoll.schedule import ExpandedOps, Op, OpRef, Region, Schedule
 
 
 def split_independent_heads(schedule: Schedule, min_push_peers: int = 2) -> Schedule:
@@ -37,7 +37,7 @@ def split_independent_heads(schedule: Schedule, min_push_peers: int = 2) -> Sche
     84b9a30 / 2e0de52, which calibration needs to price those commits' bench rows); the same
     object where no channel has such a run."""
     w = schedule.world_size
-    extra_deps: dict[OpRef, list[OpRef]] = defaultdict(list)   # op -> run ops now needed
+    extra_deps: dict[OpRef, list[OpRef]] = defaultdict(list)   # next op -> the moved run ops
     ahead: dict[OpRef, list[OpRef]] = {}      # a moved run op -> the run ops ahead of it
     channel: dict[OpRef, int] = {}
     for r in range(w):
@@ -57,15 +57,13 @@ def split_independent_heads(schedule: Schedule, min_push_peers: int = 2) -> Sche
             ahead.update((op.ref, [o.ref for o in run[:i]]) for i, op in enumerate(run) if i)
     if not channel:
         return schedule
-    for r in range(w):                        # who depended on a moved op
-        for op in schedule.rank_ops(r):
-            for d in op.deps:
-                extra_deps[op.ref].extend(ahead.get(d, ()))
     out = []
     for r in range(w):
         fixed = []
         for op in schedule.rank_ops(r):
-            deps = tuple(dict.fromkeys((*op.deps, *extra_deps.get(op.ref, ()))))
+            # ... and who depended on a moved op waits for the run ops ahead of it too
+            more = [a for d in op.deps for a in ahead.get(d, ())]
+            deps = tuple(dict.fromkeys((*op.deps, *extra_deps.get(op.ref, ()), *more)))
             fixed.append(replace(op, channel=channel.get(op.ref, op.channel), deps=deps))
         out.append(tuple(fixed))
     buffers = tuple(dict(schedule.buffers(r)) for r in range(w))
@@ -74,18 +72,19 @@ def split_independent_heads(schedule: Schedule, min_push_peers: int = 2) -> Sche
 
 def _independent_head(chain: list[Op]) -> list[Op]:
     """The longest prefix of a channel's ops with no dependencies and no memory conflict
-    between any two of them."""
+    between any two of them (no two write overlapping regions, none reads what another writes).
+    Regions are kept per (rank, buffer): a run of pushes to W peers checks each against its own
+    peer's few regions, not against the whole run."""
     run: list[Op] = []
+    written: dict[tuple[int, str], list[Region]] = defaultdict(list)
+    read: dict[tuple[int, str], list[Region]] = defaultdict(list)
     for op in chain:
-        if op.deps or any(_conflict(op, o) for o in run):
+        dst = (op.dst.rank, op.dst.buffer)
+        if op.deps or any(op.dst.overlaps(x) for x in (*written[dst], *read[dst])) or any(
+                reg.overlaps(x) for reg in op.reads() for x in written[(reg.rank, reg.buffer)]):
             break
         run.append(op)
+        written[dst].append(op.dst)
+        for reg in op.reads():
+            read[(reg.rank, reg.buffer)].append(reg)
     return run
-
-
-def _conflict(a: Op, b: Op) -> bool:
-    """Would running a and b in either order (or at once) change what either reads or leaves?"""
-    if a.dst.overlaps(b.dst):
-        return True
-    return (any(a.dst.overlaps(reg) for reg in b.reads())
-            or any(b.dst.overlaps(reg) for reg in a.reads()))
