@@ -94,7 +94,17 @@ def test_the_knob_turns_it_off_and_bench_rows_name_it():
     off = lowered_schedule(s, CudaOptions(split_channels=False))
     assert off is s and on is not s
     assert max(op.channel for op in on.ops()) > max(op.channel for op in s.ops())
-    assert "split_channels" in {f.name for f in dataclasses.fields(CudaOptions)}
+    # the flags a bench takes become its rows' options (BackendChoice.options)
+    import argparse
+
+    from hiercoll.cli.backend_args import add_cuda_args, backend_choice
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", default="cuda")
+    add_cuda_args(p)
+    rows = backend_choice(p.parse_args(["--no-split-channels", "--ll-unpack-peers", "3"]))
+    assert rows.options("graph")["split_channels"] is False
+    assert rows.options("graph")["ll_unpack_peers"] == 3
+    assert backend_choice(p.parse_args([])).options("eager")["split_channels"] is True
 
 
 def test_calibration_prices_each_bench_row_as_it_ran():
