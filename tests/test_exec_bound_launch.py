@@ -141,3 +141,15 @@ def test_the_auto_grid_takes_the_groups_smallest_gpu(monkeypatch):
     cpu = torch.device("cpu")
     assert backend.fit_to_device(CudaOptions(), cpu).max_ctas == 114
     assert backend.fit_to_device(CudaOptions(max_ctas=64), cpu).max_ctas == 64
+
+
+def test_a_sweep_knob_takes_a_positive_integer_or_says_which_variable_is_wrong(monkeypatch):
+    from hiercoll.kernels.abi import sweep_knob
+    monkeypatch.delenv("HIERCOLL_TEST_KNOB", raising=False)
+    assert sweep_knob("HIERCOLL_TEST_KNOB", 8) == 8
+    monkeypatch.setenv("HIERCOLL_TEST_KNOB", " 16 ")
+    assert sweep_knob("HIERCOLL_TEST_KNOB", 8) == 16
+    for bad in ("sixteen", "0", "-4"):
+        monkeypatch.setenv("HIERCOLL_TEST_KNOB", bad)
+        with pytest.raises(ValueError, match="HIERCOLL_TEST_KNOB.*positive integer"):
+            sweep_knob("HIERCOLL_TEST_KNOB", 8)

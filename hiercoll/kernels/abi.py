@@ -18,8 +18,12 @@ from dataclasses import dataclass
 def sweep_knob(name: str, default: int) -> int:
     """A launch-shape constant, overridable from the environment only so that
     bench/gpu/grid_sweep.sh can time other shapes in fresh processes (read once, at import)."""
-    raw = os.environ.get(name, "")
-    return int(raw) if raw.strip() else default
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"{name}={raw!r}: a positive integer (or unset for {default})")
+    return int(raw)
 
 
 ROW_WORDS = 17
