@@ -125,9 +125,10 @@ def ll_limit_bytes(protocol: str, fuse: bool, launch_per_op: bool, ll_threshold_
     return min(ll_threshold_bytes, ce_threshold_bytes - 1) if protocol == "auto" else 1 << 62
 
 
-def ll_unpack_peer_limit(protocol: str, ll_unpack_peers: int) -> int | None:
+def ll_unpack_peer_limit(protocol: str, ll_unpack_peers: int | None) -> int | None:
     """The most peers a rank may unpack pushes from where `protocol` runs a plan as LL (None: no
-    limit): auto's own limit; `ll` forces any qualifying plan."""
+    limit): auto's own limit (None: none, as before the rule); `ll` forces any qualifying
+    plan."""
     return ll_unpack_peers if protocol == "auto" else None
 
 

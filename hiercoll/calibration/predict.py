@@ -114,8 +114,7 @@ def protocol_of(schedule: Schedule, topology: Topology,
                            ll_bytes if isinstance(ll_bytes, int) else DEFAULT_LL_THRESHOLD_BYTES,
                            _ce_threshold(topology, knobs))
     return call_protocol(schedule, limit, _inter_peer(knobs),
-                         ll_unpack_peer_limit(str(asked), peers) if (peers := _unpack_peers(
-                             knobs)) is not None else None)
+                         ll_unpack_peer_limit(str(asked), _unpack_peers(knobs)))
 
 
 def _unpack_peers(knobs: Mapping[str, object]) -> int | None:
