@@ -134,16 +134,22 @@ def forward_on_sms(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool
     `inter_peer`: copies between nodes too (the lowering's `--inter-transport peer`). The
     lowering runs it, and the simulator times it when it predicts the cuda backend rather than
     the plan as written (calibration, --validate)."""
-    from hiercoll.schedule import Transport
     from hiercoll.sim.engine import on_copy_engine
     itemsize = schedule.spec.dtype.itemsize
 
     def allowed(op: Op, readers: list[Op]) -> bool:
-        return ((inter_peer or op.transport != Transport.INTER)
+        return (_over_peer_mappings(op, inter_peer)
                 and (not on_copy_engine(op, itemsize, ce_threshold_bytes)
                      or all(r.kind == OpKind.REDUCE for r in readers)))
 
     return forward_copies(schedule, allowed)
+
+
+def _over_peer_mappings(op: Op, inter_peer: bool) -> bool:
+    """Does the cuda lowering move `op` through peer mappings (not NCCL / NVSHMEM)? Intra-node
+    ops always; inter-node ones under `--inter-transport peer`."""
+    from hiercoll.schedule import Transport
+    return inter_peer or op.transport != Transport.INTER
 
 
 def as_lowered(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = False,
@@ -155,15 +161,14 @@ def as_lowered(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = F
     multi-stream program each would be a stream with its own launches). The lowering runs it;
     the simulator times it where it predicts the cuda backend (calibration, autopick's backend
     schedule)."""
-    from hiercoll.schedule import Transport
     from hiercoll.sim.channel_split import split_independent_heads
     from hiercoll.sim.engine import on_copy_engine
     if forward:
         schedule = forward_on_sms(schedule, ce_threshold_bytes, inter_peer)
     itemsize = schedule.spec.dtype.itemsize
-    if not split or any(on_copy_engine(op, itemsize, ce_threshold_bytes)
-                        or (not inter_peer and op.transport == Transport.INTER)
-                        for op in schedule.ops()):
+    if not split or not all(_over_peer_mappings(op, inter_peer)
+                            and not on_copy_engine(op, itemsize, ce_threshold_bytes)
+                            for op in schedule.ops()):
         return schedule
     return split_independent_heads(schedule, split_min_peers)
 
