@@ -49,8 +49,8 @@ DEFAULT_LL_THRESHOLD_BYTES = 256 << 10     # the cuda backend's --ll-threshold d
 # all-to-all, the multi-hop all-reduces) only where no rank unpacks pushes from more than this many
 # peers. Measured (bench/results/gpu/w4/README.md): on 4 H100s, where direct / hier / two_shot
 # receivers unpack from 3 peers, LL lost to simple at every size up to 1 MiB but one (all_gather
-# 8 KiB 12.7 us LL against 9.4 simple; all_reduce two_shot 256 KiB 16.2 against 14.0), while ring
-# all_gather (each rank unpacks from its one neighbour) won with LL (256 KiB 16.0 against 24.4);
+# 8 KiB 12.7 us LL against 9.4 simple; all_reduce two_shot 256 KiB 16.2 against 14.2), while ring
+# all_gather (each rank unpacks from its one neighbour) won with LL (256 KiB 16.0 against 22.2, one run);
 # on 2 H200s (one peer) LL won up to 256 KiB (all_gather 6.8 against 7.1, all_to_all 6.8 against
 # 7.6 at 8 KiB, one A/B run).
 DEFAULT_LL_UNPACK_PEERS = 1

@@ -13,7 +13,7 @@ channel's start that depend on nothing and touch no memory another op of the run
 (no two write overlapping regions, none reads what another writes), where the run pushes to at
 least two peers. A run of one push beside local work gains nothing: the kernel already walks such
 rows CTA by CTA without a wait between them, and split it cost two more barrier rows (2 x H200,
-all_to_all 1 MiB hier 10.9 us split against 9.8 unsplit; 16 MiB within 1 %: one A/B run,
+all_to_all 1 MiB hier 10.9 us split against 9.8 unsplit; the best family at 16 MiB within 1 %: one A/B run,
 bench/results/gpu/w4/README.md). Nothing can be ordered
 before such an op but the ops of the run ahead of it, and it conflicts with none of them, so
 dropping those orders loses nothing the op itself needed. What others needed is kept: the op
