@@ -237,8 +237,7 @@ def _node_blocks_at_once(mask: BoolArray, nodes: int, g: int) -> list[tuple[int,
     """`_node_blocks` of one rank in one sort over every node (numpy calls per node were most
     of building a 1024-rank dispatch's splits): tokens by (node, key), ties in token order, as
     the per-node stable sorts give them."""
-    keys = (mask.reshape(len(mask), nodes, g).astype(np.int64)
-            << np.arange(g, dtype=np.int64)).sum(axis=2)          # [token, node], as _mask_keys
+    keys = _mask_keys(mask.reshape(-1, g)).reshape(len(mask), nodes)      # [token, node]
     node_of, token = np.nonzero(keys.T)                           # by node, then token
     key = keys[token, node_of]
     order = np.argsort(node_of * (1 << g) + key, kind="stable")
