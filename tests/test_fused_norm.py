@@ -131,11 +131,13 @@ def test_stage_choice_is_one_stage_small_two_stage_large():
 
 def test_the_shipped_multi_gpu_fits_fuse_small_calls_and_fall_back_where_fusion_lost():
     """4 x H200: the fused kernel for decode shapes, NCCL + add + norm from ~1 MB (where the
-    measured fused stages were slower); 2 x H200: fused up to the largest measured shape."""
+    measured fused stages were slower); 2 x H200: fused at every measured shape (1-stage for
+    decode shapes, 2-stage for the largest, where its smaller volume term wins)."""
     assert [choose_stage(m, 4096, 4, 2) for m in (1, 16, 64)] == [1, 1, 1]
     assert choose_stage(16384, 4096, 4, 2) == 0
-    assert [choose_stage(m, 2880, 2, 2) for m in (1, 16, 512, 1319)] == [1, 1, 1, 1]
-    assert choose_stage(2048, 2880, 2, 2) == 0          # above what the 2-GPU run measured
+    assert [choose_stage(m, 2880, 2, 2) for m in (1, 16, 512, 1319, 2048)] == [1, 1, 1, 1, 1]
+    assert choose_stage(16384, 4096, 2, 2) == 2
+    assert choose_stage(32768, 4096, 2, 2) == 0         # above what the 2-GPU run measured
     for world in (2, 4):
         assert "H200" in costs_for(world).source and costs_for(world).measured_up_to
 

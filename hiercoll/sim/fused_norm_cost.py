@@ -115,18 +115,22 @@ def _volume(stages: int, nbytes: int, world: int) -> float:
 # Across GPUs (one process per GPU), by world size: `bench/fused_norm.py --group --fit` on the
 # lent H200s (bench/results/gpu/fused_norm_multi/, NVLS off, torch 2.11.0+cu130, triton 3.6).
 def _fitted_on_h200(world: int, a1: float, b1: float, a2: float, b2: float, a0: float,
-                    b0: float, up_to: int, run: str, what: str) -> FusedNormCosts:
+                    b0: float, up_to: int, run: str, what: str, commit: str,
+                    date: str) -> FusedNormCosts:
     """One across-GPU fit of the lent H200s (relative least squares of the p50 of each path:
-    both stages forced, NCCL all-reduce + add + RMSNorm; kernel of commit 9868fdb)."""
+    both stages forced, NCCL all-reduce + add + RMSNorm; the kernel of `commit`)."""
     return FusedNormCosts(a1, b1, a2, b2, f"fit of {what}, one process per GPU, {world} x NVIDIA "
-                          f"H200, commit 9868fdb, bench/results/gpu/fused_norm_multi/{run}, "
-                          "2026-11-27", a0, b0, up_to)
+                          f"H200, commit {commit}, bench/results/gpu/fused_norm_multi/{run}, "
+                          f"{date}", a0, b0, up_to)
 
 
 CALIBRATED_BY_WORLD: dict[int, FusedNormCosts] = {
     4: _fitted_on_h200(4, 13.649, 2.6629, 23.430, 3.8351, 20.689, 6.2277, 134217728, "tiled",
-                       "26 shapes (picks the measured fastest path for 22, worst pick 1.05x)"),
-    2: _fitted_on_h200(2, 8.4038, 1.9202, 13.685, 2.5451, 13.705, 6.1024, 7597440,
-                       "tiled-w2-partial", "the 10 shapes a cut-short run measured (M 1..1319, "
-                       "hidden 2880; above 7.6 MB the unfused path runs)"),
+                       "26 shapes (picks the measured fastest path for 22, worst pick 1.05x)",
+                       "9868fdb", "2026-11-27"),
+    # the first full 2-GPU bench, after the poll fix (4f04313): fused wins at every shape there
+    # (the earlier partial run's fallback above 7.6 MB was a guess: 1.2-1.5x slower than fused)
+    2: _fitted_on_h200(2, 9.0104, 1.9960, 14.838, 2.5355, 15.042, 5.3613, 134217728,
+                       "post-fix-w2", "26 shapes (picks the faster stage for 26/26)",
+                       "99dd5b2", "2026-11-28"),
 }
