@@ -40,7 +40,7 @@ def test_the_array_check_agrees_with_the_op_check(nodes, kind, channels, outcome
 
 def test_a_schedule_without_arrays_is_checked_on_its_ops():
     topo = preset("dgx-h100", 2)
-    s = plan(topo, CollectiveSpec(kind="all_reduce", world_size=16, nbytes=16 * 4096), "hier")
+    s = plan(topo, CollectiveSpec(kind="all_reduce", world_size=16, nbytes=16 * 4096), "direct")
     assert symmetry._shift_maps_arrays(s, 0, 8) is None
 
 

@@ -5,15 +5,19 @@ dispatches and resolves labels (by formula for the regular sharded kinds)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hiercoll.collectives import CollectiveSpec, Kind
 from hiercoll.planner.builder import RankBuilder
 from hiercoll.planner.context import Algorithm, PlanContext, node_period
 from hiercoll.planner.hier.all_gather import ag_index, build_all_gather
 from hiercoll.planner.hier.all_to_all import a2a_index, build_all_to_all
+from hiercoll.planner.hier.arrays import hier_op_arrays
 from hiercoll.planner.hier.common import HierParams, Place, hier_peers, node_radices, rails_unsupported
 from hiercoll.planner.hier.group import build_group_cast, build_group_reduce
 from hiercoll.planner.hier.reduce_scatter import build_reduce_scatter, rs_index, rs_length
 from hiercoll.planner.labels import GatherSendLabel, Label
+from hiercoll.schedule_arrays import OpArrays
 from hiercoll.topology import Topology
 
 
@@ -54,6 +58,11 @@ class Hier(Algorithm[HierParams]):
             build_group_cast(ctx, b, pl)
         else:
             build_group_reduce(ctx, b, pl)
+
+    def op_arrays(self, ctx: PlanContext[HierParams], ranks: Sequence[int]) -> OpArrays | None:
+        """The sharded kinds' ops written straight as arrays (`arrays.hier_op_arrays`: what
+        `build_rank` emits, op for op); None where that form does not cover the plan."""
+        return hier_op_arrays(ctx, ranks)
 
     def index_of(self, ctx: PlanContext[HierParams], rank: int, label: Label) -> int:
         kind, pl = ctx.spec.kind, Place.of(ctx, rank)
