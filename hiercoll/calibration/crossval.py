@@ -52,7 +52,8 @@ def fold_of(cases: Sequence[Case], folds: int) -> list[int]:
 
 def cross_validate(cases: Sequence[Case], base: Topology, folds: int,
                    progress: Callable[[int], None] | None = None,
-                   only: Sequence[str] | None = None, fixed: Sequence[str] = ()) -> list[Figure]:
+                   only: Sequence[str] | None = None, fixed: Sequence[str] = (),
+                   jobs: int = 1) -> list[Figure]:
     """Fit K times, each on the rows outside one fold; every row predicted once, held out."""
     if folds < 2:
         raise HiercollError(f"--folds: {folds}; give at least 2")
@@ -63,7 +64,8 @@ def cross_validate(cases: Sequence[Case], base: Topology, folds: int,
     ratio: dict[int, tuple[int, float]] = {}       # row -> (its fold, pred/meas held out)
     for f in range(folds):
         held = [g == f for g in fold]
-        result = fit(cases, base, only=only, progress=progress, held=held, fixed=fixed)
+        result = fit(cases, base, only=only, progress=progress, held=held, fixed=fixed,
+                     jobs=jobs)
         for i, (row, h) in enumerate(zip(result.rows, held, strict=True)):
             if h:
                 ratio[i] = (f, row.ratio)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
+from hiercoll.calibration.parallel import RowPredictor
 from hiercoll.calibration.params import START, FitParam, applicable, with_values
-from hiercoll.calibration.predict import Case, predict_us
+from hiercoll.calibration.predict import Case
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import LIBRARY_ALGORITHM
 from hiercoll.topology import Topology
@@ -108,7 +109,8 @@ def size_ranks(cases: Sequence[Case]) -> list[int]:
 def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
         only: Sequence[str] | None = None,
         progress: Callable[[int], None] | None = None,
-        held: Sequence[bool] | None = None, fixed: Sequence[str] = ()) -> FitResult:
+        held: Sequence[bool] | None = None, fixed: Sequence[str] = (),
+        jobs: int = 1) -> FitResult:
     """Fit `base`'s applicable parameters (or `only` those paths) to `cases`.
 
     With both eager and graph rows the fit has two stages: the device's costs from the graph
@@ -116,7 +118,7 @@ def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
     with the device held. One joint fit would let host noise (one Python thread launching every
     rank, one-GPU runs) bend the device's numbers. `fixed` parameters keep `base`'s values (a
     user's knowledge the rows cannot add to, or a term the rows would bend to stand in for
-    another)."""
+    another). `jobs`: worker processes predicting the rows (the same result for any number)."""
     if not cases:
         raise HiercollError("calibrate: no measurement rows to fit")
     held = list(held) if held is not None else split_holdout(cases, holdout)
@@ -137,14 +139,17 @@ def fit(cases: Sequence[Case], base: Topology, holdout: float = 0.3,
     for rows, stage_params in stages:
         if not rows or not stage_params:
             continue
-        found, n = _solve(rows, base, with_values(base, fitted), stage_params, evaluations,
-                          progress)
+        with RowPredictor(rows, base, jobs) as predict:
+            found, n = _solve(rows, with_values(base, fitted), stage_params, evaluations,
+                              progress, predict)
         fitted |= found
         evaluations = n
     unconstrained = {p.path: p.get(base) for p in applicable(base)
                      if p.path not in fitted and p.path not in fixed}
     topo = with_values(base, fitted)
-    result = [RowError(c, predict_us(c, topo, base), h) for c, h in zip(cases, held, strict=True)]
+    with RowPredictor(cases, base, jobs) as predict:
+        times = predict(topo)
+    result = [RowError(c, t, h) for c, t, h in zip(cases, times, held, strict=True)]
     return FitResult(topo, fitted, unconstrained, result, evaluations)
 
 
@@ -155,8 +160,9 @@ def _both_kinds(rows: Sequence[Case]) -> bool:
     return library == {True, False}
 
 
-def _solve(train: Sequence[Case], base: Topology, start: Topology, params: Sequence[FitParam],
-           calls: int, progress: Callable[[int], None] | None) -> tuple[dict[str, float], int]:
+def _solve(train: Sequence[Case], start: Topology, params: Sequence[FitParam], calls: int,
+           progress: Callable[[int], None] | None,
+           predict: RowPredictor) -> tuple[dict[str, float], int]:
     """Least squares over `params` from `start`; the values the rows constrain, and the running
     count of simulations."""
     starts = _data_starts(train)
@@ -173,7 +179,7 @@ def _solve(train: Sequence[Case], base: Topology, start: Topology, params: Seque
         if progress is not None:
             progress(calls)
         topo = with_values(start, _values(params, x))
-        return np.log([predict_us(c, topo, base) for c in train]) - measured
+        return np.log(predict(topo)) - measured
 
     # tolerances of 1e-6 on log-times: predictions moving by a millionth are what the reports
     # round away (what bounds a crawling fit is MAX_NFEV_PER_PARAM)

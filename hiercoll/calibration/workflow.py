@@ -36,9 +36,9 @@ def load_rows(paths: Sequence[str | Path], topology: Topology, *,
 
 def calibrate(cases: Sequence[Case], base: Topology, holdout: float,
               sources: Sequence[str], progress: Callable[[int], None] | None = None,
-              fixed: Sequence[str] = ()) -> FitResult:
+              fixed: Sequence[str] = (), jobs: int = 1) -> FitResult:
     """Fit, then stamp the fitted topology with its provenance (sources, date, values, errors)."""
-    result = fit(cases, base, holdout, progress=progress, fixed=fixed)
+    result = fit(cases, base, holdout, progress=progress, fixed=fixed, jobs=jobs)
     held = result.ratios(held_out=True)
     cal = Calibration(
         date_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="parameters to keep at the topology's values, not fit (e.g. "
                    "costs.sm_op_gbps: what you know, or a term the rows would bend to stand in "
                    "for another)")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="worker processes predicting the rows (default: the CPUs this process "
+                   "may use, capped at 16); the fit is the same for any N")
     p.add_argument("--md", default=None, help="write the error report as Markdown")
     p.add_argument("--png", default=None, help="write measured vs predicted as a log-log PNG")
     add_json_flag(p)
@@ -77,6 +80,7 @@ PIPED_EVERY = 50     # simulations between progress lines of a piped calibrate
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from hiercoll.calibration.parallel import default_jobs
     from hiercoll.calibration.params import BY_PATH
     from hiercoll.calibration.report import headline, markdown, plot, summary
     from hiercoll.calibration.workflow import calibrate, result_json, write_topology
@@ -89,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise HiercollError(f"--fix: {', '.join(unknown)} is not a calibration parameter; give "
                             f"some of {', '.join(BY_PATH)}")
+    if args.jobs is not None and args.jobs < 1:
+        raise HiercollError(f"--jobs: {args.jobs}; give at least 1")
+    jobs = default_jobs() if args.jobs is None else args.jobs
     topology, cases = load_cases(args)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=args.json) as bar:
@@ -100,13 +107,13 @@ def run(args: argparse.Namespace) -> int:
             if piped and n % PIPED_EVERY == 0:     # a piped fit is not silent for minutes
                 err_console.print(f"calibrate: {n} simulations", markup=False, highlight=False)
         result = calibrate(cases, topology, args.holdout, args.measurements, progress=progress,
-                           fixed=fixed)
+                           fixed=fixed, jobs=jobs)
     if args.output:
         write_topology(result.topology, args.output)
     cv = []
     if args.folds is not None:
         from hiercoll.calibration.crossval import cross_validate
-        cv = cross_validate(cases, topology, args.folds, fixed=fixed)
+        cv = cross_validate(cases, topology, args.folds, fixed=fixed, jobs=jobs)
     s = summary(result.rows)
     title = f"calibration of {topology.name} on {len(cases)} rows"
     flags = "".join([f" --fix {','.join(fixed)}" if fixed else "",
