@@ -201,3 +201,34 @@ def _sm90_toolchain_works() -> bool:
         except Exception:  # noqa: BLE001 - any failure here means no usable toolchain
             _TOOLCHAIN.append(False)
     return _TOOLCHAIN[0]
+
+
+def truth_rows(tmp_path: Path, algorithms: Sequence[str], sizes: Sequence[int],
+               launch_us: float = 9.0) -> tuple[Topology, list[Any]]:
+    """Calibration rows made by simulating h200x4 all-reduces with known costs (the truth: a
+    launch of `launch_us`), one per algorithm ('nccl': the library model) and size, read back as
+    calibrate reads a bench file; with the uncalibrated topology a fit starts from."""
+    import json
+
+    import hiercoll as hc
+    from hiercoll.calibration.measurements import load_measurements
+    from hiercoll.calibration.predict import build_case
+    from hiercoll.planner.library_model import library_model, sm_only
+
+    topo = hc.load_topology("h200x4", uncalibrated=True)
+    truth = topo.model_copy(update={"costs": topo.costs.model_copy(update={"launch_us": launch_us})})
+    rows = []
+    for algo in algorithms:
+        for n in sizes:
+            spec = hc.CollectiveSpec(kind="all_reduce", world_size=4, nbytes=n)
+            if algo == "nccl":
+                t = hc.simulate(library_model(truth, spec), truth, costs_from=sm_only(truth),
+                                call_mode="graph").time_us
+            else:
+                t = hc.simulate(hc.plan(truth, spec, algo), truth, call_mode="graph").time_us
+            rows.append({"collective": "all_reduce", "algorithm": algo, "world_size": 4,
+                         "dtype": "bf16", "nbytes": n, "mode": "graph", "p50_us": t,
+                         "params": {}, "topology": "h200x4"})
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"rows": rows}))
+    return topo, [build_case(m, topo) for m in load_measurements([path])]

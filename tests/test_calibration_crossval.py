@@ -3,38 +3,19 @@ figures per size band and for hiercoll's plans and NCCL's library model apart.""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from helpers import truth_rows
 
-import hiercoll as hc
 from hiercoll.calibration.crossval import BANDS, cross_validate, fold_of
-from hiercoll.calibration.measurements import load_measurements
-from hiercoll.calibration.predict import build_case
 from hiercoll.errors import HiercollError
-from hiercoll.planner.library_model import library_model, sm_only
 
 
 def _cases(tmp_path: Path):  # type: ignore[no-untyped-def]
     """Rows made by simulating with known costs (the truth), ring and the library, 6 sizes."""
-    topo = hc.load_topology("h200x4", uncalibrated=True)
-    truth = topo.model_copy(update={"costs": topo.costs.model_copy(update={"launch_us": 9.0})})
-    rows = []
-    for algo in ("ring", "nccl"):
-        for n in (16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20):
-            spec = hc.CollectiveSpec(kind="all_reduce", world_size=4, nbytes=n)
-            if algo == "nccl":
-                t = hc.simulate(library_model(truth, spec), truth, costs_from=sm_only(truth),
-                                call_mode="graph").time_us
-            else:
-                t = hc.simulate(hc.plan(truth, spec, algo), truth, call_mode="graph").time_us
-            rows.append({"collective": "all_reduce", "algorithm": algo, "world_size": 4,
-                         "dtype": "bf16", "nbytes": n, "mode": "graph", "p50_us": t,
-                         "params": {}, "topology": "h200x4"})
-    path = tmp_path / "rows.json"
-    path.write_text(json.dumps({"rows": rows}))
-    return topo, [build_case(m, topo) for m in load_measurements([path])]
+    return truth_rows(tmp_path, ("ring", "nccl"),
+                      (16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20))
 
 
 def test_every_row_is_held_out_once_and_each_fold_spans_the_sizes(tmp_path: Path) -> None:

@@ -3,38 +3,20 @@ the same fit as one process."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import hiercoll as hc
+from helpers import truth_rows
+
 from hiercoll.calibration.fit import fit
-from hiercoll.calibration.measurements import load_measurements
 from hiercoll.calibration.parallel import MIN_ROWS_PER_JOB, RowPredictor, default_jobs
-from hiercoll.calibration.predict import build_case, predict_us
-from hiercoll.planner.library_model import library_model, sm_only
+from hiercoll.calibration.predict import predict_us
 
 SIZES = [(8 << 10) << (2 * i) for i in range(8)]
 
 
 def _cases(tmp_path: Path):  # type: ignore[no-untyped-def]
     """40 rows timed with known costs (launch 9 us), four plans and the library."""
-    topo = hc.load_topology("h200x4", uncalibrated=True)
-    truth = topo.model_copy(update={"costs": topo.costs.model_copy(update={"launch_us": 9.0})})
-    rows = []
-    for algo in ("ring", "direct", "two_shot", "rd", "nccl"):
-        for n in SIZES:
-            spec = hc.CollectiveSpec(kind="all_reduce", world_size=4, nbytes=n)
-            if algo == "nccl":
-                t = hc.simulate(library_model(truth, spec), truth, costs_from=sm_only(truth),
-                                call_mode="graph").time_us
-            else:
-                t = hc.simulate(hc.plan(truth, spec, algo), truth, call_mode="graph").time_us
-            rows.append({"collective": "all_reduce", "algorithm": algo, "world_size": 4,
-                         "dtype": "bf16", "nbytes": n, "mode": "graph", "p50_us": t,
-                         "params": {}, "topology": "h200x4"})
-    path = tmp_path / "rows.json"
-    path.write_text(json.dumps({"rows": rows}))
-    return topo, [build_case(m, topo) for m in load_measurements([path])]
+    return truth_rows(tmp_path, ("ring", "direct", "two_shot", "rd", "nccl"), SIZES)
 
 
 def test_workers_return_every_row_in_order(tmp_path: Path) -> None:
