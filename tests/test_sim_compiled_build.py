@@ -277,6 +277,29 @@ def test_tables_in_chunks_are_the_whole(monkeypatch: pytest.MonkeyPatch, preset:
         assert_identical(py, simulate(sched, topo, mode="exact", engine="compiled"))
 
 
+@pytest.mark.parametrize("preset,nodes,algo,chunk", [("dgx-h100", 2, "ring", None), ("h200x4", 1, "direct", 37),
+                                                     ("h100-rail-3tier", 2, "ring", 37), ("dgx-h100", 2, "hier", 1)])
+def test_tables_over_consumed_arrays_are_the_same(monkeypatch: pytest.MonkeyPatch, preset: str, nodes: int,
+                                                  algo: str, chunk: int | None) -> None:
+    """consume=True writes the keys and dependency rows over the arrays' own columns (what
+    simulate does with arrays it drops): the same tables as into new arrays, in any chunking."""
+    topo = hc.load_topology(preset, nodes)
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=topo.world_size, dtype="bf16", nbytes=8 << 20)
+    sched = hc.plan(topo, spec, algo, {"channels": 2} if algo == "ring" else {})
+    ranks = list(range(topo.world_size))
+    if chunk is not None:
+        monkeypatch.setattr("hiercoll.sim.compiled.tables.CHUNK_OPS", chunk)
+    kept = tables_from_arrays(built(sched, ranks), Network(topo, None, itemsize=2), 2)
+    for arrays in (built(sched, ranks), native_op_arrays(sched, ranks)):
+        if arrays is None:
+            continue
+        proto = arrays.proto
+        eaten = tables_from_arrays(arrays, Network(topo, None, itemsize=2), 2, consume=True)
+        assert np.shares_memory(eaten.op_key, proto)
+        for f in TABLE_FIELDS:
+            assert np.array_equal(getattr(eaten, f), getattr(kept, f)), f
+
+
 def test_array_forms_are_int32_where_they_fit() -> None:
     """What keeps a 33M-op run's arrays and tables under the issue's 4 GB."""
     topo, sched = ring("h100-rail-3tier", 2, "all_reduce", 1 << 16)

@@ -23,7 +23,7 @@ from hiercoll.planner.builder import Dep, RankBuilder, avg_scale, ceil_div, chun
 from hiercoll.planner.context import Algorithm, BaseParams, PlanContext, node_period
 from hiercoll.planner.labels import Label, RingAgLabel, RingOwnLabel, RingRsFinalLabel, RingRsLabel
 from hiercoll.schedule import OpKind, Region
-from hiercoll.schedule_arrays import I64, OpArrays, Proto, gather
+from hiercoll.schedule_arrays import I64, OpArrays, Proto
 
 ARRAY_BLOCK_OPS = 1 << 20     # op_arrays builds this many ops at a time (bounds its temporaries)
 
@@ -156,101 +156,119 @@ class Ring(Algorithm[BaseParams]):
     def op_arrays(self, ctx: PlanContext[BaseParams], ranks: Sequence[int]) -> OpArrays | None:
         """`ranks`' ops as arrays, by the index layout above: what `build_rank` emits, op for
         op (tests/test_sim_compiled_build.py compares them). A world of one rank (its final
-        reduce is a copy) is left to the built ops."""
+        reduce is a copy) is left to the built ops.
+
+        Every rank runs the same rows: a row's type, piece, channel, dependency slots and the
+        ring step back to its block's owner are one template; the rank adds its ring
+        neighbours and the pieces' sizes. Blocks of ranks are written straight into the
+        result's arrays (no per-block arrays joined afterwards)."""
         if ctx.world < 2 or not ranks:
             return None
-        per_rank = self._ops_per_rank(ctx)
-        block = max(1, ARRAY_BLOCK_OPS // per_rank)
-        n = per_rank * len(ranks)            # an op has at most two deps
-        return gather((self._arrays_block(ctx, list(ranks[i:i + block])) for i in range(0, len(ranks), block)),
-                      n, 2 * n)
+        t = _RingTemplate(self, ctx)
+        nr, per, nd = len(ranks), t.per_rank, len(t.dep_col)
+        n = nr * per
+        # one channel, pieces of one size: those columns are one value, read-only views of it
+        # (a 4096-GPU ring's 33M rows: 400 MB not written, which is seconds of page faults)
+        channel = np.broadcast_to(np.int32(0), (n,)) if t.chans == 1 else np.empty(n, np.int32)
+        count = np.broadcast_to(np.int64(t.piece_size), (n,)) if t.same_size else np.empty(n, np.int64)
+        out = OpArrays(ranks=list(ranks), lens=np.full(nr, per, np.int64), protos=t.protos(ranks),
+                       proto=np.empty(n, np.int32), channel=channel, count=count,
+                       dep_ptr=np.empty(n + 1, np.int64), dep_rank=np.empty(nr * nd, np.int32),
+                       dep_index=np.empty(nr * nd, np.int32))
+        out.dep_ptr[0] = 0
+        block = max(1, ARRAY_BLOCK_OPS // per)
+        for i in range(0, nr, block):
+            t.write(out, i, np.asarray(ranks[i:i + block], np.int64))
+        return out
 
-    def _ops_per_rank(self, ctx: PlanContext[BaseParams]) -> int:
-        w, k, kind = ctx.world, self.pieces(ctx), ctx.spec.kind
-        rs = w * k if kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE) else 0
-        ag = ((w - 1) * k + (k if kind == Kind.ALL_GATHER else 0)
-              if kind in (Kind.ALL_GATHER, Kind.ALL_REDUCE) else 0)
-        return rs + ag
 
-    def _arrays_block(self, ctx: PlanContext[BaseParams], ranks: list[int]) -> OpArrays:
-        """One block of ranks: every op a (rank, step, piece) cell of a few 3-d arrays."""
-        w, k, chans, kind = ctx.world, self.pieces(ctx), ctx.params.channels, ctx.spec.kind
+# prototype types, per (rank, ring channel): copy to the ring successor, reduce into it, reduce
+# into my output, copy into it
+COPY_NEXT, REDUCE_NEXT, REDUCE_MINE, COPY_MINE = range(4)
+# a dependency's rank, per row's channel: the ring successor, predecessor, or the rank itself
+NEXT, PREV, SELF = range(3)
+
+
+class _RingTemplate:
+    """The rows every rank runs, rank-independent (`Ring.op_arrays`): per row its prototype
+    type, piece, channel and how many ring steps back its block's owner is; per dependency
+    slot which neighbour (NEXT / PREV / SELF on the row's channel) and which index."""
+
+    def __init__(self, ring: Ring, ctx: PlanContext[BaseParams]):
+        w, k, chans, kind = ctx.world, ring.pieces(ctx), ctx.params.channels, ctx.spec.kind
+        self.w, self.k, self.chans = w, k, chans
         g = ctx.topology.gpus_per_node
-        do_rs = kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE)
-        do_ag = kind in (Kind.ALL_GATHER, Kind.ALL_REDUCE)
-        gather_only = kind == Kind.ALL_GATHER
-        nr = len(ranks)
-        rk = np.array(ranks, np.int64)
-        # RingOrder of every channel as tables: rank_at[ch, pos], pos_of[ch, rank]
         starts = [RingOrder(ctx, ch).start for ch in range(chans)]
         node, j = np.divmod(np.arange(w, dtype=np.int64), g)
-        rank_at = np.stack([node * g + (st + j) % g for st in starts])
-        pos_of = np.stack([node * g + (j - st) % g for st in starts])
-        # _piece's count: chunk c of the owner's shard
+        self.rank_at = np.stack([node * g + (st + j) % g for st in starts])    # [ch, pos]
+        self.pos_of = np.stack([node * g + (j - st) % g for st in starts])     # [ch, rank]
         shard_n = np.array([ctx.spec.shard(o)[1] for o in range(w)], np.int64)
-        cvec = np.arange(k, dtype=np.int64)
         base, extra = np.divmod(shard_n, k)
-        piece_n = base[:, None] + (cvec[None, :] < extra[:, None])          # (owner, piece)
-        ch_c = cvec % chans                                                  # piece -> channel
-        pos = pos_of[ch_c[None, :], rk[:, None]]                             # (rank, piece)
-        nxt = rank_at[ch_c[None, :], (pos + 1) % w]
-        prv = rank_at[ch_c[None, :], (pos - 1) % w]
-        steps = np.arange(w - 1, dtype=np.int64)[None, :, None]             # (1, step, 1)
-
-        def owner_counts(back: int) -> I64:   # (rank, step, piece): the piece of pos - s - back
-            owner = rank_at[ch_c[None, None, :], (pos[:, None, :] - steps - back) % w]
-            out: I64 = piece_n[owner, cvec[None, None, :]]
-            return out
-
-        shape3 = (nr, w - 1, k)
-
-        def bc(v: object) -> I64:           # broadcast onto every (rank, step, piece)
-            out: I64 = np.broadcast_to(np.asarray(v, np.int64), shape3)
-            return out
-
-        first, later = steps == 0, steps >= 2
-        idx_prev = (steps - 1) * k + cvec                                   # (1, step, piece)
-        # blocks in index order, each (rank, rows, piece) arrays: (prototype type, count, dep 0
-        # rank, dep 0 index, dep 1 rank, dep 1 index), rank -1 for no dependency. Types: 0 copy
-        # to the ring successor, 1 reduce into it, 2 reduce into my output, 3 copy into it
-        blocks: list[tuple[I64, ...]] = []
-        fin = (nr, 1, k)
-        no_dep = np.full(fin, -1, np.int64)
-        mine = np.broadcast_to(piece_n[rk][:, None, :], fin)
+        piece_n = base[:, None] + (np.arange(k)[None, :] < extra[:, None])   # [owner, piece]
+        # [ch, pos, piece]: the piece's size at the rank on ring position pos of channel ch
+        self.piece_at = piece_n[self.rank_at]
+        self.same_size = int(piece_n.min()) == int(piece_n.max())
+        self.piece_size = int(piece_n[0, 0])
+        rows: list[tuple[int, int, int, list[tuple[int, int]]]] = []    # type, piece, back, deps
+        do_rs = kind in (Kind.REDUCE_SCATTER, Kind.ALL_REDUCE)
+        gather_only = kind == Kind.ALL_GATHER
         if do_rs:
-            blocks.append((bc(np.where(first, 0, 1)), owner_counts(1),
-                           bc(np.where(later, nxt[:, None, :], -1)), bc(np.where(later, idx_prev, -1)),
-                           bc(np.where(first, -1, prv[:, None, :])), bc(np.where(first, -1, idx_prev))))
-            blocks.append((np.full(fin, 2, np.int64), mine, no_dep, no_dep,
-                           prv[:, None, :], np.broadcast_to((w - 2) * k + cvec, fin)))
-        if do_ag:
+            for s in range(w - 1):
+                for c in range(k):
+                    prev = (s - 1) * k + c
+                    deps = [(NEXT, prev), (PREV, prev)] if s >= 2 else [(PREV, prev)] if s == 1 else []
+                    rows.append((COPY_NEXT if s == 0 else REDUCE_NEXT, c, s + 1, deps))
+            rows += [(REDUCE_MINE, c, 0, [(PREV, (w - 2) * k + c)]) for c in range(k)]
+        if kind in (Kind.ALL_GATHER, Kind.ALL_REDUCE):
             if gather_only:
-                blocks.append((np.full(fin, 3, np.int64), mine, no_dep, no_dep, no_dep, no_dep))
+                rows += [(COPY_MINE, c, 0, []) for c in range(k)]
             ag_base = k if gather_only else w * k
-            own_r = -1 if gather_only else rk[:, None, None]
-            own_i = -1 if gather_only else (w - 1) * k + cvec
-            blocks.append((bc(0), owner_counts(0), bc(-1), bc(-1),
-                           bc(np.where(first, own_r, prv[:, None, :])),
-                           bc(np.where(first, own_i, ag_base + idx_prev))))
-        cols = [np.concatenate([b[i].reshape(nr, -1) for b in blocks], axis=1) for i in range(6)]
-        ptype, count, d0r, d0i, d1r, d1i = cols
-        per_rank = ptype.shape[1]
-        rows_ch = np.tile(np.concatenate([ch_c] * (per_rank // k)), nr)
-        # a prototype per (rank, ring channel, type): ring channel of piece c is c % chans
-        proto = ((np.arange(nr, dtype=np.int64)[:, None] * chans + rows_ch.reshape(nr, -1)) * 4
-                 + ptype).reshape(-1)
-        protos: list[Proto] = []
+            for s in range(w - 1):
+                for c in range(k):
+                    deps = ([] if gather_only else [(SELF, (w - 1) * k + c)]) if s == 0 \
+                        else [(PREV, ag_base + (s - 1) * k + c)]
+                    rows.append((COPY_NEXT, c, s, deps))
+        self.per_rank = len(rows)
+        self.piece = np.array([r[1] for r in rows], np.int64)
+        self.chan = self.piece % chans
+        self.back = np.array([r[2] for r in rows], np.int64)
+        # a row's prototype within its rank's 4 * chans: (ring channel, type)
+        self.proto = (self.chan * 4 + np.array([r[0] for r in rows], np.int64)).astype(np.int32)
+        self.dep_end = np.cumsum([len(r[3]) for r in rows], dtype=np.int64)     # per row
+        slot_ch = np.repeat(self.chan, [len(r[3]) for r in rows])
+        kinds = np.array([d[0] for r in rows for d in r[3]], np.int64)
+        # column of a rank's neighbour table [next per channel, prev per channel, itself]
+        self.dep_col = np.where(kinds == SELF, 2 * chans, kinds * chans + slot_ch)
+        self.dep_index = np.array([d[1] for r in rows for d in r[3]], np.int32)
+
+    def protos(self, ranks: Sequence[int]) -> list[Proto]:
+        """Per rank, per ring channel, the four prototypes (by type)."""
+        out: list[Proto] = []
         for r in ranks:
-            for ch in range(chans):
-                nx = int(rank_at[ch, (pos_of[ch, r] + 1) % w])
-                protos += [Proto(OpKind.COPY, r, nx, (r,), False), Proto(OpKind.REDUCE, r, nx, (r, r), False),
-                           Proto(OpKind.REDUCE, r, r, (r, r), False), Proto(OpKind.COPY, r, r, (r,), False)]
-        dep_r = np.stack([d0r.reshape(-1), d1r.reshape(-1)], axis=1)
-        dep_i = np.stack([d0i.reshape(-1), d1i.reshape(-1)], axis=1)
-        has = dep_r >= 0
-        dep_ptr = np.zeros(len(proto) + 1, np.int64)
-        np.cumsum(has.sum(axis=1), out=dep_ptr[1:])
-        i32 = np.int32
-        return OpArrays(ranks=ranks, lens=np.full(nr, per_rank, np.int64), protos=protos, proto=proto.astype(i32),
-                        channel=rows_ch.astype(i32), count=count.reshape(-1), dep_ptr=dep_ptr,
-                        dep_rank=dep_r[has].astype(i32), dep_index=dep_i[has].astype(i32))
+            for ch in range(self.chans):
+                nx = int(self.rank_at[ch, (self.pos_of[ch, r] + 1) % self.w])
+                out += [Proto(OpKind.COPY, r, nx, (r,), False), Proto(OpKind.REDUCE, r, nx, (r, r), False),
+                        Proto(OpKind.REDUCE, r, r, (r, r), False), Proto(OpKind.COPY, r, r, (r,), False)]
+        return out
+
+    def write(self, out: OpArrays, first: int, rk: I64) -> None:
+        """Rows of the ranks `rk` (the `first`-th onwards of out's ranks) into out's arrays."""
+        per, nd, nr, w = self.per_rank, len(self.dep_col), len(rk), self.w
+        lo, hi = first * per, (first + nr) * per
+        grid = (nr, per)
+        np.add((np.arange(first, first + nr, dtype=np.int32) * (4 * self.chans))[:, None], self.proto,
+               out=out.proto[lo:hi].reshape(grid))
+        if self.chans > 1:
+            out.channel[lo:hi].reshape(grid)[:] = self.chan
+        pos = self.pos_of[:, rk].T                                             # [rank, ch]
+        if not self.same_size:
+            at = (pos[:, self.chan] - self.back) % w                           # [rank, row]
+            out.count[lo:hi].reshape(grid)[:] = self.piece_at[self.chan, at, self.piece]
+        np.add((first * nd + np.arange(nr, dtype=np.int64) * nd)[:, None], self.dep_end,
+               out=out.dep_ptr[lo + 1:hi + 1].reshape(grid))
+        if nd:
+            chans = np.arange(self.chans)
+            nbr = np.concatenate([self.rank_at[chans, (pos + 1) % w], self.rank_at[chans, (pos - 1) % w],
+                                  rk[:, None]], axis=1)                        # [rank, column]
+            out.dep_rank[first * nd:(first + nr) * nd].reshape(nr, nd)[:] = nbr[:, self.dep_col]
+            out.dep_index[first * nd:(first + nr) * nd].reshape(nr, nd)[:] = self.dep_index

@@ -88,7 +88,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
     if requested_engine(engine) != "python" and not record:
         # the planner's array form first: a compiled run then builds no Op at all
         arrays = native_op_arrays(schedule, ranks)
-        tables = (tables_from_arrays(arrays, net, isz)
+        tables = (tables_from_arrays(arrays, net, isz, consume=True)
                   if arrays is not None and use_compiled(engine, arrays.num_ops, record) else None)
         del arrays          # what the tables hold instead (a 4096-GPU ring's arrays are GBs)
         if tables is not None:
@@ -99,7 +99,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
         if use_compiled(engine, num_ops, record):
             built = op_arrays_from_ops([schedule.rank_ops(r) for r in ranks], ranks)
             if built is not None:
-                run = run_compiled(tables_from_arrays(built, net, isz), net, progress)
+                run = run_compiled(tables_from_arrays(built, net, isz, consume=True), net, progress)
     op_start: Mapping[OpRef, float]
     op_end: Mapping[OpRef, float]
     if run is None:
@@ -211,14 +211,33 @@ def channel_prev(t: Tables) -> I32:
 
 def launch_counts(t: Tables) -> dict[int, tuple[int, int]]:
     """`host_launches` of every simulated rank, over the tables: an SM op opens a launch where
-    its channel's previous op is a copy-engine op or there is none."""
-    assert t.op_ce is not None
-    ce, prev = t.op_ce, channel_prev(t)
-    opens = ~ce & ((prev < 0) | ce[np.maximum(prev, 0)])
-    rank_pos = np.repeat(np.arange(len(t.ranks), dtype=np.int64), t.lens)
-    kernels = np.bincount(rank_pos[opens], minlength=len(t.ranks)).tolist()
-    copies = np.bincount(rank_pos[ce], minlength=len(t.ranks)).tolist()
+    its channel's previous op is a copy-engine op or there is none. Channel groups are in
+    (rank, channel) order, so a rank's rows are one run of `ch_ops` as they are of the rows."""
+    offsets = np.zeros(len(t.lens), np.int64)
+    lens = np.array(t.lens, np.int64)
+    np.cumsum(lens[:-1], out=offsets[1:])
+    if not t.key_ce.any():          # no copy-engine op: a launch per (rank, channel)
+        firsts = t.ch_ptr[:-1]
+        kernels = np.searchsorted(firsts, offsets + lens) - np.searchsorted(firsts, offsets)
+        return {r: (k, 0) for r, k in zip(t.ranks, kernels.tolist())}
+    ce = t.op_ce
+    ce_o = ce[t.ch_ops]                                 # in channel order
+    opens = np.empty(t.num_ops, bool)
+    opens[1:] = ce_o[:-1]
+    opens[t.ch_ptr[:-1]] = True                         # a channel's first op
+    opens &= ~ce_o
+    kernels = _per_rank(opens, offsets, lens).tolist()
+    copies = _per_rank(ce, offsets, lens).tolist()
     return {r: (k, c) for r, k, c in zip(t.ranks, kernels, copies)}
+
+
+def _per_rank(x: npt.NDArray[np.bool_], offsets: I64, lens: I64) -> I64:
+    """How many of each rank's rows `x` marks."""
+    out = np.zeros(len(lens), np.int64)
+    some = lens > 0
+    if some.any():
+        out[some] = np.add.reduceat(x, offsets[some], dtype=np.int64)
+    return out
 
 
 def critical_path_rows(t: Tables, start: F64, end: F64) -> list[str]:

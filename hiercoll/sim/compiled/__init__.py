@@ -53,6 +53,27 @@ def numba_available() -> bool:
     return True
 
 
+BLAS_PROBE = "scipy.linalg.cython_blas"
+
+
+@functools.cache
+def skip_blas_probe() -> None:
+    """Load numba's array maths without its BLAS probe: the first compile or cache load of a
+    process imports numba.np.arraymath, whose import asks whether scipy's BLAS is there by
+    importing scipy.linalg (~0.2 s of a ~0.35 s fixed cost, more than a 100k-op replay). The
+    replay calls no BLAS; with the probe answered "no", numba's np.dot and friends still import
+    scipy when first typed, and only its np.cov-style inner products take a loop instead.
+    Nothing is done where scipy.linalg or numba's array maths are loaded already."""
+    import sys
+    if BLAS_PROBE in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    sys.modules[BLAS_PROBE] = None  # type: ignore[assignment]   # its import raises ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules[BLAS_PROBE]
+
+
 def requested_engine(engine: Engine | None) -> Engine:
     """The engine asked for: the argument, else $HIERCOLL_SIM_ENGINE, else auto."""
     if engine is None:
@@ -98,7 +119,8 @@ def run_compiled(t: Tables, net: Network, progress: Progress | None = None) -> C
 def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> tuple[F64, F64, LinkUsage]:
     """The compiled loop over built tables: (start and end of every row, per-link usage);
     raises VerificationError naming an op that never ran, as the Python engine does."""
-    from hiercoll.sim.compiled.core import DONE, GROW, N_STATE, NENDED, PAUSED, replay
+    skip_blas_probe()
+    from hiercoll.sim.compiled.core import DONE, ENDED, GROW, N_STATE, NENDED, PAUSED, replay
 
     n, n_ch, n_links = t.num_ops, len(t.ch_ptr) - 1, len(net.links)
     i64, f64 = np.int64, np.float64
@@ -107,9 +129,9 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
                         for l in net.links], f64)
     slack = np.array([c * (1.0 - SLACK_MARGIN) for c in alone.tolist()], f64)   # as fluid.py
     op_start, op_end = np.zeros(n, f64), np.zeros(n, f64)
-    op_ended = np.zeros(n, np.uint8)
-    wait_head = np.full(n, -1, np.int32)     # per op: the last channel parked on it
+    op_wait = np.full(n, -1, np.int32)     # per op: the last channel parked on it, or ENDED
     ch_i, ch_d, ch_wait_next = np.zeros(n_ch, i64), np.zeros(n_ch, i64), np.full(n_ch, -1, i64)
+    ch_op, ch_shape = np.zeros(n_ch, i64), np.zeros(n_ch, i64)     # each channel's running op
     fl_rate, fl_rem, fl_tref, fl_ceil = (np.zeros(n_ch, f64) for _ in range(4))
     fl_ver, fl_stamp, fl_rated = np.zeros(n_ch, i64), np.zeros(n_ch, i64), np.zeros(n_ch, i64)
     fl_new = np.zeros(n_ch, f64)
@@ -121,8 +143,9 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     nodes = n_ch * t.max_links
     node_next, node_prev = np.full(nodes, -1, i64), np.full(nodes, -1, i64)
     size = heap_start(n_ch)
-    hk, (hs, hp, hv) = np.zeros(size, f64), (np.zeros(size, i64) for _ in range(3))
-    fk, (fs, fp, fv) = np.zeros(n_links + 1, f64), (np.zeros(n_links + 1, i64) for _ in range(3))
+    hk, hp, hv = np.zeros(size, f64), np.zeros(size, i64), np.zeros(size, i64)
+    rounds = np.zeros((4, size), i64)     # a round's events (channel * 2 + kind, version), scratch
+    fk, fs = np.zeros(n_links + 1, f64), np.zeros(n_links + 1, i64)
     ready = np.zeros(n_ch + 1, i64)
     lstack, act, comp_links, full = (np.zeros(n_links + 1, i64) for _ in range(4))
     comp_flows = np.zeros(n_ch + 1, i64)
@@ -131,18 +154,19 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     stop = PROGRESS_EVERY if progress is not None else np.iinfo(i64).max
     while True:
         status = replay(t.op_key, t.key_shape, t.key_delay, t.op_nbytes, t.dep_ptr, t.dep_idx,
-                        op_start, op_end, op_ended, wait_head,
-                        t.ch_ptr, t.ch_ops, ch_i, ch_d, ch_wait_next,
+                        op_start, op_end, op_wait,
+                        t.ch_ptr, t.ch_ops, ch_i, ch_d, ch_wait_next, ch_op, ch_shape,
                         fl_rate, fl_rem, fl_tref, fl_ceil, fl_ver, fl_stamp, fl_rated, fl_new,
                         t.sh_ptr, t.sh_lid, t.sh_w, t.max_links,
                         alone, crowded, cap, slack, weight, demand, ubytes, busy_us, busy_since, active, head,
                         node_next, node_prev, dirty, dirty_list, seen, incomp, done,
-                        ws, rem, left, at, hk, hs, hp, hv, fk, fs, fp, fv,
-                        ready, lstack, act, comp_flows, comp_links, full, st, tnow, stop)
+                        ws, rem, left, at, hk, hp, hv, rounds, fk, fs,
+                        ready, lstack, act, comp_flows, comp_links, full, st, tnow, t.ch_identity, stop)
         if status == DONE:
             break
         if status == GROW:
-            hk, hs, hp, hv = (np.concatenate([h, np.zeros_like(h)]) for h in (hk, hs, hp, hv))
+            hk, hp, hv = (np.concatenate([h, np.zeros_like(h)]) for h in (hk, hp, hv))
+            rounds = np.zeros((4, len(hk)), i64)
         elif status == PAUSED:
             assert progress is not None
             progress(int(st[NENDED]), n)
@@ -151,7 +175,7 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
         progress(int(st[NENDED]), n)
     if int(st[NENDED]) < n:
         from hiercoll.errors import VerificationError
-        row = int(np.flatnonzero(op_ended == 0)[0])
+        row = int(np.flatnonzero(op_wait != ENDED)[0])
         at_rank = int(np.searchsorted(np.cumsum(t.lens), row, side="right"))
         r, i = t.ranks[at_rank], row - int(sum(t.lens[:at_rank]))
         raise VerificationError(f"deadlock: op {r}.{i} and {n - int(st[NENDED]) - 1} others never ran "

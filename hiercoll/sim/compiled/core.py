@@ -1,11 +1,13 @@
 """The replay loop over flat tables, compiled with numba (on first call, then cached on disk).
 
 The same algorithm as `sim/engine.py` + `sim/fluid.py`, step for step, so the Python engine
-stays its oracle: channels are cursors over their ops, an event heap orders (time, sequence), an
+stays its oracle: channels are cursors over their ops, an event heap orders events by time, an
 instant is every event within fluid.INSTANT_RTOL of its first, run at that time in (channel,
 begin before end) order, every instant ends with one max-min re-solve of the component its
 changes can reach, a link that cannot fill is left out, and a re-solved rate within RATE_RTOL
-keeps its pending wake-up.
+keeps its pending wake-up. (The Python engine's heap breaks ties of time by a sequence number;
+that order is never seen: a round takes every event up to the instant's end and sorts them by
+(channel, kind), and of a channel's events of one kind only one is current.)
 
 What differs is only representation. A channel runs one op at a time, so it owns at most one
 flow: flow state is per channel, and a flow's place on a link's member list is the node
@@ -13,7 +15,9 @@ flow: flow state is per channel, and a flow's place on a link's member list is t
 list is in the order its flows started (appended at the tail: the head's `node_prev` is the
 tail), as the Python engine's dicts are. Scratch marks are stamped with a per-settle counter
 instead of cleared. What the Python engine keeps in insertion-ordered dicts is walked here in
-the same order, so the two do the same arithmetic in the same order.
+the same order, so the two do the same arithmetic in the same order. A channel's running op
+and its link list are kept per channel (`ch_op`, `ch_shape`): the per-op rows of a 33M-op run
+are read once an op, not at every visit of its flow.
 
 Every piece of state lives in the arrays passed in, so the loop can return and be resumed: after
 `stop_instants` instants (the caller reports progress) or when the event heap might overflow
@@ -32,99 +36,163 @@ from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
 from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, INSTANT_RTOL, SLACK_MARGIN
 
 # st[] slots: the loop's scalars (closures may mutate arrays, not the variables they capture)
-HSIZE, SEQ, NDIRTY, NENDED, INSTANTS, STAMP, NREADY, INIT = range(8)
+HSIZE, SEQ, NDIRTY, NENDED, INSTANTS, STAMP, NREADY, INIT = range(8)   # SEQ: no longer used
 N_STATE = 8
 BEGIN, FINISH = 0, 1
 DONE, PAUSED, GROW = 0, 1, 2
+NONE, HEAP, OUTSIDE = 0, 1, 2      # fill_heap: where the lowest entry is
 TINY_WEIGHT = 1e-12       # fluid.py's "no weight left on this link"
+# op_wait[op]: the last channel parked on op (its waiters' list, newest first; -1: none), or
+# ENDED: one array read and written where an ended flag and a list head were two
+ENDED = -2
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _no_nrt_options() -> dict[str, Any]:
+    """`_nrt=False` where this numba knows the option: it is private (a numba that dropped it
+    would refuse the whole function at its first call), so without it the loop compiles with
+    reference counting on: the same results, a fifth slower."""
+    from numba.core.cpu import CPUTargetOptions
+    return {"nogil": True, **({"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {})}
+
+
+NO_NRT: dict[str, Any] = _no_nrt_options()
+
+
 def _jit(fn: F) -> F:
     """numba.njit, cached on disk where the package's __pycache__ (or numba's user-wide cache)
-    is writable, else compiled in memory once per process."""
+    is writable, else compiled in memory once per process. Without numba's reference counting
+    (`_nrt=False`): the loop allocates nothing (its scratch comes in as arrays), and the atomic
+    increments and decrements numba puts around arrays that closures and inlined helpers use
+    were a fifth of a ring's replay."""
     try:
-        return cast(F, numba.njit(cache=True, nogil=True)(fn))
+        return cast(F, numba.njit(cache=True, **NO_NRT)(fn))
     except RuntimeError:        # numba found no writable cache location
-        return cast(F, numba.njit(nogil=True)(fn))
+        return cast(F, numba.njit(**NO_NRT)(fn))
 
 
-@_jit
-def _hpush(hk: Any, hs: Any, hp: Any, hv: Any, n: int, key: float, tie: int, p: int, v: int) -> int:
-    """Push onto a binary min-heap ordered by (key, tie); returns the new size."""
+def _inline(fn: F) -> F:
+    """numba.njit inlined into its callers' IR (compiled with the caller's options: no
+    reference counting; a call of a separately compiled function would hold a reference to
+    each array it passes)."""
+    return cast(F, numba.njit(inline="always", nogil=True)(fn))
+
+
+@_inline
+def _epush(hk: Any, hp: Any, hv: Any, n: int, key: float, p: int, v: int) -> int:
+    """Push an event onto the binary min-heap ordered by time; returns the new size. Events of
+    one time come off in any order: a round takes every event of its instant and sorts them by
+    (channel, kind), and one (channel, kind) is never pending twice with the same version."""
     i = n
     while i > 0:
         parent = (i - 1) >> 1
-        if hk[parent] < key or (hk[parent] == key and hs[parent] < tie):
+        if hk[parent] <= key:
             break
-        hk[i], hs[i], hp[i], hv[i] = hk[parent], hs[parent], hp[parent], hv[parent]
+        hk[i], hp[i], hv[i] = hk[parent], hp[parent], hv[parent]
         i = parent
-    hk[i], hs[i], hp[i], hv[i] = key, tie, p, v
+    hk[i], hp[i], hv[i] = key, p, v
     return n + 1
 
 
-@_jit
-def _hsift_at(hk: Any, hs: Any, hp: Any, hv: Any, n: int, i: int, key: float, tie: int, p: int,
-              v: int) -> None:
-    """Place (key, tie, p, v) at slot i (free) and sift it down (heap of size n)."""
+@_inline
+def _epop(hk: Any, hp: Any, hv: Any, n: int) -> int:
+    """Drop the event heap's root (read it first); returns the new size. The hole goes down
+    to a leaf by the smaller child (one comparison a level), then the last entry rises from
+    there: most rise no step, so a pop costs half the comparisons of a sift-down."""
+    n -= 1
+    if n == 0:
+        return 0
+    key, p, v = hk[n], hp[n], hv[n]
+    i = 0
+    c = 1
+    while c < n:
+        if c + 1 < n and hk[c + 1] < hk[c]:
+            c += 1
+        hk[i], hp[i], hv[i] = hk[c], hp[c], hv[c]
+        i = c
+        c = 2 * i + 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[parent] <= key:
+            break
+        hk[i], hp[i], hv[i] = hk[parent], hp[parent], hv[parent]
+        i = parent
+    hk[i], hp[i], hv[i] = key, p, v
+    return n
+
+
+@_inline
+def _lsift_at(fk: Any, fs: Any, n: int, i: int, key: float, lid: int) -> None:
+    """Place (key, lid) at slot i of the link heap (free) and sift it down; the heap is ordered
+    by (key, lid), so its entries come off in one order however it was built."""
     while True:
         c = 2 * i + 1
         if c >= n:
             break
-        if c + 1 < n and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hs[c + 1] < hs[c])):
+        if c + 1 < n and (fk[c + 1] < fk[c] or (fk[c + 1] == fk[c] and fs[c + 1] < fs[c])):
             c += 1
-        if key < hk[c] or (key == hk[c] and tie < hs[c]):
+        if key < fk[c] or (key == fk[c] and lid < fs[c]):
             break
-        hk[i], hs[i], hp[i], hv[i] = hk[c], hs[c], hp[c], hv[c]
+        fk[i], fs[i] = fk[c], fs[c]
         i = c
-    hk[i], hs[i], hp[i], hv[i] = key, tie, p, v
+    fk[i], fs[i] = key, lid
 
 
-@_jit
-def _hsift(hk: Any, hs: Any, hp: Any, hv: Any, n: int, key: float, tie: int, p: int, v: int) -> None:
-    """Place (key, tie, p, v) at the root and sift it down (heap of size n, root free)."""
-    _hsift_at(hk, hs, hp, hv, n, 0, key, tie, p, v)
-
-
-@_jit
-def _hdown(hk: Any, hs: Any, hp: Any, hv: Any, n: int, i: int) -> None:
-    """Sift entry i down (a step of building a heap from an array in O(n))."""
-    _hsift_at(hk, hs, hp, hv, n, i, hk[i], hs[i], hp[i], hv[i])
-
-
-@_jit
-def _hpop(hk: Any, hs: Any, hp: Any, hv: Any, n: int) -> int:
-    """Drop the root (read it first); returns the new size."""
+@_inline
+def _lpop(fk: Any, fs: Any, n: int) -> int:
+    """Drop the link heap's root (read it first); returns the new size."""
     n -= 1
     if n > 0:
-        _hsift(hk, hs, hp, hv, n, hk[n], hs[n], hp[n], hv[n])
+        _lsift_at(fk, fs, n, 0, fk[n], fs[n])
     return n
 
 
-@_jit
-def _sort_round(bp: Any, bv: Any, n: int) -> None:
-    """Sort a round's events (bp: channel * 2 + kind, bv: version) by bp, stably: insertion sort
-    for the few of most instants, a merge sort's order for a ring step's thousands."""
-    if n <= 32:
-        for i in range(1, n):
-            p, v = bp[i], bv[i]
-            j = i - 1
-            while j >= 0 and bp[j] > p:
-                bp[j + 1], bv[j + 1] = bp[j], bv[j]
-                j -= 1
-            bp[j + 1], bv[j + 1] = p, v
-        return
-    order = np.argsort(bp[:n], kind="mergesort")
-    sp, sv = bp[:n][order], bv[:n][order]
-    bp[:n] = sp
-    bv[:n] = sv
+@_inline
+def _insertion_run(bp: Any, bv: Any, lo: int, hi: int) -> None:
+    """Sort bp[lo:hi] (carrying bv) stably in place."""
+    for i in range(lo + 1, hi):
+        p, v = bp[i], bv[i]
+        j = i - 1
+        while j >= lo and bp[j] > p:
+            bp[j + 1], bv[j + 1] = bp[j], bv[j]
+            j -= 1
+        bp[j + 1], bv[j + 1] = p, v
+
+
+@_inline
+def _sort_round(bp: Any, bv: Any, tp: Any, tv: Any, n: int) -> None:
+    """Sort a round's events (bp: channel * 2 + kind, bv: version) by bp, stably: insertion
+    sorted runs of 32, merged bottom-up through the scratch tp, tv (no allocation: the loop
+    runs without numba's reference counting)."""
+    for lo in range(0, n, 32):
+        _insertion_run(bp, bv, lo, min(lo + 32, n))
+    width = 32
+    src_p, src_v, dst_p, dst_v = bp, bv, tp, tv
+    swapped = False
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if i < mid and (j >= hi or src_p[i] <= src_p[j]):
+                    dst_p[k], dst_v[k] = src_p[i], src_v[i]
+                    i += 1
+                else:
+                    dst_p[k], dst_v[k] = src_p[j], src_v[j]
+                    j += 1
+        src_p, src_v, dst_p, dst_v = dst_p, dst_v, src_p, src_v
+        swapped = not swapped
+        width *= 2
+    if swapped:
+        for k in range(n):
+            bp[k], bv[k] = tp[k], tv[k]
 
 
 @_jit
 def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr: Any, dep_idx: Any,
-            op_start: Any, op_end: Any, op_ended: Any, wait_head: Any,
-            ch_ptr: Any, ch_ops: Any, ch_i: Any, ch_d: Any, ch_wait_next: Any,
+            op_start: Any, op_end: Any, op_wait: Any,
+            ch_ptr: Any, ch_ops: Any, ch_i: Any, ch_d: Any, ch_wait_next: Any, ch_op: Any, ch_shape: Any,
             fl_rate: Any, fl_rem: Any, fl_tref: Any, fl_ceil: Any, fl_ver: Any,
             fl_stamp: Any, fl_rated: Any, fl_new: Any,
             sh_ptr: Any, sh_lid: Any, sh_w: Any, max_links: int,
@@ -133,9 +201,9 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             node_next: Any, node_prev: Any,
             dirty: Any, dirty_list: Any, seen: Any, incomp: Any, done: Any,
             ws: Any, rem: Any, left: Any, at: Any,
-            hk: Any, hs: Any, hp: Any, hv: Any, fk: Any, fs: Any, fp: Any, fv: Any,
+            hk: Any, hp: Any, hv: Any, rounds: Any, fk: Any, fs: Any,
             ready: Any, lstack: Any, act: Any, comp_flows: Any, comp_links: Any, full: Any,
-            st: Any, tnow: Any, stop_instants: int, rate_scale: float = 1.0) -> int:
+            st: Any, tnow: Any, ch_identity: bool, stop_instants: int, rate_scale: float = 1.0) -> int:
     """Run the event loop until the heap is empty (DONE), `stop_instants` instants have run
     (PAUSED) or the heap might overflow this instant (GROW). numba compiles it on first call
     (the closures are inlined).
@@ -146,14 +214,14 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
     n_ch = len(ch_i)
 
     def cur_op(c: int) -> int:
+        """Channel c's next op; with `ch_identity` (one channel a rank) its position is its row,
+        so the per-op ch_ops is not read at all."""
+        if ch_identity:
+            return int(ch_ptr[c] + ch_i[c])
         return int(ch_ops[ch_ptr[c] + ch_i[c]])
 
-    def shape(op: int) -> int:
-        return int(key_shape[op_key[op]])
-
     def push_event(t: float, kind: int, c: int, ver: int) -> None:
-        st[SEQ] += 1
-        st[HSIZE] = _hpush(hk, hs, hp, hv, st[HSIZE], t, st[SEQ], c * 2 + kind, ver)
+        st[HSIZE] = _epush(hk, hp, hv, st[HSIZE], t, c * 2 + kind, ver)
 
     def mark_dirty(lid: int) -> None:
         if dirty[lid] == 0:
@@ -181,29 +249,32 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 if d < 0:            # an op that does not exist: waits forever (a deadlock)
                     blocked = True
                     break
-                if op_ended[d] == 0:     # parked: pushed on the front of d's waiters
-                    ch_wait_next[c] = wait_head[d]
-                    wait_head[d] = c
+                w = op_wait[d]
+                if w != ENDED:           # parked: pushed on the front of d's waiters
+                    ch_wait_next[c] = w
+                    op_wait[d] = c
                     blocked = True
                     break
                 ch_d[c] += 1
             if not blocked:
                 now = tnow[0]
                 op_start[op] = now
-                push_event(now + key_delay[op_key[op]], BEGIN, c, 0)
+                key = op_key[op]
+                ch_op[c] = op              # the running op and its shape, per channel: read
+                ch_shape[c] = key_shape[key]   # here once, not from the per-op rows each time
+                push_event(now + key_delay[key], BEGIN, c, 0)
 
     def finished(c: int) -> None:
-        op = cur_op(c)
+        op = ch_op[c]
         op_end[op] = tnow[0]
-        op_ended[op] = 1
         st[NENDED] += 1
         ch_i[c] += 1
         ch_d[c] = 0
         ready[st[NREADY]] = c
         st[NREADY] += 1
         # op's waiters go on the stack in the order they parked (the list is newest first)
-        w = wait_head[op]
-        wait_head[op] = -1
+        w = op_wait[op]
+        op_wait[op] = ENDED
         m = 0
         x = w
         while x >= 0:
@@ -219,9 +290,8 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
 
     def transfer(c: int) -> bool:
         """FluidNetwork.transfer for channel c's current op; False: nothing to move."""
-        op = cur_op(c)
-        nbytes = op_nbytes[op]
-        s = shape(op)
+        nbytes = op_nbytes[ch_op[c]]
+        s = ch_shape[c]
         a, b = sh_ptr[s], sh_ptr[s + 1]
         if nbytes <= EPS_BYTES or a == b:
             return False
@@ -262,8 +332,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
     def finish(c: int) -> None:
         """FluidNetwork._finish: channel c's flow leaves its links."""
         now = tnow[0]
-        op = cur_op(c)
-        s = shape(op)
+        s = ch_shape[c]
         a, b = sh_ptr[s], sh_ptr[s + 1]
         ceiling = fl_ceil[c]
         for k in range(a, b):
@@ -292,35 +361,27 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         fl_rem[c] = 0.0
         finished(c)
 
-    def freeze(f: int, level: float, stamp: int, by_heap: bool) -> int:
-        """Fix flow f's rate at `level`; its weight leaves every link of the problem. Returns
-        how many one-flow links it emptied (fill_heap's count of those still open)."""
+    def freeze(f: int, level: float, stamp: int, by_heap: bool) -> None:
+        """Fix flow f's rate at `level`; its weight leaves every link of the problem."""
         fl_rated[f] = stamp
         fl_new[f] = level
-        s = shape(cur_op(f))
-        emptied = 0
+        s = ch_shape[f]
         for k in range(sh_ptr[s], sh_ptr[s + 1]):
             l2 = sh_lid[k]
             if incomp[l2] == stamp:
                 if by_heap:
                     left[l2] -= (level - at[l2]) * ws[l2]
                     at[l2] = level
-                was = ws[l2]
-                ws[l2] = was - sh_w[k]
-                if active[l2] == 1 and was > TINY_WEIGHT and ws[l2] <= TINY_WEIGHT:
-                    emptied += 1
-        return emptied
+                ws[l2] -= sh_w[k]
 
-    def freeze_link(lid: int, level: float, stamp: int, by_heap: bool) -> int:
-        """Freeze lid's flows not yet frozen; returns the one-flow links they emptied."""
-        emptied = 0
+    def freeze_link(lid: int, level: float, stamp: int, by_heap: bool) -> None:
+        """Freeze lid's flows not yet frozen."""
         node = head[lid]
         while node >= 0:
             f = node // max_links
             if fl_rated[f] != stamp:
-                emptied += freeze(f, level, stamp, by_heap)
+                freeze(f, level, stamp, by_heap)
             node = node_next[node]
-        return emptied
 
     def fill_scan(nl: int, stamp: int) -> None:
         """fluid._fill_by_scan: each level, the smallest fill level over every open link."""
@@ -373,86 +434,125 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         lid = fs[0]
         w = ws[lid]
         if w <= TINY_WEIGHT:
-            return False, _hpop(fk, fs, fp, fv, n)
+            return False, _lpop(fk, fs, n)
         cur = at[lid] + max(left[lid], 0.0) / w
         if cur > fk[0]:
-            _hsift(fk, fs, fp, fv, n, cur, lid, 0, 0)
+            _lsift_at(fk, fs, n, 0, cur, lid)
             return False, n
         return True, n
 
-    def bring_in(nout: int, n: int) -> int:
-        """Push the one-flow links fill_heap left out (the first `nout` of `act`) that are
-        still open, at the keys they would have had from the start (their capacity over the
-        link's weight); returns the heap's size."""
+    def before(a: int, b: int) -> bool:
+        """Outside link a pops before b: (key, lid) order."""
+        return rem[a] < rem[b] or (rem[a] == rem[b] and a < b)
+
+    def sort_outside(nout: int) -> None:
+        """The one-flow links fill_heap leaves out (act[:nout]) in (key, lid) order, the order
+        a heap of them pops: key (kept in `rem`, fill_scan's scratch) is capacity over weight,
+        as it stays while the link is open. Insertion sorted runs of 16, merged bottom-up
+        through `lstack` (settle's traversal stack, free by now)."""
         for j in range(nout):
             lid = act[j]
-            if ws[lid] > TINY_WEIGHT:
-                n = _hpush(fk, fs, fp, fv, n, cap[lid] / weight[lid], lid, 0, 0)
-        return n
+            rem[lid] = cap[lid] / weight[lid]
+        for lo in range(0, nout, 16):
+            for i in range(lo + 1, min(lo + 16, nout)):
+                lid = act[i]
+                j = i - 1
+                while j >= lo and before(lid, act[j]):
+                    act[j + 1] = act[j]
+                    j -= 1
+                act[j + 1] = lid
+        width = 16
+        src, dst = act, lstack
+        swapped = False
+        while width < nout:
+            for lo in range(0, nout, 2 * width):
+                mid, hi = min(lo + width, nout), min(lo + 2 * width, nout)
+                i, j = lo, mid
+                for k in range(lo, hi):
+                    if i < mid and (j >= hi or not before(src[j], src[i])):
+                        dst[k] = src[i]
+                        i += 1
+                    else:
+                        dst[k] = src[j]
+                        j += 1
+            src, dst = dst, src
+            swapped = not swapped
+            width *= 2
+        if swapped:
+            for k in range(nout):
+                act[k] = lstack[k]
+
+    def lowest(n: int, o: int, nout: int) -> tuple[int, int, int]:
+        """The entry a heap of every link would have on top, current: (HEAP: the heap's top,
+        OUTSIDE: act[o], NONE), the heap's size, the outside list's next open position."""
+        while True:
+            while o < nout and ws[act[o]] <= TINY_WEIGHT:    # dropped unseen, as by the heap
+                o += 1
+            if n > 0:
+                heap_first = o == nout
+                if not heap_first:
+                    l2 = act[o]
+                    heap_first = fk[0] < rem[l2] or (fk[0] == rem[l2] and fs[0] < l2)
+                if heap_first:
+                    ok, n = top_is_current(n)
+                    if not ok:
+                        continue
+                    return HEAP, n, o
+            return (OUTSIDE if o < nout else NONE), n, o
 
     def fill_heap(nl: int, stamp: int) -> None:
         """fluid._fill_by_heap: links wait in a heap by the level at which they fill.
 
-        Links of one flow (most of a skewed dispatch's problem: each flow's own NIC and PCIe
-        hops) wait outside the heap: pushing and popping them was most of the filling, and such
-        a link matters only if its flow is still unfrozen when the filling reaches its level.
-        While the heap's top stays below the lowest of them, it is the top the full heap would
-        have (an emptied one is dropped unseen either way, and joins no level's batch), so the
-        filling pops what it would pop with them in; when the top reaches that level, or the
-        heap empties, with one still open, the open ones come in at the keys they would have
-        had. Keys and lids cannot tie, so the order entries come off is the same however the
-        heap was built (heapified, not pushed one by one)."""
+        Links of one flow (most of a problem: each flow's own NIC, PCIe and NVLink port) wait
+        outside the heap, in a list sorted once by (key, lid): pushing and popping them was most
+        of the filling. Such a link's key stays its capacity over its weight while its flow is
+        open (nothing else moves it), and it is dropped once that flow freezes, so the list's
+        next open entry is what a heap of them would have on top; the lower of it and the heap's
+        current top is the top a heap of every link would have. Keys and lids cannot tie, so
+        entries come off in the same order however they are held."""
         n = 0
-        lowest = np.inf          # the lowest level of a one-flow link left out
-        outside = 0              # of those, the ones whose flow is not frozen yet
+        nout = 0
         for j in range(nl):
             lid = comp_links[j]
             left[lid] = cap[lid]
             at[lid] = 0.0
             if ws[lid] > TINY_WEIGHT:
-                key = cap[lid] / ws[lid]
                 if active[lid] == 1:
-                    act[outside] = lid          # act: fill_scan's scratch, free here
-                    outside += 1
-                    if key < lowest:
-                        lowest = key
+                    act[nout] = lid          # act: fill_scan's scratch, free here
+                    nout += 1
                 else:
-                    fk[n], fs[n] = key, lid
+                    fk[n], fs[n] = cap[lid] / ws[lid], lid
                     n += 1
         for i in range(n // 2 - 1, -1, -1):
-            _hdown(fk, fs, fp, fv, n, i)
-        nout = outside
+            _lsift_at(fk, fs, n, i, fk[i], fs[i])
+        sort_outside(nout)
+        o = 0
         while True:
-            if outside > 0 and (n == 0 or fk[0] >= lowest):
-                n = bring_in(nout, n)
-                outside = 0
-            if n == 0:
+            src, n, o = lowest(n, o, nout)
+            if src == NONE:
                 break
-            ok, n = top_is_current(n)
-            if not ok:
-                continue
-            level = fk[0]
-            full[0] = fs[0]
-            nfull = 1
-            n = _hpop(fk, fs, fp, fv, n)
-            while True:                             # links full at this level too
-                if outside > 0 and (n == 0 or fk[0] >= lowest):
-                    n = bring_in(nout, n)
-                    outside = 0
-                if n == 0:
-                    break
-                ok, n = top_is_current(n)
-                if not ok:
-                    continue
-                l2 = fs[0]
-                if (fk[0] - level) * ws[l2] > SATURATED_RTOL * cap[l2]:
+            nfull = 0
+            level = 0.0
+            while src != NONE:                     # this level's links: the first, then the
+                if src == HEAP:                    # links full at it too
+                    l2, key = fs[0], fk[0]
+                else:
+                    l2 = act[o]
+                    key = rem[l2]
+                if nfull == 0:
+                    level = key
+                elif (key - level) * ws[l2] > SATURATED_RTOL * cap[l2]:
                     break
                 full[nfull] = l2
                 nfull += 1
-                n = _hpop(fk, fs, fp, fv, n)
+                if src == HEAP:
+                    n = _lpop(fk, fs, n)
+                else:
+                    o += 1
+                src, n, o = lowest(n, o, nout)
             for j in range(nfull):
                 b = full[j]
-                outside -= freeze_link(b, level, stamp, True)
+                freeze_link(b, level, stamp, True)
                 ws[b] = 0.0
 
     def settle() -> None:
@@ -486,7 +586,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                     fl_stamp[f] = stamp
                     comp_flows[nf] = f
                     nf += 1
-                    s = shape(cur_op(f))
+                    s = ch_shape[f]
                     for k in range(sh_ptr[s], sh_ptr[s + 1]):
                         l2 = sh_lid[k]
                         if seen[l2] != stamp and demand[l2] > slack_below[l2]:
@@ -530,7 +630,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             ready[st[NREADY]] = c
             st[NREADY] += 1
         drain()
-    bp, bv = np.empty(len(hk), np.int64), np.empty(len(hk), np.int64)   # one round's events
+    bp, bv, tp, tv = rounds[0], rounds[1], rounds[2], rounds[3]     # one round's events, scratch
     while st[HSIZE] > 0:
         if st[INSTANTS] >= stop_instants:
             return PAUSED
@@ -544,8 +644,8 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             while st[HSIZE] > 0 and hk[0] <= end:    # begin before end) order, stably
                 bp[n], bv[n] = hp[0], hv[0]
                 n += 1
-                st[HSIZE] = _hpop(hk, hs, hp, hv, st[HSIZE])
-            _sort_round(bp, bv, n)
+                st[HSIZE] = _epop(hk, hp, hv, st[HSIZE])
+            _sort_round(bp, bv, tp, tv, n)
             for j in range(n):
                 p, v = bp[j], bv[j]
                 c = p >> 1

@@ -53,6 +53,7 @@ class Tables:
     sh_lid: I64
     sh_w: F64
     max_links: int             # most links of one shape
+    ch_identity: bool = False  # ch_ops is every row in order (a channel's ops are consecutive rows)
 
     @property
     def num_ops(self) -> int:
@@ -94,11 +95,54 @@ def _rank_chunks(lens: I64) -> list[tuple[int, int]]:
     return out
 
 
-def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
+def _dep_rows(rank: I32, index: I32, fold: int | None, row_of: I32, len_of: I32, out: I32) -> None:
+    """Dependencies (rank, index) as rows into `out`: the rank folded onto its representative,
+    -1 for an op that does not exist. row_of / len_of end with a sentinel rank (no rows)."""
+    top = len(row_of) - 1
+    if fold is not None:
+        rank = rank % fold
+    bad = (rank < 0) | (rank >= top)
+    if bad.any():
+        rank = np.where(bad, top, rank)
+    base = row_of[rank]
+    ok = (base >= 0) & (index >= 0) & (index < len_of[rank])
+    np.add(base, index, out=out)            # `out` may be `index` itself (consumed arrays)
+    if not ok.all():
+        out[~ok] = -1
+
+
+def _channel_rows(lens: I64, channel: I32, nch: int, lo: int, out: I32) -> I64:
+    """The rows lo.. of whole ranks (`lens` each) grouped by (rank, channel) in that order, each
+    group in row order, into `out`; returns each group's first row. One channel: the rows as
+    they are, a group per rank."""
+    if nch == 1:
+        out[:] = np.arange(lo, lo + len(out), dtype=np.int32)
+        starts = np.concatenate([[0], np.cumsum(lens[:-1])])
+        return (starts[lens > 0] + lo).astype(np.int64)
+    rank_pos = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    group = rank_pos * nch + channel
+    order = np.argsort(group, kind="stable")
+    out[:] = order + lo
+    return np.concatenate([[lo], np.flatnonzero(np.diff(group[order])) + 1 + lo]).astype(np.int64)
+
+
+def _reuse(x: npt.NDArray[np.int32], consume: bool) -> npt.NDArray[np.int32]:
+    """x's buffer for an int32 table of its length where the caller gives its arrays up (and
+    x is a writeable int32 array of its own), else a new one."""
+    if consume and x.dtype == np.int32 and x.flags.writeable and x.flags.c_contiguous:
+        return x
+    return np.empty(len(x), np.int32)
+
+
+def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool = False) -> Tables:
     """The tables of ops in array form, over arrays: per-op work is numpy's, per-key work
     (links, latency) Python's through the same `LinkCache` the Python engine asks, in the same
     order (links a key creates get the same ids). Rows are done a chunk of whole ranks at a
-    time, into arrays sized up front: a 33M-op ring's temporaries stay a chunk's, not the run's."""
+    time, into arrays sized up front: a 33M-op ring's temporaries stay a chunk's, not the run's.
+
+    `consume`: the caller drops `a` afterwards, so the keys are written over its prototype
+    column and the dependency rows over its dependency indices, each chunk after it is read
+    (fresh memory is costly: a 4096-GPU ring's tables are ~1 GB). `a` is garbage after."""
     n, ndeps = a.num_ops, int(a.dep_ptr[-1])
     if n >= INT32_ROWS or ndeps >= INT32_ROWS:
         raise HiercollError(f"simulate: {n} ops with {ndeps} dependencies: the compiled core "
@@ -109,6 +153,8 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
     p_copy = np.fromiter((p.kind == OpKind.COPY for p in a.protos), bool, npro)
     p_remote = np.fromiter((p.dst != p.rank or p.srcs[0] != p.rank for p in a.protos), bool, npro)
     ce_min = max(costs.ce_threshold_bytes, 1)
+    ce_min_count = -(-ce_min // itemsize)          # count * itemsize >= ce_min, in elements
+    p_ce = p_copy & p_remote                       # a copy engine runs it, if large enough
     launch = (costs.op_launch_us(False), costs.op_launch_us(True))
     nch = int(a.channel.max()) + 1 if n else 1
     key_of: dict[int, int] = {}         # (prototype, channel, engine) -> key, in first-row order
@@ -124,10 +170,10 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
     offsets = a.offsets()
     top_dep = int(a.dep_rank.max()) + 1 if ndeps else 0
     top = max(fold if fold is not None else top_dep, max(a.ranks, default=-1) + 1)
-    row_of = np.full(top + 1, -1, np.int64)
-    len_of = np.zeros(top + 1, np.int64)
+    row_of = np.full(top + 1, -1, np.int32)      # rank -> its first row; top: no such rank
+    len_of = np.zeros(top + 1, np.int32)
     row_of[a.ranks], len_of[a.ranks] = offsets, a.lens
-    op_key, op_nbytes = np.empty(n, np.int32), np.empty(n, np.float64)
+    op_key, op_nbytes = _reuse(a.proto, consume), np.empty(n, np.float64)
     nkeys = npro * nch * 2
     lut = np.full(nkeys, -1, np.int32) if nkeys <= DENSE_KEYS else None
     NONE = np.iinfo(np.int64).max
@@ -192,15 +238,17 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
         key_ce.extend(on_ce.tolist())
         return np.arange(first_id, len(key_shape), dtype=np.int64)
 
-    dep_idx, ch_ops = np.empty(ndeps, np.int32), np.empty(n, np.int32)
+    dep_idx, ch_ops = _reuse(a.dep_index[:ndeps], consume), np.empty(n, np.int32)
     ch_starts: list[I64] = []
     for r0, r1 in _rank_chunks(a.lens):
         lo, hi = int(offsets[r0]), int(offsets[r1 - 1] + a.lens[r1 - 1])
         if hi == lo:
             continue
         proto, channel, count = a.proto[lo:hi], a.channel[lo:hi], a.count[lo:hi]
-        ce = p_copy[proto] & (count * itemsize >= ce_min) & p_remote[proto]     # on_copy_engine
-        key = (proto.astype(np.int64) * nch + channel) * 2 + ce
+        ce = p_ce[proto] & (count >= ce_min_count)                              # on_copy_engine
+        # int32 where the keys index a table (at most DENSE_KEYS of them)
+        wide: I64 | I32 = proto.astype(np.int64) if lut is None else proto.astype(np.int32)
+        key = (wide * nch + channel) * 2 + ce
         if lut is not None:             # keys index a table: first rows without a sort
             assert first_row is not None
             np.minimum.at(first_row, key, np.arange(hi - lo, dtype=np.int64))
@@ -224,22 +272,10 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
                 known[known < 0] = ids
             local[order] = known
             op_key[lo:hi] = local[inverse.reshape(-1)]
-        op_nbytes[lo:hi] = count * itemsize
+        np.multiply(count, float(itemsize), out=op_nbytes[lo:hi])     # exact below 2**53
         d0, d1 = int(a.dep_ptr[lo]), int(a.dep_ptr[hi])
-        dr = a.dep_rank[d0:d1].astype(np.int64)
-        if fold is not None:
-            dr %= fold
-        dr = np.where((dr >= 0) & (dr < top), dr, top)
-        di = a.dep_index[d0:d1]
-        ok = (row_of[dr] >= 0) & (di >= 0) & (di < len_of[dr])
-        dep_idx[d0:d1] = np.where(ok, row_of[dr] + di, -1)
-        # channels: rows grouped by (rank, channel) in that order, each group in row order
-        rank_pos = np.repeat(np.arange(r1 - r0, dtype=np.int64), a.lens[r0:r1])
-        group = rank_pos * nch + channel
-        order = np.argsort(group, kind="stable")
-        ch_ops[lo:hi] = order + lo
-        ch_starts.append(np.flatnonzero(np.diff(group[order])) + 1 + lo)
-        ch_starts[-1] = np.concatenate([[lo], ch_starts[-1]]).astype(np.int64)
+        _dep_rows(a.dep_rank[d0:d1], a.dep_index[d0:d1], fold, row_of, len_of, dep_idx[d0:d1])
+        ch_starts.append(_channel_rows(a.lens[r0:r1], channel, nch, lo, ch_ops[lo:hi]))
     ch_ptr = np.concatenate([*ch_starts, [n]]).astype(np.int32)
     sp = np.array(sh_ptr, np.int64)
     return Tables(ranks=list(a.ranks), lens=a.lens.tolist(), op_key=op_key, op_nbytes=op_nbytes,
@@ -247,4 +283,4 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int) -> Tables:
                   key_shape=np.array(key_shape, np.int64), key_delay=np.array(key_delay, np.float64),
                   key_ce=np.array(key_ce, bool),
                   sh_ptr=sp, sh_lid=np.array(sh_lid, np.int64), sh_w=np.array(sh_w, np.float64),
-                  max_links=max(int(np.diff(sp).max()), 1) if len(sp) > 1 else 1)
+                  max_links=max(int(np.diff(sp).max()), 1) if len(sp) > 1 else 1, ch_identity=nch == 1)
