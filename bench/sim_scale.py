@@ -47,7 +47,7 @@ CASES: list[tuple[str, str, str, int, str, dict[str, Any], str, float | None]] =
     ("32768 hier_tiers auto spray", "all_reduce", TIER3 + "+spray", 4096, "hier_tiers", {}, "auto", 60),
     ("4096 hier exact", "all_reduce", TIER3, 512, "hier", {}, "exact", 60),
     ("4096 ring exact", "all_reduce", TIER3, 512, "ring", {"channels": 1}, "exact", 60),
-    ("4096 ring auto slow node", "all_reduce", TIER3 + "+slow", 512, "ring", {"channels": 1}, "auto", 120),
+    ("4096 ring auto slow node", "all_reduce", TIER3 + "+slow", 512, "ring", {"channels": 1}, "auto", 60),
     # log-depth: 24-36 ops a rank, so every rank can be simulated; the slow-node target names no
     # algorithm, the unfolded one names ring and hierarchical (rhd's row has none)
     ("4096 rhd exact", "all_reduce", TIER3, 512, "rhd", {}, "exact", None),
@@ -67,35 +67,34 @@ WHY_MISSED = (
     "Why the missed rows stay missed. (1) Folded on the default ECMP fabric: the hash of a "
     "flow's endpoints moves with them, so no node or leaf shift maps every path onto a path; "
     "only whole pods (2048 GPUs) are interchangeable, and `auto` simulates a pod's ranks. The "
-    "ring's fold is checked on its op arrays (2026-11-27: the sampled check had built 212 ranks' "
-    "8190 `Op`s, > 100 CPU s; now 32 s all-in, the same time as unfolded); `hier` and "
-    "`hier_tiers` have no array form, so their check and their pod's ranks still build `Op`s. "
-    "A flat ring survives only pod shifts on a three-tier "
-    "Clos even with spray: its hop from leaf group g to g+1 is inside a pod for some g and across "
-    "pods for others. (2) Unfolded at 4096 GPUs: a ring all-reduce is 4096 x 8190 = 33.5 million "
-    "ops; `hier` and `hier_tiers` have ~8.7k and ~17k ops a rank (35 and 71 million). The "
-    "compiled core (issue 29, `hiercoll/sim/compiled`, numba) replays an op in 1.0-1.6 us, and "
-    "the ring and the direct group_cast write their ops as arrays (no Python object per op): the "
-    "unfolded 4096-GPU ring now takes about a minute in 2.2 GB, where the Python engine "
-    "(20-30 us an op all-in) needed 11-17 minutes. `hier` and `hier_tiers` still build a "
-    "Python `Op` per op (~15 us each): 35-71 million of them do not fit a minute or 4 GB; they "
-    "need array forms of their own. (3) The skewed MoE dispatch at 1024 ranks (router drawn off "
-    "the clock): each event re-solves the max-min component around the hot experts' ranks (every "
-    "flow into them and, through their sources' NICs, most others: up to every rank's flow), and "
-    "the Python engine settles every flow of a re-solved component (bytes moved at its old "
-    "rate), so the compiled core, to agree with it to the bit, does too: an event costs the whole "
-    "component, and `direct` (every token row straight to its expert: 464k ops, ~370 flows a "
-    "re-solve at 512 ranks) grows as W^2.2 (6 / 41 / ~255 s replay at 256 / 512 / 1024 ranks). "
-    "2026-11-28 (git b087b5e + working tree): heap fillings leave one-flow links (each flow's own "
-    "NIC and PCIe hops, most of such a problem) out of the heap until the filling reaches them "
-    "(same rates, bit for bit), a rank label_map built for its peers is finished instead of built "
-    "again, and a rank's node-packed splits come from one sort: `hier` 72.1 -> 46.6 s (spec 6.4, "
-    "ops and tables ~15, replay ~25), `direct` > 300 (killed) -> 265.8 s (replay ~255), same "
-    "simulated times. Meeting 30 s needs the re-solve to touch only the flows whose rates change: "
-    "an incremental max-min that no longer settles the bytes of flows whose rate stands, which "
-    "changes rounding in both engines (and through it the contended fabrics' times: "
-    "sim_rounding.md). Before stop 38 the `hier` row took 139 s (its node orders recomputed per "
-    "split, 23M level_add calls at 512 ranks).")
+    "fold is checked on op arrays (the ring's and, since 2026-11-28, `hier`'s: 4096 `hier` auto "
+    "spray 6.2 -> 1.8 s); a pod of `hier` then replays as slowly as in (2). A flat ring survives "
+    "only pod shifts on a three-tier Clos even with spray: its hop from leaf group g to g+1 is "
+    "inside a pod for some g and across pods for others. (2) Unfolded at 4096 GPUs: the ring "
+    "(33.5 million ops, written as arrays) replays at about half a microsecond an op in the "
+    "compiled core (issue 29, `hiercoll/sim/compiled`, numba): 46.7 -> 20.5 CPU s, 2.27 -> 1.70 "
+    "GB on 2026-11-28 (24.9 s in the row above, run with the machine loaded 2.5), the same "
+    "simulated times to the bit. `hier` (35.6 million ops) now writes arrays too (6 s), but its "
+    "tables take ~52 s: the 2.1 million distinct GPU pairs of its copies are routed one at a time "
+    "in Python on a tiered ECMP fabric (the batched `copy_links_batch` covers one switch only), "
+    "and its replay, steady at 12-16 us an op at 1024-2048 GPUs, slows to ~3 ms an instant once "
+    "the swizzled node order reaches the other pod (every rank's send crosses the 7:1 "
+    "aggregation tier at once: one max-min component of every flow, re-solved at every event); "
+    "killed at its cap. It needs a batched tiered pair-links table and the incremental max-min of "
+    "(3). (3) The skewed MoE dispatch at 1024 ranks (router drawn off the clock): each event "
+    "re-solves the max-min component around the hot experts' ranks (every flow into them and, "
+    "through their sources' NICs, most others), and the Python engine settles every flow of a "
+    "re-solved component (bytes moved at its old rate), so the compiled core, to agree with it "
+    "to the bit, does too: an event costs the whole component. `hier` 72.1 -> 46.6 (stop 40) -> "
+    "35.1 s (2026-11-28): spec 6.9 s, ops built as `Op` objects (group_cast has no array form: "
+    "~15 s with label resolution), tables ~5, replay ~20-25 s: the replay alone is near the "
+    "target, so 30 s needs a re-solve that touches only the flows whose rates change (an "
+    "incremental max-min that no longer settles the bytes of flows whose rate stands, which "
+    "changes rounding in both engines: sim_rounding.md). `direct` (464k ops, ~370 flows a "
+    "re-solve at 512 ranks) grows as W^2.2 (265.8 s at 1024 on stop 40). (4) Per op, all-in, "
+    "on the one-switch rings: 512 and 1024 GPUs at 0.75 and 0.57 us (met); 256 GPUs at ~2 us: "
+    "the ~0.18 s every process spends importing numba and loading the compiled loop from its "
+    "cache is 1.4 us an op at 131k ops (the Python engine would be 20 us an op).")
 
 BEFORE = ("Before (issue 16, same 2-core machine, CPU s): unfolded ring all-reduce 0.5 / 10-17 / "
           "46 / 248 s at 64 / 256 / 512 / 1024 GPUs (3.1 GB at 1024), not finished in 300 s at 4096 "
@@ -249,6 +248,13 @@ def verdict(r: dict[str, Any]) -> str:
     return f"<= {t:g} s: {'met' if r['cpu_s'] <= t else '**missed**'}"
 
 
+def per_op_us(row: dict[str, Any]) -> str:
+    """CPU us per simulated op, all-in (the case's CPU s over the ops it replayed): issue 29's
+    <= 1 us target for the one-switch rings."""
+    ops = row.get("ops")
+    return f"{1e6 * row['cpu_s'] / ops:.2f}" if ops else ""
+
+
 def render(payload: dict[str, Any]) -> str:
     """The markdown table of a run (`--render FILE.json` redoes it from the saved rows)."""
     rows = payload["rows"]
@@ -281,8 +287,8 @@ def render(payload: dict[str, Any]) -> str:
           "`auto` runs it unfolded too. The slow-node target names no algorithm; it is met with "
           "`rhd` and missed with the ring.", "",
           "| case | GPUs | topology | algorithm | mode | CPU s | peak RSS MiB | ranks sim. | "
-          "simulated time us | target (CPU s) | load | ASTRA-sim (analytical) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "us / op | simulated time us | target (CPU s) | load | ASTRA-sim (analytical) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         astra = ASTRA.get(" ".join(r["label"].split()[:2]), "")
         folded = r["mode"] == "auto" and r.get("ranks_simulated", 0) < r["gpus"]
@@ -291,12 +297,13 @@ def render(payload: dict[str, Any]) -> str:
         algo = r["algorithm"] if r["collective"] == "all_reduce" else f"{r['algorithm']} ({r['collective']})"
         if r.get("error"):
             md.append(f"| {r['label']} | {r['gpus']} | {r['topology']} | {algo} | {mode} | "
-                      f"{error(r)} | {r['peak_rss_mib']:.0f} | | | {verdict(r)} | "
+                      f"{error(r)} | {r['peak_rss_mib']:.0f} | | | | {verdict(r)} | "
                       f"{r['load_avg_1m']:.1f} | {astra} |")
             continue
         md.append(f"| {r['label']} | {r['gpus']} | {r['topology']} | {algo} | {mode} | "
                   f"{r['cpu_s']:.1f} | {r['peak_rss_mib']:.0f} | {r['ranks_simulated']} | "
-                  f"{r['sim_time_us']:.1f} | {verdict(r)} | {r['load_avg_1m']:.1f} | {astra} |")
+                  f"{per_op_us(r)} | {r['sim_time_us']:.1f} | {verdict(r)} | "
+                  f"{r['load_avg_1m']:.1f} | {astra} |")
     md += ["", "Every case at the default op limit (HIERCOLL_MAX_OPS=2e8): it bounds the ranks a "
            "consumer builds, so a 32768-GPU plan of ~2e9 ops simulates folded (one node's ranks "
            "built) while walks over every rank are refused.", "",
