@@ -21,7 +21,12 @@ from hiercoll.sim import simulate, symmetry
 from hiercoll.topology import Topology
 from tests.helpers import small_topology
 from tests.test_hier_tiers import tiered
-from tests.test_sim_compiled_build import assert_identical, assert_same_arrays, built
+from tests.test_sim_compiled_build import (
+    assert_identical,
+    assert_same_arrays,
+    built,
+    check_written_in_blocks,
+)
 
 pytest.importorskip("numba")
 
@@ -80,12 +85,8 @@ def test_written_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """A large world is written a block of ranks at a time; the joined blocks are the whole."""
     topo = tiered(8, 2, [2, 2])
     sched = plan(topo, "all_reduce", 999, {"chunks": 2, "channels": 2})
-    whole = native_op_arrays(sched, list(range(16)))
-    monkeypatch.setattr("hiercoll.planner.hier.arrays.ARRAY_BLOCK_OPS", 100)
-    parts = native_op_arrays(sched, list(range(16)))
-    assert whole is not None and parts is not None
-    assert_same_arrays(parts, whole)
-    assert_same_arrays(parts, built(sched, list(range(16))))
+    check_written_in_blocks(sched, "hiercoll.planner.hier.arrays.ARRAY_BLOCK_OPS",
+                            list(range(16)), monkeypatch)
     staged = plan(small_topology(3, 4, nics=2), "all_gather", 50, {"chunks": 2})
     check_ranks(staged, list(range(12)))
 

@@ -73,15 +73,23 @@ def test_ring_arrays_are_its_built_ops(kind: str, nodes: int, channels: int, chu
         assert_same_arrays(fast, built(sched, ranks))
 
 
+def check_written_in_blocks(sched: Schedule, block_setting: str, ranks: list[int],
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays written a few ops at a time (`block_setting`: the module constant that bounds a
+    block) are the arrays written at once, and the built ops' arrays."""
+    whole = native_op_arrays(sched, ranks)
+    monkeypatch.setattr(block_setting, 100)
+    parts = native_op_arrays(sched, ranks)
+    assert whole is not None and parts is not None
+    assert_same_arrays(parts, whole)
+    assert_same_arrays(parts, built(sched, ranks))
+
+
 def test_ring_arrays_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """A large world is written a block of ranks at a time; the joined blocks are the whole."""
     _, sched = ring("dgx-h100", 2, "all_reduce", 4096, channels=2)
-    whole = native_op_arrays(sched, list(range(16)))
-    monkeypatch.setattr("hiercoll.planner.ring.ARRAY_BLOCK_OPS", 100)
-    parts = native_op_arrays(sched, list(range(16)))
-    assert whole is not None and parts is not None
-    assert_same_arrays(parts, whole)
-    assert_same_arrays(parts, built(sched, list(range(16))))
+    check_written_in_blocks(sched, "hiercoll.planner.ring.ARRAY_BLOCK_OPS", list(range(16)),
+                            monkeypatch)
 
 
 def test_no_ranks_no_array_form() -> None:
