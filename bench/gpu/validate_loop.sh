@@ -10,9 +10,9 @@ HC_TIMEOUT=${HCT:-300} bash bench/gpu/compare.sh "$W" "$T" "${SIZES:-8KiB,64KiB,
   > "$OUT/compare-w$W.log" 2>&1
 D=/tmp/compare-w$W
 ls "$D"/*.json > /dev/null 2>&1 || { echo "no bench JSON"; tail -20 "$OUT/compare-w$W.log"; exit 1; }
-# --fix: a per-op cap the fit otherwise bends into a stand-in for link efficiency (docs/calibration.md)
+# calibrate uses the host's CPUs (--jobs: its default); --fix: a per-op cap the fit otherwise bends into a stand-in for link efficiency (docs/calibration.md)
 FIX=${FIX:-costs.sm_op_gbps,costs.ce_op_gbps,costs.ce_concurrent_gbps,costs.ce_launch_us}
-timeout -k 5 "${CAL_S:-240}" python3 -m hiercoll calibrate -t "$T" "$D"/*.json --folds 5 --fix "$FIX" \
+timeout -k 5 "${CAL_S:-300}" python3 -m hiercoll calibrate -t "$T" "$D"/*.json --folds 5 --fix "$FIX" \
   -o "$OUT/calibrated-w$W.yaml" --md "$OUT/calibrated-w$W.md" > "$OUT/calibrate-w$W.log" 2>&1
 echo "== calibrate rc=$?"; grep -i "held out\|fold" "$OUT/calibrate-w$W.log" | head -8
 for costs in shipped fitted; do
