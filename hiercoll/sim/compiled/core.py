@@ -84,7 +84,13 @@ def _epush(hk: Any, hp: Any, hv: Any, n: int, key: float, p: int, v: int) -> int
     """Push an event onto the binary min-heap ordered by time; returns the new size. Events of
     one time come off in any order: a round takes every event of its instant and sorts them by
     (channel, kind), and one (channel, kind) is never pending twice with the same version."""
-    i = n
+    _erise(hk, hp, hv, n, key, p, v)
+    return n + 1
+
+
+@_inline
+def _erise(hk: Any, hp: Any, hv: Any, i: int, key: float, p: int, v: int) -> None:
+    """Put (key, p, v) in the hole at i, moving it up past larger parents."""
     while i > 0:
         parent = (i - 1) >> 1
         if hk[parent] <= key:
@@ -92,7 +98,6 @@ def _epush(hk: Any, hp: Any, hv: Any, n: int, key: float, p: int, v: int) -> int
         hk[i], hp[i], hv[i] = hk[parent], hp[parent], hv[parent]
         i = parent
     hk[i], hp[i], hv[i] = key, p, v
-    return n + 1
 
 
 @_inline
@@ -112,13 +117,7 @@ def _epop(hk: Any, hp: Any, hv: Any, n: int) -> int:
         hk[i], hp[i], hv[i] = hk[c], hp[c], hv[c]
         i = c
         c = 2 * i + 1
-    while i > 0:
-        parent = (i - 1) >> 1
-        if hk[parent] <= key:
-            break
-        hk[i], hp[i], hv[i] = hk[parent], hp[parent], hv[parent]
-        i = parent
-    hk[i], hp[i], hv[i] = key, p, v
+    _erise(hk, hp, hv, i, key, p, v)
     return n
 
 
