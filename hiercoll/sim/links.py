@@ -21,6 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+import numpy.typing as npt
+
 from hiercoll.topology import IntraKind, Topology
 from hiercoll.topology.fabric import ALL_PORTS, extra_latency_us, layout, port_stabilizer, route, turn_tier
 from hiercoll.topology.tier_layout import TierLayout
@@ -66,6 +69,9 @@ class Network:
     _rx: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
 
     _degraded: dict[str, float] = field(default_factory=dict)
+    # pair_links' record, per request code, of the requests whose links a batch has made (a
+    # later batch asks only pairs that bring new links); None until a batch runs
+    batch_known: npt.NDArray[np.bool_] | None = None
 
     def __post_init__(self) -> None:
         self._tiers = layout(self.topology)
@@ -92,6 +98,11 @@ class Network:
                                        None if crowded_gbps is None else crowded_gbps * factor,
                                        shared_by))
         return lid
+
+    def link_id(self, key: LinkKey) -> int:
+        """The id of a link already made, by its key (`sim/pair_links.py` reads the ids of ports
+        that its pairs' first `copy_links` made)."""
+        return self._ids[key]
 
     # ---- paths -------------------------------------------------------------------------------
     def hbm(self, g: int) -> int:

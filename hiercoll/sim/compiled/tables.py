@@ -9,6 +9,7 @@ share one entry), so a ring's millions of ops index a handful of link lists.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ import numpy.typing as npt
 from hiercoll.errors import HiercollError
 from hiercoll.schedule import OpKind, Schedule
 from hiercoll.schedule_arrays import OpArrays, op_arrays_from_ops
-from hiercoll.sim.engine import LinkCache
+from hiercoll.sim.engine import LinkCache, copy_links
 from hiercoll.sim.links import Network
 from hiercoll.sim.pair_links import copy_links_batch
 
@@ -205,19 +206,56 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
 
     def new_keys(rows: I64, on_ce: B) -> I64:
         """Keys first met at `rows` (in that order), numbered and shaped as `new_key` one by
-        one would; copies between their own pairs of GPUs (a dense all-to-all-v: a key per
-        pair) at once, through `copy_links_batch`."""
+        one would; copies between their own pairs of GPUs (a dense all-to-all-v, a hierarchical
+        plan's sends: a key per pair) at once, through `copy_links_batch`, the other rows
+        between them one by one."""
         proto = a.proto[rows]
-        if len(rows) > 1 and cached.pairs_decide and bool(p_copy[proto].all()):
+        copy = p_copy[proto]
+        if len(rows) > 1 and cached.pairs_decide and int(copy.sum()) > 1:
             if not pair_ends:
                 pair_ends.extend((np.fromiter((p.srcs[0] for p in a.protos), np.int64, npro),
                                   np.fromiter((p.dst for p in a.protos), np.int64, npro)))
-            src, dst = pair_ends[0][proto], pair_ends[1][proto]
-            got = copy_links_batch(net, src, dst)
+            src, dst = pair_ends[0][proto[copy]], pair_ends[1][proto[copy]]
+            # other rows among the copies: their links made in row order between the copies'
+            got = copy_links_batch(net, src, dst) if copy.all() else copy_links_batch(
+                net, src, dst, lambda first: _links_in_row_order(rows, copy, src, dst, first))
             if got is not None:
-                return _pair_keys(got, src * world + dst, on_ce)
+                return _mixed_keys(rows, copy, got, src * world + dst, on_ce)
+        return _keys_one_by_one(rows, on_ce)
+
+    def _keys_one_by_one(rows: I64, on_ce: B) -> I64:
         return np.array([new_key(int(r), bool(c)) for r, c in zip(rows.tolist(), on_ce.tolist())],
                         np.int64)
+
+    def _links_in_row_order(rows: I64, copy: B, src: I64, dst: I64, first: I64) -> None:
+        """Make the links of `rows` as `new_key` row by row would: the copies that first use a
+        link (`first`, among the copies) through `copy_links`, every other row's op through the
+        cache `new_key` asks again (the same answer)."""
+        at = np.flatnonzero(copy)
+        for r in np.sort(np.concatenate([at[first], np.flatnonzero(~copy)])).tolist():
+            if copy[r]:
+                i = int(np.searchsorted(at, r))
+                copy_links(net, int(src[i]), int(dst[i]))
+            else:
+                row = int(rows[r])
+                cached(a.protos[int(a.proto[row])].op(int(a.channel[row]), int(a.count[row])))
+
+    def _mixed_keys(rows: I64, copy: B, got: tuple[I64, I64, F64, F64], code: I64, on_ce: B) -> I64:
+        """Keys of `rows` in order: each run of copies at once, the rows between one by one."""
+        out = np.empty(len(rows), np.int64)
+        cuts = [0, *(np.flatnonzero(np.diff(copy.astype(np.int8))) + 1).tolist(), len(rows)]
+        done = 0                # copies keyed so far
+        ptr, lids, ws, latency = got
+        for lo, hi in itertools.pairwise(cuts):
+            if not copy[lo]:
+                out[lo:hi] = _keys_one_by_one(rows[lo:hi], on_ce[lo:hi])
+                continue
+            end = done + hi - lo
+            p = ptr[done:end + 1]
+            run = (p - p[0], lids[p[0]:p[-1]], ws[p[0]:p[-1]], latency[done:end])
+            out[lo:hi] = _pair_keys(run, code[done:end], on_ce[lo:hi])
+            done = end
+        return out
 
     def _pair_keys(got: tuple[I64, I64, F64, F64], code: I64, on_ce: B) -> I64:
         ptr, lids, ws, latency = got
