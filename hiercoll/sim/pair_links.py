@@ -64,28 +64,11 @@ def copy_links_batch(net: Network, a: I64, b: I64, ask: Ask | None = None) -> tu
     same = node[a] == node[b]
     self_copy = a == b
     _create_in_order(net, a, b, same, self_copy, ask)
-    hbm = _per_id(np.concatenate([a, b]), net.hbm)
     wf = net.wire_factor
-    lid = np.full((k, WIDTH), -1, np.int64)
-    w = np.zeros((k, WIDTH), np.float64)
-    ha, hb = hbm[a], hbm[b]
-    one = ha == hb                          # one HBM twice (a == b, shared or folded GPUs)
-    lid[:, 0], w[:, 0] = ha, np.where(one, 2.0, 1.0)
-    lid[:, 1], w[:, 1] = np.where(one, -1, hb), 1.0
-    # each half only of the GPUs (nodes) that use it: asking another would make a new link
-    intra = same & ~self_copy
-    if intra.any():
-        ai, bi = a[intra], b[intra]
-        lid[intra, 2] = _per_id(ai, lambda g: net.switch_port(g, True))[ai]
-        lid[intra, 3] = _per_id(bi, lambda g: net.switch_port(g, False))[bi]
-        w[intra, 2:4] = wf
+    lid, w = _gpu_columns(net, a, b, same, self_copy, WIDTH)
     inter = ~same
     if inter.any():
         ai, bi = a[inter], b[inter]
-        for j in (0, 1):
-            lid[inter, 2 + j] = _per_id(ai, lambda g, j=j: net.nic_side(g, True)[j][0])[ai]
-            lid[inter, 4 + j] = _per_id(bi, lambda g, j=j: net.nic_side(g, False)[j][0])[bi]
-        w[inter, 2:6] = wf
         assert t.inter is not None
         if t.inter.oversubscription > 1.0:
             na, nb = node[ai], node[bi]
@@ -148,6 +131,36 @@ def _known_codes(net: Network, codes: int) -> npt.NDArray[np.bool_]:
     if known is None or len(known) != codes:
         known = net.batch_known = np.zeros(codes, bool)
     return known
+
+
+def _gpu_columns(net: Network, a: I64, b: I64, same: npt.NDArray[np.bool_],
+                 self_copy: npt.NDArray[np.bool_], width: int) -> tuple[I64, F64]:
+    """Link ids and weights (-1: none) of each copy's GPU-side links, `width` columns: the two
+    HBMs (one, weighed twice, where both ends share it), the NVSwitch ports of a copy inside a
+    node, the NIC halves of one that leaves it; the columns past 6 are the caller's. Each half
+    is asked only of the GPUs that use it: asking another would make a new link."""
+    k, wf = len(a), net.wire_factor
+    lid = np.full((k, width), -1, np.int64)
+    w = np.zeros((k, width), np.float64)
+    hbm = _per_id(np.concatenate([a, b]), net.hbm)
+    ha, hb = hbm[a], hbm[b]
+    one = ha == hb                          # one HBM twice (a == b, shared or folded GPUs)
+    lid[:, 0], w[:, 0] = ha, np.where(one, 2.0, 1.0)
+    lid[:, 1], w[:, 1] = np.where(one, -1, hb), 1.0
+    intra = same & ~self_copy
+    if intra.any():
+        ai, bi = a[intra], b[intra]
+        lid[intra, 2] = _per_id(ai, lambda g: net.switch_port(g, True))[ai]
+        lid[intra, 3] = _per_id(bi, lambda g: net.switch_port(g, False))[bi]
+        w[intra, 2:4] = wf
+    far = ~same
+    if far.any():
+        ai, bi = a[far], b[far]
+        for j in (0, 1):
+            lid[far, 2 + j] = _per_id(ai, lambda g, j=j: net.nic_side(g, True)[j][0])[ai]
+            lid[far, 4 + j] = _per_id(bi, lambda g, j=j: net.nic_side(g, False)[j][0])[bi]
+        w[far, 2:6] = wf
+    return lid, w
 
 
 def _per_id(ids: I64, link_of) -> I64:  # type: ignore[no-untyped-def]
@@ -276,27 +289,7 @@ def _tiered_batch(net: Network, lay: list[TierLayout], a: I64, b: I64,
     tiers = _tier_ports(net, lay, e)
     _create_tiered_in_order(net, a, b, e, tiers, ask)
     wf = net.wire_factor
-    width = 6 + 2 * len(tiers)
-    lid = np.full((k, width), -1, np.int64)
-    w = np.zeros((k, width), np.float64)
-    hbm = _per_id(np.concatenate([a, b]), net.hbm)
-    ha, hb = hbm[a], hbm[b]
-    one = ha == hb
-    lid[:, 0], w[:, 0] = ha, np.where(one, 2.0, 1.0)
-    lid[:, 1], w[:, 1] = np.where(one, -1, hb), 1.0
-    intra = e.same & ~e.self_copy
-    if intra.any():
-        ai, bi = a[intra], b[intra]
-        lid[intra, 2] = _per_id(ai, lambda g: net.switch_port(g, True))[ai]
-        lid[intra, 3] = _per_id(bi, lambda g: net.switch_port(g, False))[bi]
-        w[intra, 2:4] = wf
-    far = ~e.same
-    if far.any():
-        ai, bi = a[far], b[far]
-        for j in (0, 1):
-            lid[far, 2 + j] = _per_id(ai, lambda g, j=j: net.nic_side(g, True)[j][0])[ai]
-            lid[far, 4 + j] = _per_id(bi, lambda g, j=j: net.nic_side(g, False)[j][0])[bi]
-        w[far, 2:6] = wf
+    lid, w = _gpu_columns(net, a, b, e.same, e.self_copy, 6 + 2 * len(tiers))
     for i, tp in enumerate(tiers):
         for d, code in enumerate(tp.codes):
             ids = np.full(tp.size, -1, np.int64)
