@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import truth_rows
+from helpers import one_error_line, run_cli, truth_rows
 
 from hiercoll.calibration.fit import fit
 from hiercoll.calibration.parallel import MIN_ROWS_PER_JOB, RowPredictor, default_jobs
@@ -38,3 +38,9 @@ def test_the_fit_is_the_same_for_any_number_of_jobs(tmp_path: Path) -> None:
     assert one.fitted == two.fitted and abs(one.fitted["costs.launch_us"] - 9.0) < 0.05
     assert [r.predicted_us for r in one.rows] == [r.predicted_us for r in two.rows]
     assert default_jobs() >= 1
+
+
+def test_calibrate_refuses_no_workers_in_one_line() -> None:
+    proc = run_cli("calibrate", "examples/all_reduce_perf.2node.log", "-t", "dgx-h100", "-n", "2",
+                   "--jobs", "0")
+    assert proc.returncode == 2 and "--jobs: 0" in one_error_line(proc)

@@ -334,14 +334,14 @@ def test_pair_keys_made_at_once_equal_keys_made_one_by_one(monkeypatch: pytest.M
     calls: list[int] = []
     real = tb.copy_links_batch
 
-    def counted(net, a, b):  # type: ignore[no-untyped-def]
+    def counted(net, a, b, ask=None):  # type: ignore[no-untyped-def]
         calls.append(len(a))
-        return real(net, a, b)
+        return real(net, a, b, ask)
     monkeypatch.setattr(tb, "copy_links_batch", counted)
     net_fast = Network(topo, itemsize=2)
     fast = tables_from_arrays(arrays, net_fast, 2)
     assert calls and max(calls) > 1
-    monkeypatch.setattr(tb, "copy_links_batch", lambda net, a, b: None)
+    monkeypatch.setattr(tb, "copy_links_batch", lambda net, a, b, ask=None: None)
     net_slow = Network(topo, itemsize=2)
     slow = tables_from_arrays(arrays, net_slow, 2)
     for name in fast.__dataclass_fields__:

@@ -217,8 +217,9 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
                                   np.fromiter((p.dst for p in a.protos), np.int64, npro)))
             src, dst = pair_ends[0][proto[copy]], pair_ends[1][proto[copy]]
             # other rows among the copies: their links made in row order between the copies'
-            got = copy_links_batch(net, src, dst) if copy.all() else copy_links_batch(
-                net, src, dst, lambda first: _links_in_row_order(rows, copy, src, dst, first))
+            ask = None if copy.all() else (
+                lambda first: _links_in_row_order(rows, copy, src, dst, first))
+            got = copy_links_batch(net, src, dst, ask)
             if got is not None:
                 return _mixed_keys(rows, copy, got, src * world + dst, on_ce)
         return _keys_one_by_one(rows, on_ce)
