@@ -89,6 +89,14 @@ class Op:
     def reads(self) -> tuple[Region, ...]:
         return self.srcs + ((self.dst,) if self.accumulate else ())
 
+    @property
+    def relayed(self) -> bool:
+        """A copy issued by a rank that is neither of its ends (copy forwarding makes them: a
+        rank's push of what it received becomes its pull from the first sender). Over peer
+        mappings its bytes pass through the issuer's SMs: a read over one link, a store over
+        another."""
+        return self.kind == OpKind.COPY and self.rank not in (self.srcs[0].rank, self.dst.rank)
+
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "ch": self.channel, "kind": self.kind.value,
                              "dst": self.dst.to_json(), "srcs": [s.to_json() for s in self.srcs],

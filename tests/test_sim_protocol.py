@@ -130,7 +130,7 @@ def test_the_auto_picker_times_plans_by_the_protocol_where_the_topology_prices_i
         assert proto is not None and proto.ll == want_ll
         got = simulate_candidate(topo, spec, Candidate("direct", {}), SimCache(None), s,
                                  call_mode="graph")
-        ran = s if proto.ll else backend_schedule(topo, s, proto)   # simple: as lowered
+        ran = s if proto.ll else backend_schedule(topo, s, proto).schedule   # simple: as timed
         assert got.time_us == pytest.approx(
             hc.simulate(ran, topo, call_mode="graph", protocol=proto).time_us)
     # a simple-protocol call is timed with its copies forwarded, as the lowering runs it (and as

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hiercoll.calibration.regret import _simulated_us, label, measured_points  # noqa: E402
+from hiercoll.calibration.regret import label, measured_points, simulated  # noqa: E402
 from hiercoll.topology import load_topology  # noqa: E402
 
 
@@ -31,8 +31,8 @@ def main() -> None:
     for (kind, nbytes, _, _), cands in sorted(points.items(), key=lambda kv: (kv[0][0].value, kv[0][1])):
         cells = []
         for m in sorted(cands, key=lambda m: m.time_us):
-            sim = _simulated_us(topo, m)
-            cells.append(f"{label(m).split('(')[0]} {m.time_us:.1f}/{'-' if sim is None else f'{sim:.1f}'}")
+            sim = simulated(topo, m)
+            cells.append(f"{label(m).split('(')[0]} {m.time_us:.1f}/{'-' if sim is None else f'{sim.us:.1f}'}")
         print(f"{kind.value} {nbytes}: " + " | ".join(cells))
 
 

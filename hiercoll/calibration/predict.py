@@ -32,7 +32,8 @@ from hiercoll.planner.library_model import (
 )
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.sim import simulate
-from hiercoll.sim.forwarding import as_lowered
+from hiercoll.sim.forwarding import as_lowered, merged_rows
+from hiercoll.sim.row_merge import Merged
 from hiercoll.topology import Topology
 
 
@@ -47,6 +48,7 @@ class Case:
     candidates: tuple[Schedule, ...] = ()
     protocol: CallProtocol | None = None     # cuda rows: the protocol their lowering ran
     planned: Schedule | None = None          # LL rows: the plan as written (what LL runs)
+    rows: int = 0       # cuda rows: rows of the busiest rank's kernel (`row_merge`); 0 unknown
 
     @property
     def plan_label(self) -> str:
@@ -81,8 +83,9 @@ def build_case(m: Measurement, topology: Topology) -> Case:
             raise HiercollError(f"{m.source}: cannot re-plan this row ({exc})") from None
     protocol = protocol_of(schedule, topology, m.lowering)
     ll = protocol is not None and protocol.ll
-    return Case(m, lowered(schedule, topology, m.lowering), protocol=protocol,
-                planned=schedule if ll else None)
+    ran = timed(schedule, topology, m.lowering)
+    return Case(m, ran.schedule, protocol=protocol, planned=schedule if ll else None,
+                rows=ran.rows)
 
 
 def _inter_peer(knobs: Mapping[str, object]) -> bool:
@@ -146,6 +149,18 @@ def lowered(schedule: Schedule, topology: Topology, knobs: Mapping[str, object])
                       split_min_peers=0 if "ll_unpack_threshold_bytes" in knobs else 2)
 
 
+def timed(schedule: Schedule, topology: Topology, knobs: Mapping[str, object]) -> Merged:
+    """What the simulator times for a cuda bench row: the schedule it ran (`lowered`), with
+    the result copies its rows took as more destinations beside them (`merged_rows`), where
+    the row's lowering forwarded; as planned for every other row (rows unknown: 0)."""
+    if knobs.get("launch_per_op") or "forward" not in knobs:
+        return Merged(schedule, 0)
+    # rows of kernels before the merge (they carry no `max_ctas`: both came with cb2728e) ran
+    # every copy as a row of its own
+    return merged_rows(lowered(schedule, topology, knobs), _ce_threshold(topology, knobs),
+                       _inter_peer(knobs), merge="max_ctas" in knobs)
+
+
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
     """Simulated time of the case's schedule (planned on `base`) with the costs of `timed_on`
     (a variant of `base` with other bandwidths/latencies/costs), in the row's mode."""
@@ -172,5 +187,18 @@ def _time(schedule: Schedule, case: Case, timed_on: Topology, base: Topology) ->
 
 def _simulated(schedule: Schedule, case: Case, timed_on: Topology, base: Topology,
                protocol: CallProtocol | None) -> float:
-    return simulate(schedule, base, costs_from=timed_on, call_mode=case.measurement.mode,
-                    protocol=protocol).time_us
+    return simulate(schedule, base, costs_from=_row_engines(timed_on, case.measurement),
+                    call_mode=case.measurement.mode, protocol=protocol).time_us
+
+
+def _row_engines(timed_on: Topology, m: Measurement) -> Topology:
+    """`timed_on` with the copy-engine threshold the row ran with (its `ce_threshold_bytes`
+    knob): which copies a copy engine moved is a fact of the run, not a cost to fit. Without
+    it, a run on SMs alone (the backend's default) was priced at the topology's threshold:
+    4 x H200 all_to_all 1 GiB, 4054 us simulated for 2500 measured."""
+    threshold = m.lowering.get("ce_threshold_bytes")
+    if (m.algorithm == LIBRARY_ALGORITHM or not isinstance(threshold, int)
+            or isinstance(threshold, bool) or threshold == timed_on.costs.ce_threshold_bytes):
+        return timed_on
+    return timed_on.model_copy(update={"costs": timed_on.costs.model_copy(
+        update={"ce_threshold_bytes": threshold})})

@@ -13,17 +13,18 @@ run the table came from, and `shipped` says so per point.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from hiercoll.calibration.measurement import Measurement
 from hiercoll.calibration.measurements import bench_measurement
-from hiercoll.calibration.predict import build_case, predict_us
+from hiercoll.calibration.predict import Case, build_case, predict_us
 from hiercoll.collectives import CollectiveSpec, DType, Kind
 from hiercoll.errors import HiercollError
-from hiercoll.planner.search.candidates import Candidate
+from hiercoll.planner.search.candidates import Candidate, rank_key
 from hiercoll.planner.search.library import LIBRARY, shipped_table
 from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
@@ -44,6 +45,8 @@ class RegretPoint:
     best_sim_us: float
     candidates: int
     shipped: str | None       # the shipped auto-pick's label where a measured table ranks it
+    # the pick ran the same program as the best (a tie: their difference is the run's spread)
+    same_program: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,14 +76,37 @@ def measured_points(rows: Iterable[dict[str, Any]], mode: str) -> dict[Point, li
     return {p: list(by.values()) for p, by in out.items()}
 
 
-def _simulated_us(topology: Topology, m: Measurement) -> float | None:
-    """The simulator's time of one measured candidate, as calibrate predicts it: a plan as the
-    row's lowering ran it, NCCL through the library model, in the row's call mode; None where
+@dataclass(frozen=True)
+class Timed:
+    us: float           # simulated
+    rows: int           # rows the busiest rank's kernel walks (`rank_key`'s tie-break)
+    program: str        # the timed ops up to channel numbering, and the protocol: equal ones ran alike
+
+
+def simulated(topology: Topology, m: Measurement) -> Timed | None:
+    """The simulator's time of one measured candidate, as calibrate predicts it (a plan as the
+    row's lowering ran it, NCCL through the library model, in the row's call mode); None where
     this topology cannot plan it."""
     try:
-        return predict_us(build_case(m, topology), topology, topology)
+        case = build_case(m, topology)
+        return Timed(predict_us(case, topology, topology), case.rows, _program(case))
     except HiercollError:
         return None
+
+
+def _program(case: Case) -> str:
+    """What the row's kernel ran, as far as the simulator sees it: every rank's ops with their
+    channels numbered in order of first use (plans that lower to the same ops on other channel
+    numbers run the same rows: `direct` and `hier` all_to_all on one node), and the protocol.
+    The library has no ops of ours: its label stands for it."""
+    if case.measurement.algorithm == LIBRARY:
+        return LIBRARY
+    parts = [repr(case.protocol)]
+    for r in range(case.schedule.world_size):
+        number: dict[int, int] = {}
+        parts.append(repr(tuple(replace(op, channel=number.setdefault(op.channel, len(number)))
+                                for op in case.schedule.rank_ops(r))))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def regret_points(topology: Topology, points: dict[Point, list[Measurement]], mode: CallMode,
@@ -93,11 +119,12 @@ def regret_points(topology: Topology, points: dict[Point, list[Measurement]], mo
         if world != topology.world_size:
             raise HiercollError(f"--validate: the bench ran {world} ranks but {topology.name} has "
                                 f"{topology.world_size}; pass the topology it ran on (-t)")
-        sim = {label(m): _simulated_us(topology, m) for m in cands}
-        timed = [m for m in cands if sim[label(m)] is not None]
+        got = {label(m): simulated(topology, m) for m in cands}
+        sim = {k: v for k, v in got.items() if v is not None}
+        timed = [m for m in cands if label(m) in sim]
         if len(timed) < 2:
             continue
-        pick = min(timed, key=lambda m: (sim[label(m)], label(m)))
+        pick = min(timed, key=lambda m: rank_key(sim[label(m)].us, sim[label(m)].rows, label(m)))
         best = min(timed, key=lambda m: (m.time_us, label(m)))
         shipped = None
         if table is not None and table.mode == mode:
@@ -109,8 +136,9 @@ def regret_points(topology: Topology, points: dict[Point, list[Measurement]], mo
                 shipped = min(ranked, key=lambda k: (ranked[k], k))
         out.append(RegretPoint(kind.value, nbytes, world, mode, label(pick), label(best),
                                pick.time_us, best.time_us, pick.time_us / best.time_us,
-                               float(sim[label(pick)] or 0.0), float(sim[label(best)] or 0.0),
-                               len(timed), shipped))
+                               sim[label(pick)].us, sim[label(best)].us,
+                               len(timed), shipped,
+                               sim[label(pick)].program == sim[label(best)].program))
     return out
 
 
@@ -122,4 +150,5 @@ def summary(points: list[RegretPoint]) -> dict[str, Any]:
     worst = max(points, key=lambda p: p.regret)
     return {"points": len(points), "geomean": math.exp(sum(logs) / len(logs)),
             "worst": worst.regret, "worst_at": f"{worst.collective} {worst.nbytes} B",
-            "above_1_05": sum(p.regret > 1.05 for p in points)}
+            "above_1_05": sum(p.regret > 1.05 for p in points),
+            "above_1_05_same_program": sum(p.regret > 1.05 and p.same_program for p in points)}

@@ -65,7 +65,8 @@ def _headline(summ: dict[str, Any]) -> str:
     if not summ.get("points"):
         return "no point with two candidates the simulator can time"
     return (f"{summ['points']} points, geomean {summ['geomean']:.3f}, worst {summ['worst']:.3f} "
-            f"({summ['worst_at']}), {summ['above_1_05']} above 1.05")
+            f"({summ['worst_at']}), {summ['above_1_05']} above 1.05 "
+            f"({summ.get('above_1_05_same_program', 0)} of them the best's own program)")
 
 
 def markdown(payload: dict[str, Any], points: list[RegretPoint]) -> str:
@@ -75,14 +76,15 @@ def markdown(payload: dict[str, Any], points: list[RegretPoint]) -> str:
              "- regret = measured time of the candidate the simulator ranks fastest (among those "
              "the run measured) / the fastest measured; `shipped pick`: what the shipped "
              "auto-pick ranks first where its measured table covers the size (in-sample when that "
-             "table came from these files)", "",
+             "table came from these files); `same program`: the pick lowered to the best's own "
+             "ops (a tie: the difference is the run's spread between two runs of one program)", "",
              "| collective | bytes | simulator's pick | its sim us | its measured us | measured "
-             "best | best us | regret | candidates | shipped pick |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "best | best us | regret | same program | candidates | shipped pick |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         lines.append(f"| {p.collective} | {p.nbytes} | {p.pick} | {p.pick_sim_us:.1f} | "
                      f"{p.pick_us:.1f} | {p.best} | {p.best_us:.1f} | {p.regret:.3f} | "
-                     f"{p.candidates} | {p.shipped or '-'} |")
+                     f"{'yes' if p.same_program else 'no'} | {p.candidates} | {p.shipped or '-'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -32,13 +32,14 @@ OpShape = tuple[OpKind, int, int, bool, tuple[int, ...], tuple[int, bool] | None
 
 def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
     """(links with weights, latency) for one op. A copy streams src HBM -> path -> dst HBM; a
-    reduce reads every source into the issuing GPU and writes the result to its destination.
+    reduce reads every source into the issuing GPU and writes the result to its destination,
+    and so does a relayed copy (issued by neither end: `Op.relayed`), as a reduce of one source.
 
     A copy's links are distinct but for its two HBMs (a network path holds none), so it is built
     as a tuple, without merging (a dense all-to-all-v has W^2 distinct copies); a reduce's paths
     may share links and are merged. The engine links are the op's own."""
     links: tuple[tuple[int, float], ...]
-    if op.kind == OpKind.COPY:
+    if op.kind == OpKind.COPY and not op.relayed:
         links, latency = copy_links(net, op.srcs[0].rank, op.dst.rank)
     else:
         weights: dict[int, float] = {}
@@ -113,7 +114,7 @@ class LinkCache:
         return (op.kind, op.rank, op.dst.rank, op.accumulate, srcs, self.channel_key(op))
 
     def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
-        if op.kind == OpKind.COPY and not self._capped:     # its two GPUs alone decide
+        if op.kind == OpKind.COPY and not op.relayed and not self._capped:   # its two GPUs decide
             return self._pair(op.srcs[0].rank, op.dst.rank)
         shape = self._shape(op)
         hit = self._by_shape.get(shape)

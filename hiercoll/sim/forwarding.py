@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from hiercoll.schedule import INPUT, OUTPUT, ExpandedOps, Op, OpKind, OpRef, Region, Schedule
+from hiercoll.sim.row_merge import Merged
 
 
 def forward_copies(schedule: Schedule, allowed: Callable[[Op, list[Op]], bool]) -> Schedule:
@@ -172,3 +173,24 @@ def as_lowered(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = F
         return schedule
     return split_independent_heads(schedule, split_min_peers)
 
+
+
+
+def as_timed(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = False) -> Merged:
+    """What the simulator times for the cuda backend's simple lowering at its default knobs:
+    `as_lowered`'s schedule with its rows' result copies beside them (`merged_rows`)."""
+    return merged_rows(as_lowered(schedule, ce_threshold_bytes, inter_peer), ce_threshold_bytes,
+                       inter_peer)
+
+
+def merged_rows(lowered: Schedule, ce_threshold_bytes: int, inter_peer: bool = False,
+                merge: bool = True) -> Merged:
+    """A lowered schedule with the result copies its rows take as more destinations moved
+    beside those rows (`row_merge`, timing only), and how many rows the busiest rank's kernel
+    walks. Rows are the ops the lowering runs on SMs over peer mappings; `merge` off: a
+    kernel that ran every op as a row of its own (only the count)."""
+    from hiercoll.sim.engine import on_copy_engine
+    from hiercoll.sim.row_merge import merge_result_copies
+    itemsize = lowered.spec.dtype.itemsize
+    return merge_result_copies(lowered, lambda op: merge and _over_peer_mappings(op, inter_peer)
+                               and not on_copy_engine(op, itemsize, ce_threshold_bytes))

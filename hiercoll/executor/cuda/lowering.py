@@ -41,6 +41,7 @@ from hiercoll.ll_protocol import (
 )
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, OpRef, Region, Schedule, Transport
 from hiercoll.sim.engine import on_copy_engine
+from hiercoll.sim.row_merge import MERGE_MAX_BYTES
 
 SPINS_PER_MS = 1000      # rough: one acquire poll of a local slot takes about a microsecond
 
@@ -918,8 +919,8 @@ COALESCE_BYTES = 64 * 1024   # rows up to this size may defer their signals to t
 # MiB, 809 / 781 at 256 MiB, 3194 / 3080 at 1 GiB: once a reduce streams, its remote reads and
 # remote stores go faster in passes of their own than mixed. A copy row has no remote reads:
 # all_gather rhd (a self copy, then its push) went 487 -> 383 us at 256 MiB and 1903 -> 1493 at
-# 1 GiB merged (large-w2/final against mid-w2/compare, two runs of the same harness).
-MERGE_MAX_BYTES = 1 << 20
+# 1 GiB merged (large-w2/final against mid-w2/compare, two runs of the same harness). The
+# limit lives beside the simulator's copy of the rule (`sim/row_merge`), which times it.
 
 
 def _merge_result_copies(rows: list[Row], itemsize: int, rank: int) -> list[Row]:

@@ -35,11 +35,13 @@ from hiercoll.planner.search.candidates import (
     baseline_algorithm,
     candidates_and_oversized,
     rank_bound_us,
+    rank_key,
 )
 from hiercoll.planner.search.library import LIBRARY, LIBRARY_KINDS, LibraryTable, shipped_table
 from hiercoll.planner.search.workers import Cluster, run_jobs
 from hiercoll.progress import terminal_bar
 from hiercoll.schedule import Schedule
+from hiercoll.sim.row_merge import Merged
 from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
 
@@ -50,6 +52,10 @@ class Scored:
     time_us: float
     busbw_gbps: float
     lower_bound_us: float
+    rows: int = 0           # rows its kernel walks where the lowering is modelled (`rank_key`)
+
+    def rank(self) -> tuple[float, int, str]:
+        return rank_key(self.time_us, self.rows, self.candidate.label())
 
 
 @dataclass(kw_only=True)
@@ -99,11 +105,13 @@ class SimCache:
     # 5: ECMP hashes per-level digit offsets (other paths on tiered fabrics); 6: where the
     # topology prices protocols, simple-protocol candidates timed forwarded (`backend_schedule`);
     # 7: ... and with independent channel heads split; unpacking plans priced simple under auto;
-    # 8: the split only where a run pushes to 2+ peers, LL for ranks unpacking from one peer
-    MODEL_VERSION = 8
+    # 8: the split only where a run pushes to 2+ peers, LL for ranks unpacking from one peer;
+    # 9: relayed copies pass through their issuer, rows' result copies timed beside their rows
+    MODEL_VERSION = 9
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
-    # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; and under the
+    # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; plus ROWS_SUFFIX, the
+    # rows its kernel walks [rows, 0, 0] where the lowering is modelled; and under the
     # "library-model" candidate plus LIBRARY_MODEL_SUFFIX, NCCL's modelled time (an entry)
 
     def __init__(self, path: Path | None):
@@ -161,6 +169,7 @@ class SimCache:
 
 BOUNDS_SUFFIX = "|bounds"
 CE_SUFFIX = "|ce-threshold"
+ROWS_SUFFIX = "|rows"
 LIBRARY_MODEL_SUFFIX = "|library-model"
 
 
@@ -177,17 +186,21 @@ def simulate_candidate(topology: Topology, spec: CollectiveSpec, cand: Candidate
                        call_mode: CallMode = "eager") -> Scored:
     """One candidate's simulated time in `call_mode` (cached by topology, spec, candidate and
     mode)."""
-    key = SimCache.key(topology, spec, cand) + _mode_suffix(call_mode)
+    base = SimCache.key(topology, spec, cand)
+    key = base + _mode_suffix(call_mode)
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
         sched = schedule or plan(topology, spec, cand.algorithm, cand.params)
         protocol = backend_protocol(topology, sched)
-        res = simulate(backend_schedule(topology, sched, protocol), topology, mode="trusted",
-                       call_mode=call_mode, protocol=protocol)
+        ran = backend_schedule(topology, sched, protocol)
+        res = simulate(ran.schedule, topology, mode="trusted", call_mode=call_mode,
+                       protocol=protocol)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
-    return Scored(cand, hit[0], hit[1], hit[2])
+        if ran.rows:
+            cache.put(base + ROWS_SUFFIX, [float(ran.rows), 0.0, 0.0])
+    return Scored(cand, hit[0], hit[1], hit[2], scored_rows(cache, topology, spec, cand))
 
 
 def backend_protocol(topology: Topology, schedule: Schedule) -> CallProtocol | None:
@@ -201,17 +214,18 @@ def backend_protocol(topology: Topology, schedule: Schedule) -> CallProtocol | N
 
 
 def backend_schedule(topology: Topology, schedule: Schedule,
-                     protocol: CallProtocol | None) -> Schedule:
+                     protocol: CallProtocol | None) -> Merged:
     """What the cuda backend runs at its default knobs, where the topology prices protocols:
-    the simple protocol's schedule as the lowering runs it (`sim.forwarding.as_lowered`:
-    copies forwarded, independent channel heads split), an LL call as planned. `hiercoll
-    autopick --validate` prices the bench rows it checks the same way
-    (`calibration.predict.lowered`), so the regret it reports is of this ranking; elsewhere
-    (no protocol) the plan as written, as before."""
+    the simple protocol's schedule as the lowering runs it (`sim.forwarding.as_timed`: copies
+    forwarded, independent channel heads split, rows' result copies beside their rows) and the
+    rows its busiest rank walks; an LL call as planned. `hiercoll autopick --validate` prices
+    the bench rows it checks the same way (`calibration.predict.timed`), so the regret it
+    reports is of this ranking; elsewhere (no protocol) the plan as written, as before (rows
+    unknown: 0)."""
     if protocol is None or protocol.ll:
-        return schedule
-    from hiercoll.sim.forwarding import as_lowered
-    return as_lowered(schedule, topology.costs.ce_threshold_bytes, inter_peer=True)
+        return Merged(schedule, 0)
+    from hiercoll.sim.forwarding import as_timed
+    return as_timed(schedule, topology.costs.ce_threshold_bytes, inter_peer=True)
 
 
 def _mode_suffix(call_mode: CallMode) -> str:
@@ -321,7 +335,7 @@ def pick_one(topology: Topology, spec: CollectiveSpec, cache: SimCache,
     if lib_us is not None:    # no schedule of its own: it is held to the best plan's bound
         scored.append(Scored(Candidate(LIBRARY, {}), lib_us, spec.bandwidths_gbps(lib_us)[1],
                              min((s.lower_bound_us for s in scored), default=0.0)))
-    scored.sort(key=lambda s: (s.time_us, s.candidate.label()))
+    scored.sort(key=Scored.rank)
     best, runner = scored[0], next((s for s in scored[1:]
                                     if s.candidate.algorithm != scored[0].candidate.algorithm), None)
     flat = min((s.time_us for s in scored if s.candidate.algorithm == base), default=None)
@@ -365,7 +379,7 @@ def _tune_ce_threshold(topology: Topology, spec: CollectiveSpec, scored: list[Sc
     # ties by label, as the final choice: which candidates get tuned must not depend on the
     # order they were simulated in (that changes with pruning and the cache)
     order = sorted(range(len(scored)),
-                   key=lambda i: (scored[i].time_us, scored[i].candidate.label()))[:TUNE_TOP]
+                   key=lambda i: scored[i].rank())[:TUNE_TOP]
     for i in order:
         best = scored[i]
         cand = best.candidate
@@ -413,7 +427,14 @@ def _retime(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: Si
                        protocol=backend_protocol(variant, sched))
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
-    return Scored(cand, hit[0], hit[1], hit[2])
+    return Scored(cand, hit[0], hit[1], hit[2], scored_rows(cache, topology, spec, cand))
+
+
+def scored_rows(cache: SimCache, topology: Topology, spec: CollectiveSpec, cand: Candidate) -> int:
+    """The rows a simulated candidate's kernel walks (0 where not modelled): the same at
+    every copy-engine threshold the tuner tries."""
+    rows = cache.get(SimCache.key(topology, spec, cand) + ROWS_SUFFIX)
+    return int(rows[0]) if rows else 0
 
 
 def _library_time_us(topology: Topology, spec: CollectiveSpec, library: LibraryTable | None,

@@ -151,11 +151,14 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
     costs = net.topology.costs
     cached = LinkCache(net)
     npro = len(a.protos)
-    p_copy = np.fromiter((p.kind == OpKind.COPY for p in a.protos), bool, npro)
+    # copies whose two GPUs decide their links (a relayed copy's issuer is on its path too)
+    p_copy = np.fromiter((p.kind == OpKind.COPY and p.rank in (p.srcs[0], p.dst) for p in a.protos),
+                         bool, npro)
     p_remote = np.fromiter((p.dst != p.rank or p.srcs[0] != p.rank for p in a.protos), bool, npro)
     ce_min = max(costs.ce_threshold_bytes, 1)
     ce_min_count = -(-ce_min // itemsize)          # count * itemsize >= ce_min, in elements
-    p_ce = p_copy & p_remote                       # a copy engine runs it, if large enough
+    p_any_copy = np.fromiter((p.kind == OpKind.COPY for p in a.protos), bool, npro)
+    p_ce = p_any_copy & p_remote                   # a copy engine runs it, if large enough
     launch = (costs.op_launch_us(False), costs.op_launch_us(True))
     nch = int(a.channel.max()) + 1 if n else 1
     key_of: dict[int, int] = {}         # (prototype, channel, engine) -> key, in first-row order
@@ -183,7 +186,7 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
     def new_key(row: int, on_ce: bool) -> int:
         """A new key, first met at `row`: one stand-in op asks its links; returns its number."""
         proto = a.protos[int(a.proto[row])]
-        pair = cached.pair_copy(proto.srcs[0], proto.dst) if proto.kind == OpKind.COPY else None
+        pair = cached.pair_copy(proto.srcs[0], proto.dst) if p_copy[int(a.proto[row])] else None
         links, latency = pair if pair is not None else cached(
             proto.op(int(a.channel[row]), int(a.count[row])))
         # a pair copy's shape is its pair's (`new_keys` makes them many at a time); any other's,

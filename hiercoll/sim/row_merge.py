@@ -1,0 +1,104 @@
+"""Result copies that the cuda lowering folds into the row that computes them, for timing.
+
+The lowering stores a row's result to more destinations as each step is computed
+(`executor/cuda/lowering._merge_result_copies`): `hier_2d`'s all-gather on one node (a self copy,
+then pushes of it to every peer) runs as one row that reads the input once and stores four
+copies. Timed as written, those pushes waited for the copy and paid a launch each, one after
+another: 22.5 us simulated against 7.8 measured at 8 KiB on 4 x H200
+(bench/results/gpu/regret/final-h200-w4). Here such a copy starts with its row instead, on a
+channel of its own (its bytes move beside the row's), and the row count says how many rows the
+kernel walks, so that two plans the simulator times alike can be told apart by it
+(`planner/search/candidates.rank_key`).
+
+The result is for timing only: the moved copy reads its row's destination before the row writes
+it, which no schedule to run may do (the lowering keeps the order inside each CTA). The rule is
+the lowering's, on ops: a copy whose only dependency is an SM op of its own rank, that reads
+exactly that op's destination (same count) and is not a reduce; rows that reduce only up to
+MERGE_MAX_BYTES, copy rows of the rank's own memory at any size.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from hiercoll.schedule import ExpandedOps, Op, OpKind, OpRef, Schedule, kahn_order, predecessor_map
+
+# Reduce rows up to this size take their result copies as more destinations (the executor's
+# limit: executor/cuda/lowering.py has the measurements behind it).
+MERGE_MAX_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Merged:
+    schedule: Schedule      # the result copies beside their rows (timing only)
+    rows: int               # rows of the busiest rank's kernel: its ops less the merged copies
+
+
+def merge_result_copies(schedule: Schedule, on_sms: Callable[[Op], bool]) -> Merged:
+    """`schedule` with every result copy the lowering folds into its row moved beside it
+    (above); `on_sms(op)`: whether the lowering runs `op` as a row of its kernel."""
+    isz = schedule.spec.dtype.itemsize
+    depth = _depths(schedule)
+    out: list[tuple[Op, ...]] = []
+    rows = 0
+    moved = False
+    for r in range(schedule.world_size):
+        ops = schedule.rank_ops(r)
+        joined = _joined(ops, depth, isz, on_sms)
+        fresh = max((op.channel for op in ops), default=-1) + 1
+        fixed = []
+        for op in ops:
+            row = joined.get(op.ref)
+            if row is not None:
+                op = replace(op, deps=row.deps, channel=fresh)
+                fresh += 1
+            fixed.append(op)
+        rows = max(rows, len(ops) - len(joined))
+        moved = moved or bool(joined)
+        out.append(tuple(fixed))
+    if not moved:
+        return Merged(schedule, rows)
+    buffers = tuple(dict(schedule.buffers(r)) for r in range(schedule.world_size))
+    return Merged(Schedule(schedule.meta, ExpandedOps(tuple(out), buffers)), rows)
+
+
+def _depths(schedule: Schedule) -> dict[OpRef, int]:
+    """Each op's longest chain of predecessors (deps and channel order): the level the
+    single-stream lowering issues it in (`executor/order.levels`' layering)."""
+    preds = predecessor_map(schedule)
+    depth: dict[OpRef, int] = {}
+    for ref in kahn_order(preds):
+        depth[ref] = 1 + max((depth[p] for p in preds[ref]), default=-1)
+    return depth
+
+
+def _joined(ops: Sequence[Op], depth: dict[OpRef, int], itemsize: int,
+            on_sms: Callable[[Op], bool]) -> dict[OpRef, Op]:
+    """A rank's merged copies -> the row each joins. The rows go in issue order (level, then
+    index); a copy joins the row just before it when both run on the whole grid (each alone in
+    its level: the lowering splits a level's ops over the grid), it reads exactly that row's
+    destination and depends on nothing else (the CTAs order it after the row by themselves)."""
+    rows = sorted((op for op in ops if on_sms(op)), key=lambda op: (depth[op.ref], op.index))
+    per_level = Counter(depth[op.ref] for op in rows)
+    joined: dict[OpRef, Op] = {}
+    last: Op | None = None          # the row before, merged copies folded in
+    for op in rows:
+        whole = per_level[depth[op.ref]] == 1
+        if last is not None and whole and _takes(last, op, itemsize):
+            joined[op.ref] = last
+            continue
+        last = op if whole else None
+    return joined
+
+
+def _takes(row: Op, op: Op, itemsize: int) -> bool:
+    """Does `row` take copy `op` as one more destination?"""
+    if op.kind != OpKind.COPY or op.srcs != (row.dst,) or op.dst.count != row.dst.count:
+        return False
+    if any(d[0] != row.rank or d != row.ref for d in op.deps):
+        return False
+    small = row.dst.count * itemsize <= MERGE_MAX_BYTES
+    own_copy = row.kind == OpKind.COPY and all(s.rank == row.rank for s in row.srcs)
+    return small or own_copy
