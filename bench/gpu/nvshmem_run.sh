@@ -6,7 +6,8 @@
 #           eager + graph, debug timeouts);
 #   wl:     the attention and MoE front ends' group_cast / group_reduce plans (stress; and the
 #           bench with every transport in WL_TRANSPORTS);
-#   tp:     the 13 TP shapes x hidden 2880/4096, 2000 / 200 iterations, hier all-reduce over NVSHMEM;
+#   tp:     the 13 TP shapes x hidden 2880/4096, 2000 / 200 iterations, hier all-reduce over NVSHMEM
+#           (TP_SMALL / TP_LARGE: other M lists, e.g. the cases an earlier call did not reach);
 #   bench:  hier / hier_2d / hier_tiers with the transports in TRANSPORTS, flat NCCL as the peer
 #           row, graph mode, zero-copy (the seed's case: reduce_scatter 1 MiB..1 GiB).
 # W=4 T=bench/gpu/topologies/h200-2node-x2.yaml PHASES="stress wl tp" bash bench/gpu/nvshmem_run.sh
@@ -50,7 +51,9 @@ for phase in ${PHASES:-stress wl tp bench}; do
       done
     done ;;
   tp)
-    for v in "small 1,2,4,8,16,32,64,128,512 2000" "large 1024,4096,8192,16384 200"; do
+    # TP_SMALL / TP_LARGE: the M values of each run (default the 13 shapes); an empty one skips it
+    for v in "small ${TP_SMALL-1,2,4,8,16,32,64,128,512} 2000" "large ${TP_LARGE-1024,4096,8192,16384} 200"; do
+      [ $(echo $v | wc -w) = 3 ] || continue
       set -- $v
       HC_TIMEOUT=${TP_S:-200} hc $W stress --backend cuda -c all_reduce -t $T --algorithms hier \
         --inter-transport nvshmem --shapes $2 --iters $3 --modes eager,graph --out $D/stress-tp-$1.json \
