@@ -302,12 +302,14 @@ def _token_splits(mask: BoolArray, row_elems: int) -> list[Split]:
             for a, n in _runs(keys)]
 
 
-def _node_splits(layout: MoeLayout, rank: int, row_elems: int) -> list[Split]:
-    """"node" packing: one split per (node, local rank set) run of the packed input."""
+def _node_splits(layout: MoeLayout, rank: int, row_elems: int,
+                 peers: dict[int, list[int]] | None = None) -> list[Split]:
+    """"node" packing: one split per (node, local rank set) run of the packed input. `peers`:
+    (node, key) -> its ranks, shared by the ranks of one dispatch (see `_node_splits_from_keys`)."""
     g = layout.gpus_per_node
     blocks = _node_blocks(layout, rank)
     if _keys_pack(layout, rank):
-        return _node_splits_from_keys(blocks, g, row_elems)
+        return _node_splits_from_keys(blocks, g, row_elems, {} if peers is None else peers)
     out = []
     for n, tokens, keys in blocks:
         for a, count in _runs(keys):
@@ -318,11 +320,13 @@ def _node_splits(layout: MoeLayout, rank: int, row_elems: int) -> list[Split]:
 
 
 def _node_splits_from_keys(blocks: list[tuple[int, IntArray, IntArray]], g: int,
-                           row_elems: int) -> list[Split]:
+                           row_elems: int, peers: dict[int, list[int]]) -> list[Split]:
     """`_node_splits` where a key is its tokens' local-rank bit mask (g <= 62): a run's
     destinations are its key's bits, so the runs of every node come from one pass over the
     rank's (node, key) sequence, not from numpy calls per run (most of building a 1024-rank
-    dispatch's splits)."""
+    dispatch's splits). A run's peers list is `peers`' one for its (node, key), shared by every
+    split with that key (nothing mutates a split's peers; as `GroupSplits.from_counts`), not
+    built again per split: a 1024-rank dispatch has ~430k splits and ~30k distinct keys."""
     seq = np.concatenate([n * (1 << g) + keys for n, _, keys in blocks]) if blocks else np.zeros(0, np.int64)
     out: list[Split] = []
     if not len(seq):
@@ -331,8 +335,11 @@ def _node_splits_from_keys(blocks: list[tuple[int, IntArray, IntArray]], g: int,
     counts = np.diff(np.concatenate([starts, [len(seq)]]))
     low = (1 << g) - 1
     for v, count in zip(seq[starts].tolist(), counts.tolist(), strict=True):
-        n, key = v >> g, v & low
-        out.append(checked_split(count * row_elems, [n * g + j for j in range(g) if key >> j & 1]))
+        dsts = peers.get(v)
+        if dsts is None:
+            n, key = v >> g, v & low
+            dsts = peers[v] = [n * g + j for j in range(g) if key >> j & 1]
+        out.append(checked_split(count * row_elems, dsts))
     return out
 
 
@@ -344,10 +351,12 @@ def dispatch_splits(layout: MoeLayout, row_elems: int, packing: Packing = "node"
     row_elems = int(row_elems)         # sizes are Python ints (checked_split does not coerce)
     w = layout.world_size
     ranks = []
+    one = [[s] for s in range(w)]       # an output split's peers, shared (nothing mutates them)
+    peers: dict[int, list[int]] = {}
     for r in range(w):
         inputs = (_token_splits(layout.is_token_in_rank[r], row_elems) if packing == "token"
-                  else _node_splits(layout, r, row_elems))
-        outputs = [checked_split(t * row_elems, [s])      # a column as Python ints at once
+                  else _node_splits(layout, r, row_elems, peers))
+        outputs = [checked_split(t * row_elems, one[s])      # a column as Python ints at once
                    for s, t in enumerate(layout.tokens_per_rank[:, r].tolist()) if t]
         ranks.append(RankSplits(input=inputs, output=outputs))
     return GroupSplits(ranks=ranks)

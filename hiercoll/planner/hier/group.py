@@ -16,7 +16,8 @@ pieces and the relays into its output (accumulating, scaled by 1/sources for avg
 
 Pieces are chunked (`chunks`) for pipelining; sends run on channel c % C, forwards and final
 reduces on C + c % C. Peers' labels resolve through the default label map (group layouts are
-irregular; they are O(W^2) in the splits anyway).
+irregular; they are O(W^2) in the splits anyway). An unfolded simulation of group_cast reads
+`group_arrays.group_cast_arrays` instead: these ops as arrays, op for op, with no label resolved.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from hiercoll.planner.hier.all_to_all import a2a_index, build_all_to_all
 from hiercoll.planner.hier.arrays import hier_op_arrays
 from hiercoll.planner.hier.common import HierParams, Place, hier_peers, node_radices, rails_unsupported
 from hiercoll.planner.hier.group import build_group_cast, build_group_reduce
+from hiercoll.planner.hier.group_arrays import group_cast_arrays
 from hiercoll.planner.hier.reduce_scatter import build_reduce_scatter, rs_index, rs_length
 from hiercoll.planner.labels import GatherSendLabel, Label
 from hiercoll.schedule_arrays import OpArrays
@@ -60,8 +61,11 @@ class Hier(Algorithm[HierParams]):
             build_group_reduce(ctx, b, pl)
 
     def op_arrays(self, ctx: PlanContext[HierParams], ranks: Sequence[int]) -> OpArrays | None:
-        """The sharded kinds' ops written straight as arrays (`arrays.hier_op_arrays`: what
-        `build_rank` emits, op for op); None where that form does not cover the plan."""
+        """The sharded kinds' and group_cast's ops written straight as arrays
+        (`arrays.hier_op_arrays`, `group_arrays.group_cast_arrays`: what `build_rank` emits, op
+        for op); None where that form does not cover the plan."""
+        if ctx.spec.kind == Kind.GROUP_CAST:
+            return group_cast_arrays(ctx, ranks)
         return hier_op_arrays(ctx, ranks)
 
     def index_of(self, ctx: PlanContext[HierParams], rank: int, label: Label) -> int:
