@@ -312,7 +312,8 @@ def test_piped_workloads_and_calibrate_say_how_far_they_are(tmp_path: Path) -> N
     # the fit kept to five costs (a full fit of this log runs ~10 minutes on a 2-core machine):
     # enough steps for the progress lines
     fixed = ("costs.graph.call_us,costs.eager.issue_us,costs.eager.ce_issue_us,costs.sync_us,"
-             "costs.ll_unpack_us,costs.ce_launch_us,intra.latency_us,costs.pull_efficiency,"
+             "costs.ll_unpack_us,costs.ll_launch_us,costs.ce_launch_us,intra.latency_us,"
+             "costs.pull_efficiency,"
              "costs.reduce_efficiency,costs.sm_op_gbps,costs.ce_op_gbps,costs.ce_concurrent_gbps")
     cal = run_cli("calibrate", "examples/all_reduce_perf.2node.log", "-t", "dgx-h100", "-n", "2",
                   "--fix", fixed, "-o", str(tmp_path / "cal.yaml"))

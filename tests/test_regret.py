@@ -137,3 +137,23 @@ def test_validate_refuses_bad_files_in_one_line(tmp_path, capsys, content, says)
     assert main(["autopick", "-t", "h200x4", "--validate", str(f)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
+
+
+def test_a_pick_that_lowered_to_the_best_s_own_ops_is_marked_as_the_same_program():
+    """4 x H200 all_to_all: `direct` and `hier` lower to the same rows on one node (only their
+    channel numbers differ), so a regret between them is the spread of one program run twice;
+    `bruck` relays through a third GPU and is another program."""
+    topo = load_topology("h200x4")
+    knobs = {"forward": True, "fuse": True, "single_stream": True, "split_channels": True,
+             "protocol": "simple", "max_ctas": 132, "ce_threshold_bytes": 1 << 40}
+
+    def row(algorithm: str, t: float) -> dict:
+        return dict(_row(algorithm, t, nbytes=1 << 20), collective="all_to_all", options=knobs)
+
+    pair = regret_points(topo, measured_points([row("direct", 12.0), row("hier", 10.0)], "graph"),
+                         "graph")
+    assert len(pair) == 1 and pair[0].same_program and pair[0].regret > 1.05
+    assert summary(pair)["above_1_05_same_program"] == 1
+    other = regret_points(topo, measured_points([row("direct", 12.0), row("bruck", 10.0)], "graph"),
+                          "graph")
+    assert len(other) == 1 and other[0].pick.startswith("direct") and not other[0].same_program

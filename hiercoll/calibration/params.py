@@ -53,6 +53,9 @@ PARAMS: tuple[FitParam, ...] = (
        "lowering knobs say which protocol ran)"),
     _p("costs.ll_unpack_us", "us", 0.01, 200.0,
        "per LL call whose receivers unpack pushes into their output (all-gather, all-to-all)"),
+    _p("costs.ll_launch_us", "us", 0.01, 200.0,
+       "per op of an LL call on the device: a row of pushes that waits for no reply (rows "
+       "whose lowering knobs say LL ran)"),
     _p("costs.ce_launch_us", "us", 0.01, 200.0,
        "per copy-engine op on the device: fence kernel, copy start, signal kernel"),
     _p("intra.latency_us", "us", 0.01, 100.0, "one-hop latency of a transfer inside a node"),
@@ -84,7 +87,7 @@ PARAMS: tuple[FitParam, ...] = (
        "unset: no such limit"),
 )
 # Where a parameter is unset (None: no limit) the fit starts here.
-START = {"costs.sync_us": 2.0, "costs.ll_unpack_us": 1.0,
+START = {"costs.sync_us": 2.0, "costs.ll_unpack_us": 1.0, "costs.ll_launch_us": 1.0,
          "costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0,
          "costs.ce_concurrent_gbps": 200.0, "costs.library.launch_us": 2.0,
          "costs.library.graph_call_us": 5.0, "costs.library.eager_call_us": 20.0,

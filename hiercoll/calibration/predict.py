@@ -32,7 +32,7 @@ from hiercoll.planner.library_model import (
 )
 from hiercoll.schedule import LIBRARY_ALGORITHM, Schedule
 from hiercoll.sim import simulate
-from hiercoll.sim.forwarding import as_lowered, merged_rows
+from hiercoll.sim.forwarding import as_lowered, as_timed_ll, merged_rows
 from hiercoll.sim.row_merge import Merged
 from hiercoll.topology import Topology
 
@@ -47,7 +47,7 @@ class Case:
     # the fastest under the costs being evaluated, so calibrate's fit and compare choose alike
     candidates: tuple[Schedule, ...] = ()
     protocol: CallProtocol | None = None     # cuda rows: the protocol their lowering ran
-    planned: Schedule | None = None          # LL rows: the plan as written (what LL runs)
+    planned: Schedule | None = None          # LL rows: the plan as LL runs it (`as_timed_ll`)
     rows: int = 0       # cuda rows: rows of the busiest rank's kernel (`row_merge`); 0 unknown
 
     @property
@@ -84,7 +84,7 @@ def build_case(m: Measurement, topology: Topology) -> Case:
     protocol = protocol_of(schedule, topology, m.lowering)
     ll = protocol is not None and protocol.ll
     ran = timed(schedule, topology, m.lowering)
-    return Case(m, ran.schedule, protocol=protocol, planned=schedule if ll else None,
+    return Case(m, ran.schedule, protocol=protocol, planned=as_timed_ll(schedule) if ll else None,
                 rows=ran.rows)
 
 

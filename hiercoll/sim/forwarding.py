@@ -194,3 +194,14 @@ def merged_rows(lowered: Schedule, ce_threshold_bytes: int, inter_peer: bool = F
     itemsize = lowered.spec.dtype.itemsize
     return merge_result_copies(lowered, lambda op: merge and _over_peer_mappings(op, inter_peer)
                                and not on_copy_engine(op, itemsize, ce_threshold_bytes))
+
+
+def as_timed_ll(schedule: Schedule) -> Schedule:
+    """What the simulator times for the LL lowering: the plan as written (every remote edge a
+    push of flagged words, no forwarding), with the independent pushes at the head of a channel
+    on channels of their own (`channel_split`): the LL kernel stores to every peer and moves
+    on, a push waits for no reply, so a plan's order among them (`direct`'s swizzled pushes on
+    one channel) costs nothing there. Timed one after another, `direct`'s all-reduce at 8 KiB
+    on 4 x H200 simulated 22.6 us against 6.7 measured."""
+    from hiercoll.sim.channel_split import split_independent_heads
+    return split_independent_heads(schedule)

@@ -56,7 +56,8 @@ def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
     `protocol`: how the cuda backend will run the call, where that is known (a bench row's
     lowering knobs: `ll_protocol.call_protocol`): simple pays `costs.sync_us` (its start and end
     barriers) on the device; LL none, its pushes put WIRE_FACTOR times their bytes on the wire,
-    and a call whose receivers unpack pushes pays `costs.ll_unpack_us`; None times the schedule
+    each of its ops starts after `costs.ll_launch_us` (where fitted) instead of `launch_us`, and
+    a call whose receivers unpack pushes pays `costs.ll_unpack_us`; None times the schedule
     with none of these (any other backend)."""
     with without_cyclic_gc():
         return _simulate(schedule, topology, mode, record, costs_from=costs_from, call_mode=call_mode,
@@ -75,6 +76,8 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
             raise HiercollError("simulate: costs_from has another shape (ranks, nodes, fabric "
                                 "kinds) than the topology the schedule was planned for")
         topology = costs_from
+    if protocol is not None and protocol.ll and topology.costs.ll_launch_us is not None:
+        topology = topology.model_copy(update={"costs": topology.costs.for_ll()})
     # shared_gpu: every rank shares one HBM, a folded rank would not see the others (exact)
     sym, fold, fold_note = choose_fold(schedule, topology, mode)
     ranks = list(range(fold if fold else schedule.world_size))

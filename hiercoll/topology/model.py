@@ -223,6 +223,9 @@ class Costs(_Strict):
     ll_unpack_us: float = Field(default=0.0, ge=0, description="per LL call whose receivers "
                                 "unpack pushed words into their output (all-gather, all-to-all): "
                                 "the pass that polls each word for the call's epoch (us)")
+    ll_launch_us: float | None = Field(default=None, ge=0, description="per op of an LL call "
+                                       "on the device (us): a row of flagged-word pushes that "
+                                       "waits for no reply and no barrier; None: launch_us")
     ce_launch_us: float | None = Field(default=None, ge=0, description="per copy-engine op on "
                                        "the device (us): its fence kernel, the copy's start, its "
                                        "signal kernel; None: launch_us")
@@ -280,7 +283,7 @@ class Costs(_Strict):
     def prices_protocols(self) -> bool:
         """Whether these costs were fitted with the cuda protocols' terms (`sync_us`,
         `ll_unpack_us`): only then does the simulator time a call by the protocol it runs."""
-        return self.sync_us > 0 or self.ll_unpack_us > 0
+        return self.sync_us > 0 or self.ll_unpack_us > 0 or self.ll_launch_us is not None
 
     def engine_links(self) -> bool:
         """Whether an op's links depend on the engine that runs it (per-op caps, or a GPU's copy
@@ -292,6 +295,12 @@ class Costs(_Strict):
         """Whether a copy is timed differently on a copy engine than on SMs (links, device
         start or host issue): only then does the copy-engine threshold change a time."""
         return self.engine_links() or self.ce_launch_us is not None or self.eager.ce_issue_us != 0.0
+
+    def for_ll(self) -> Costs:
+        """These costs as an LL call pays them: its rows' own per-op cost where fitted."""
+        if self.ll_launch_us is None:
+            return self
+        return self.model_copy(update={"launch_us": self.ll_launch_us})
 
     def op_launch_us(self, on_copy_engine: bool) -> float:
         """Device time before an op's bytes move: a row start, or a copy-engine op's fences."""
@@ -569,7 +578,7 @@ class Topology(_Strict):
         return f"calibrated {c.date_utc[:10]} on {c.rows} rows{err}"
 
 
-_COST_DEFAULTS = {"sync_us": 0.0, "ll_unpack_us": 0.0,
+_COST_DEFAULTS = {"sync_us": 0.0, "ll_unpack_us": 0.0, "ll_launch_us": None,
                   "intra_efficiency": 1.0, "nic_efficiency": 1.0, "pull_efficiency": 1.0,
                   "sm_op_gbps": None,
                   "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20, "ce_launch_us": None,

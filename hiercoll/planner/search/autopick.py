@@ -106,7 +106,8 @@ class SimCache:
     # topology prices protocols, simple-protocol candidates timed forwarded (`backend_schedule`);
     # 7: ... and with independent channel heads split; unpacking plans priced simple under auto;
     # 8: the split only where a run pushes to 2+ peers, LL for ranks unpacking from one peer;
-    # 9: relayed copies pass through their issuer, rows' result copies timed beside their rows
+    # 9: relayed copies pass through their issuer, rows' result copies timed beside their rows,
+    # LL calls with their independent pushes side by side and their own per-op cost
     MODEL_VERSION = 9
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
@@ -218,13 +219,16 @@ def backend_schedule(topology: Topology, schedule: Schedule,
     """What the cuda backend runs at its default knobs, where the topology prices protocols:
     the simple protocol's schedule as the lowering runs it (`sim.forwarding.as_timed`: copies
     forwarded, independent channel heads split, rows' result copies beside their rows) and the
-    rows its busiest rank walks; an LL call as planned. `hiercoll autopick --validate` prices
+    rows its busiest rank walks; an LL call as planned, its independent pushes side by side
+    (`as_timed_ll`). `hiercoll autopick --validate` prices
     the bench rows it checks the same way (`calibration.predict.timed`), so the regret it
     reports is of this ranking; elsewhere (no protocol) the plan as written, as before (rows
     unknown: 0)."""
-    if protocol is None or protocol.ll:
+    if protocol is None:
         return Merged(schedule, 0)
-    from hiercoll.sim.forwarding import as_timed
+    from hiercoll.sim.forwarding import as_timed, as_timed_ll
+    if protocol.ll:
+        return Merged(as_timed_ll(schedule), 0)
     return as_timed(schedule, topology.costs.ce_threshold_bytes, inter_peer=True)
 
 
