@@ -137,7 +137,7 @@ def test_bench_writes_rows_table_and_plot(tmp_path):
 
 
 def test_the_auto_reference_of_a_group_collective_is_numpy_at_any_size():
-    """The library has no group_cast call: a large group-cast must not ask it for a reference."""
+    """The device reference covers the four flat collectives: a large group-cast keeps numpy."""
     from types import SimpleNamespace
 
     from hiercoll.cli.stress_cmd import AUTO_NUMPY_LIMIT, _auto_reference
@@ -147,7 +147,7 @@ def test_the_auto_reference_of_a_group_collective_is_numpy_at_any_size():
     def spec(kind: Kind, nbytes: int):  # type: ignore[no-untyped-def]
         return SimpleNamespace(kind=kind, total_bytes=nbytes)
     big = 4 * AUTO_NUMPY_LIMIT
-    assert _auto_reference(spec(Kind.ALL_REDUCE, big), "cuda") == RefKind.LIBRARY
+    assert _auto_reference(spec(Kind.ALL_REDUCE, big), "cuda") == RefKind.DEVICE
     assert _auto_reference(spec(Kind.ALL_REDUCE, big), "cpu") == RefKind.NUMPY
     assert _auto_reference(spec(Kind.ALL_REDUCE, 8192), "cuda") == RefKind.NUMPY
     for kind in (Kind.GROUP_CAST, Kind.GROUP_REDUCE):

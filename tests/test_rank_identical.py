@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -319,3 +320,46 @@ def test_the_library_reference_stress_runs_on_gloo():
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
     assert len(lines) == 4 and all(ln.startswith("ok") for ln in lines)
+
+
+def test_the_device_reference_stress_runs_on_gloo():
+    """`--reference device`: every rank draws every rank's input from one seed and checks its
+    own output against the float64 sum there (CPU tensors under gloo, GPU memory under cuda)."""
+    proc = _torchrun("stress", "-c", "all_reduce,reduce_scatter,all_gather,all_to_all",
+                     "-t", "bench/gpu/topologies/h200x2.yaml", "--algorithms", "direct,ring",
+                     "--sizes", "64KiB", "--backend", "gloo", "--iters", "3",
+                     "--reference", "device", nproc=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
+    assert len(lines) == 7 and all(ln.startswith("ok") for ln in lines), proc.stdout[-2000:]
+
+
+def test_the_device_reference_catches_a_wrong_output():
+    """The check is real: a backend whose output is off by one element's rounding step fails,
+    the right one passes, each on fresh inputs."""
+    import torch
+
+    from hiercoll.harness.stress import _device_checked
+
+    class Fake:
+        def __init__(self, wrong: bool):
+            self.wrong = wrong
+
+        def run(self, prepared, inp, out):  # type: ignore[no-untyped-def]
+            out.copy_(inp)
+            if self.wrong:
+                out[7] += 0.5
+
+    spec = CollectiveSpec(kind="all_reduce", world_size=1, dtype="bf16", nbytes=1 << 16)
+    topo = small_topology(1, 1)
+    prepared = SimpleNamespace(schedule=hc.plan(topo, spec, "direct"), rank=0,
+                               backend=SimpleNamespace(value="fake"))
+    cpu = torch.device("cpu")
+    gen = torch.Generator().manual_seed(0)
+    seen = []
+    for _ in range(5):
+        for wrong in (False, True):
+            inp, out, got = _device_checked(Fake(wrong), prepared, cpu, gen, [], True)  # type: ignore[arg-type]
+            assert got.ok != wrong and (got.first_bad_index == 7) == wrong
+            seen.append(inp.clone())
+    assert not torch.equal(seen[0], seen[2])       # fresh inputs every iteration

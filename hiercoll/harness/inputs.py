@@ -28,8 +28,10 @@ from hiercoll.executor.torch_dtypes import float64_of, tensor_of, torch_dtype
 
 
 class RefKind(StrEnum):
-    NUMPY = "numpy"
-    LIBRARY = "library"
+    NUMPY = "numpy"         # every rank draws every rank's input in numpy, float64 reference
+    LIBRARY = "library"     # the library's own call on the same inputs (NCCL)
+    DEVICE = "device"       # every rank draws every rank's input on its GPU (same seeds),
+    #                         float64 reference there (`device_reference`)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from hiercoll.executor.interface import Backend, Prepared
+from hiercoll.harness.device_reference import device_expected
 from hiercoll.harness.identical import fingerprint, shares_outputs
 from hiercoll.harness.inputs import (
     Check,
@@ -66,7 +67,8 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
     """Run `iters` iterations; every rank returns the same (all-reduced) report."""
     spec, rank = prepared.schedule.spec, prepared.rank
     gen = torch.Generator(device=device)
-    gen.manual_seed(seed * 1_000_003 + rank)
+    # the device reference draws every rank's input on every rank: one seed for all of them
+    gen.manual_seed(seed * 1_000_003 + (0 if ref == RefKind.DEVICE else rank))
     worst, bound = 0.0, 0.0
     first_bad: int | None = None
     bad_rank: int | None = None
@@ -81,6 +83,8 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
             inp, out = case.tensors(rank, device)
             calls_us.append(_timed_run(backend, prepared, inp, out, device))
             result: Check = case.check(rank, out) if check else Check(0.0, 0.0, True, None)
+        elif ref == RefKind.DEVICE:
+            inp, out, result = _device_checked(backend, prepared, device, gen, calls_us, check)
         else:
             assert ref_backend is not None and ref_prepared is not None
             inp = device_inputs(spec, rank, device, gen)
@@ -110,6 +114,25 @@ def stress(backend: Backend, prepared: Prepared, device: torch.device, iters: in
                         iters, worst, bound, first_bad, bad_rank, time.perf_counter() - t0,
                         identical, _max_everywhere(statistics.median(calls_us), device, group)
                         if calls_us else None)
+
+
+def _device_checked(backend: Backend, prepared: Prepared, device: torch.device,
+                    gen: torch.Generator, calls_us: list[float], check: bool,
+                    ) -> tuple[torch.Tensor, torch.Tensor, Check]:
+    """One iteration against the device reference: every rank's input drawn here in rank order
+    from the generator every rank seeded alike (so each rank holds the same inputs and runs
+    with its own), the float64 reference of them on this GPU. Why: the numpy reference draws
+    and sums every rank's input on the host each iteration, ~50 ms at 4 MiB on 4 ranks, so a
+    2000-iteration TP-shape case took minutes (bench/results/gpu/nvshmem/w4-2x2-graph)."""
+    spec, rank = prepared.schedule.spec, prepared.rank
+    ins = [device_inputs(spec, r, device, gen) for r in range(spec.world_size)]
+    out = torch.full((spec.output_count(rank),), float("nan"), dtype=ins[rank].dtype,
+                     device=device)
+    calls_us.append(_timed_run(backend, prepared, ins[rank], out, device))
+    if not check:
+        return ins[rank], out, Check(0.0, 0.0, True, None)
+    expected = device_expected(spec, ins)
+    return ins[rank], out, compare_tensors(out, expected.outputs[rank], expected.bounds[rank])
 
 
 # iterations whose checks one collective settles: a 2000-iteration TP-shape stress spent more of
