@@ -7,9 +7,11 @@
 #   wl:     the attention and MoE front ends' group_cast / group_reduce plans (stress; and the
 #           bench with every transport in WL_TRANSPORTS);
 #   tp:     the 13 TP shapes x hidden 2880/4096, 2000 / 200 iterations, hier all-reduce over NVSHMEM
-#           (TP_SMALL / TP_LARGE: other M lists, e.g. the cases an earlier call did not reach);
+#           (TP_SMALL / TP_LARGE: other M lists, e.g. the cases an earlier call did not reach;
+#           TP_HIDDEN: the hidden sizes);
 #   bench:  hier / hier_2d / hier_tiers with the transports in TRANSPORTS, flat NCCL as the peer
-#           row, graph mode, zero-copy (the seed's case: reduce_scatter 1 MiB..1 GiB).
+#           row, graph mode (BENCH_MODES: eager for the nccl transport, which graph capture
+#           refuses), zero-copy (the seed's case: reduce_scatter 1 MiB..1 GiB).
 # W=4 T=bench/gpu/topologies/h200-2node-x2.yaml PHASES="stress wl tp" bash bench/gpu/nvshmem_run.sh
 # ($OUT/nvshmem-wW.tgz: every log and JSON)
 source bench/gpu/env.sh
@@ -56,7 +58,7 @@ for phase in ${PHASES:-stress wl tp bench}; do
       [ $(echo $v | wc -w) = 3 ] || continue
       set -- $v
       HC_TIMEOUT=${TP_S:-200} hc $W stress --backend cuda -c all_reduce -t $T --algorithms hier \
-        --inter-transport nvshmem --shapes $2 --iters $3 --modes eager,graph --out $D/stress-tp-$1.json \
+        --inter-transport nvshmem --shapes $2 --hidden ${TP_HIDDEN:-2880,4096} --iters $3 --modes eager,graph --out $D/stress-tp-$1.json \
         > $D/stress-tp-$1.log 2>&1
       count "stress tp $1" $? $D/stress-tp-$1.log
     done ;;
@@ -67,7 +69,7 @@ for phase in ${PHASES:-stress wl tp bench}; do
         c=${v%%:*}; sizes=${v#*:}; tag=$tr-${c//,/-}
         [ -n "$sizes" ] || continue       # RS_SIZES= (or SIZES=): skip that row of collectives
         HC_TIMEOUT=${BENCH_S:-150} hc $W bench --backend cuda -c $c -t $T --algorithms $ALGOS --sizes $sizes \
-          --modes graph --zero-copy --peers nccl --inter-transport $tr --out $D/bench-$tr > $D/bench-$tag.log 2>&1
+          --modes ${BENCH_MODES:-graph} --zero-copy --peers nccl --inter-transport $tr --out $D/bench-$tr > $D/bench-$tag.log 2>&1
         echo "bench $tag rc=$?"; grep "p50" $D/bench-$tag.log; pack
       done
     done ;;
