@@ -21,7 +21,7 @@ def _m(algorithm: str, mode: str) -> Measurement:
 
 @pytest.mark.parametrize("mode", ["graph", "eager"])
 def test_library_costs_move_the_library_model_only(mode):
-    base = load_topology("h200x4")
+    base = load_topology("h200x4", uncalibrated=True)      # no library costs of its own
     nccl, ring = build_case(_m("nccl", mode), base), build_case(_m("ring", mode), base)
     nccl_before, ring_before = predict_us(nccl, base, base), predict_us(ring, base, base)
     call = f"costs.library.{mode}_call_us"
@@ -43,7 +43,7 @@ def test_pull_efficiency_slows_reduces_that_read_peers_and_nothing_else():
     direct reduce-scatter pulls its shards); copies and the default (1.0, fingerprint
     unchanged) are as before."""
     import hiercoll as hc
-    base = load_topology("h200x4")
+    base = load_topology("h200x4", uncalibrated=True)      # pull_efficiency at its default
     assert with_values(base, {"costs.pull_efficiency": 1.0}).fingerprint() == base.fingerprint()
     slow = with_values(base, {"costs.pull_efficiency": 0.25})
     big = 16 << 20          # copies of 2 MiB: SMs, so forwarded (8 MiB and up: copy engines)
