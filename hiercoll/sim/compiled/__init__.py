@@ -120,7 +120,17 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     """The compiled loop over built tables: (start and end of every row, per-link usage);
     raises VerificationError naming an op that never ran, as the Python engine does."""
     skip_blas_probe()
-    from hiercoll.sim.compiled.core import DONE, ENDED, GROW, N_STATE, NENDED, PAUSED, replay
+    from hiercoll.sim.compiled.core import (
+        DONE,
+        ENDED,
+        GROW,
+        LOCAL_ON,
+        N_STATE,
+        NENDED,
+        PAUSED,
+        replay,
+    )
+    from hiercoll.sim.fluid import local_resolve
 
     n, n_ch, n_links = t.num_ops, len(t.ch_ptr) - 1, len(net.links)
     i64, f64 = np.int64, np.float64
@@ -149,7 +159,12 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     ready = np.zeros(n_ch + 1, i64)
     lstack, act, comp_links, full = (np.zeros(n_links + 1, i64) for _ in range(4))
     comp_flows = np.zeros(n_ch + 1, i64)
+    used, extra = np.zeros(n_links, f64), np.zeros(n_links, f64)     # FluidNetwork.used; scratch
+    started = np.zeros(n_ch + 1, i64)          # flows started this instant
+    seeds, seedmark = np.zeros(n_links + 1, i64), np.zeros(n_links, i64)   # links to re-solve from
+    fl_in, lseen, lcount = np.zeros(n_ch, i64), np.zeros(n_links, i64), np.zeros(n_links, i64)
     st, tnow = np.zeros(N_STATE, i64), np.zeros(1, f64)
+    st[LOCAL_ON] = int(local_resolve())
     cap = alone.copy()                 # crowded links change theirs while shared
     stop = PROGRESS_EVERY if progress is not None else np.iinfo(i64).max
     while True:
@@ -161,7 +176,9 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
                         alone, crowded, cap, slack, weight, demand, ubytes, busy_us, busy_since, active, head,
                         node_next, node_prev, dirty, dirty_list, seen, incomp, done,
                         ws, rem, left, at, hk, hp, hv, rounds, fk, fs,
-                        ready, lstack, act, comp_flows, comp_links, full, st, tnow, t.ch_identity, stop)
+                        ready, lstack, act, comp_flows, comp_links, full, used, extra, started,
+                        seeds, seedmark, fl_in, lseen, lcount,
+                        st, tnow, t.ch_identity, stop)
         if status == DONE:
             break
         if status == GROW:

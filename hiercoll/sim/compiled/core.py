@@ -33,11 +33,14 @@ import numba
 import numpy as np
 
 from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
-from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, INSTANT_RTOL, SLACK_MARGIN
+from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, INSTANT_RTOL, LOCAL_ROUNDS, QUIET_MARGIN, SLACK_MARGIN
 
 # st[] slots: the loop's scalars (closures may mutate arrays, not the variables they capture)
 HSIZE, SEQ, NDIRTY, NENDED, INSTANTS, STAMP, NREADY, INIT = range(8)   # SEQ: no longer used
-N_STATE = 8
+LOUD, NSTARTED = 8, 9     # this instant's changes may move a rate; flows started this instant
+NSEEDS, SID = 10, 11      # links near full an ended flow left (or re-capped); local solve's id
+LOCAL_ON = 12             # 1: quiet instants skipped, local re-solves (fluid.local_resolve())
+N_STATE = 13
 BEGIN, FINISH = 0, 1
 DONE, PAUSED, GROW = 0, 1, 2
 NONE, HEAP, OUTSIDE = 0, 1, 2      # fill_heap: where the lowest entry is
@@ -202,6 +205,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             ws: Any, rem: Any, left: Any, at: Any,
             hk: Any, hp: Any, hv: Any, rounds: Any, fk: Any, fs: Any,
             ready: Any, lstack: Any, act: Any, comp_flows: Any, comp_links: Any, full: Any,
+            used: Any, extra: Any, started: Any, seeds: Any, seedmark: Any, fl_in: Any, lseen: Any, lcount: Any,
             st: Any, tnow: Any, ch_identity: bool, stop_instants: int, rate_scale: float = 1.0) -> int:
     """Run the event loop until the heap is empty (DONE), `stop_instants` instants have run
     (PAUSED) or the heap might overflow this instant (GROW). numba compiles it on first call
@@ -228,8 +232,18 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             dirty_list[st[NDIRTY]] = lid
             st[NDIRTY] += 1
 
+    def add_seed(lid: int) -> None:
+        """FluidNetwork._seeds (a dict: each link once, in the order first marked)."""
+        if seedmark[lid] == st[INSTANTS] + 1:
+            return
+        seedmark[lid] = st[INSTANTS] + 1
+        seeds[st[NSEEDS]] = lid
+        st[NSEEDS] += 1
+
     def set_capacity(lid: int, c: float) -> None:
         cap[lid] = c
+        st[LOUD] = 1
+        add_seed(lid)
         slack_below[lid] = c * (1.0 - SLACK_MARGIN)
 
     def drain() -> None:
@@ -326,6 +340,8 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             active[lid] += 1
             demand[lid] += w * ceiling
             mark_dirty(lid)
+        started[st[NSTARTED]] = c
+        st[NSTARTED] += 1
         return True
 
     def finish(c: int) -> None:
@@ -348,6 +364,10 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             elif node != h:                     # the tail left: the head's prev moves back
                 node_prev[h] = p
             on = active[lid] > 1                    # flows left on the link
+            if on and used[lid] > cap[lid] * (1.0 - QUIET_MARGIN):
+                st[LOUD] = 1                        # others may take what it leaves
+                add_seed(lid)
+            used[lid] = used[lid] - w * fl_rate[c] if on else 0.0
             weight[lid] = weight[lid] - w if on else 0.0
             if crowded[lid] > 0.0 and active[lid] == 2:
                 set_capacity(lid, alone[lid])
@@ -554,11 +574,197 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 freeze_link(b, level, stamp, True)
                 ws[b] = 0.0
 
+    def set_rate(f: int, rate: float, now: float) -> None:
+        """FluidNetwork._set_rate: f's links' `used`, its rate and wake-up."""
+        old = fl_rate[f]
+        s = ch_shape[f]
+        for k in range(sh_ptr[s], sh_ptr[s + 1]):
+            lid = sh_lid[k]
+            used[lid] += sh_w[k] * (rate - old)
+        fl_rate[f] = rate
+        fl_ver[f] += 1
+        if rate > 0:
+            push_event(now + max(fl_rem[f], 0.0) / rate, FINISH, f, fl_ver[f])
+
+    def quiet(ns: int) -> bool:
+        """FluidNetwork._quiet: every link of a started flow shared with others has room for
+        it at its ceiling (with the other started flows on it); then each runs at its ceiling
+        and nothing else is re-solved."""
+        ok = True
+        last = ns
+        for j in range(ns):
+            f = started[j]
+            s = ch_shape[f]
+            for k in range(sh_ptr[s], sh_ptr[s + 1]):
+                lid = sh_lid[k]
+                if active[lid] > 1:
+                    x = extra[lid] + sh_w[k] * fl_ceil[f]
+                    extra[lid] = x
+                    if used[lid] + x > cap[lid] * (1.0 - QUIET_MARGIN):
+                        ok = False
+                        break
+            if not ok:
+                last = j + 1
+                break
+        for j in range(last):                   # extra back to zero for the next instant
+            s = ch_shape[started[j]]
+            for k in range(sh_ptr[s], sh_ptr[s + 1]):
+                extra[sh_lid[k]] = 0.0
+        if not ok:
+            return False
+        now = tnow[0]
+        for j in range(ns):
+            f = started[j]
+            set_rate(f, fl_ceil[f] * rate_scale, now)
+        return True
+
+    def take(f: int, sid: int, top: int) -> int:
+        """FluidNetwork._local's take: f joins the set; its near-full links not seen go on
+        the stack; returns the stack's size."""
+        fl_in[f] = sid
+        comp_flows[st[NSTARTED]] = f          # NSTARTED: the set's size while solving
+        st[NSTARTED] += 1
+        s = ch_shape[f]
+        for k in range(sh_ptr[s], sh_ptr[s + 1]):
+            l2 = sh_lid[k]
+            if lseen[l2] != sid and used[l2] > cap[l2] * (1.0 - QUIET_MARGIN):
+                lseen[l2] = sid
+                lstack[top] = l2
+                top += 1
+        return top
+
+    def push(lid: int, sid: int, top: int) -> int:
+        if lseen[lid] != sid:
+            lseen[lid] = sid
+            lstack[top] = lid
+            top += 1
+        return top
+
+    def local(ns: int) -> bool:
+        """FluidNetwork._local: re-solve only the flows whose rates can move."""
+        st[SID] += 1
+        sid = st[SID]
+        st[NSTARTED] = 0
+        top = 0
+        for j in range(ns):
+            top = take(started[j], sid, top)
+        for j in range(st[NSEEDS]):
+            top = push(seeds[j], sid, top)
+        for _ in range(LOCAL_ROUNDS):
+            while top > 0:
+                top -= 1
+                node = head[lstack[top]]
+                while node >= 0:
+                    f = node // max_links
+                    if fl_in[f] != sid:
+                        top = take(f, sid, top)
+                    node = node_next[node]
+            nf = st[NSTARTED]
+            st[STAMP] += 1
+            stamp = st[STAMP]
+            nl = 0                            # fillable links of the set, in the order found
+            for j in range(nf):
+                s = ch_shape[comp_flows[j]]
+                for k in range(sh_ptr[s], sh_ptr[s + 1]):
+                    lid = sh_lid[k]
+                    if demand[lid] > slack_below[lid]:
+                        if seen[lid] != stamp:
+                            seen[lid] = stamp
+                            lcount[lid] = 0
+                            act[nl] = lid
+                            nl += 1
+                        lcount[lid] += 1
+            nc = 0
+            for j in range(nl):
+                lid = act[j]
+                if lcount[lid] == active[lid]:
+                    incomp[lid] = stamp
+                    comp_links[nc] = lid
+                    nc += 1
+            for j in range(nf):               # a flow that can fill no closed link: grow
+                s = ch_shape[comp_flows[j]]
+                a, b = sh_ptr[s], sh_ptr[s + 1]
+                shut = False
+                for k in range(a, b):
+                    if incomp[sh_lid[k]] == stamp:
+                        shut = True
+                        break
+                if not shut:
+                    for k in range(a, b):
+                        lid = sh_lid[k]
+                        if seen[lid] == stamp:
+                            top = push(lid, sid, top)
+            if top > 0:
+                continue
+            for j in range(nc):
+                lid = comp_links[j]
+                ws[lid] = weight[lid]
+            if nc > HEAP_ABOVE_LINKS:
+                fill_heap(nc, stamp)
+            else:
+                fill_scan(nc, stamp)
+            level = 0.0
+            for j in range(nf):
+                f = comp_flows[j]
+                if fl_rated[f] == stamp and fl_new[f] > level:
+                    level = fl_new[f]
+            for j in range(nf):
+                f = comp_flows[j]
+                fl_new[f] = (fl_new[f] if fl_rated[f] == stamp else level) * rate_scale
+            nm = 0                            # mixed links (extra: their rate changes), in order
+            for j in range(nf):
+                f = comp_flows[j]
+                s = ch_shape[f]
+                for k in range(sh_ptr[s], sh_ptr[s + 1]):
+                    lid = sh_lid[k]
+                    if seen[lid] == stamp and incomp[lid] != stamp:
+                        if done[lid] != -stamp:
+                            done[lid] = -stamp
+                            extra[lid] = 0.0
+                            full[nm] = lid
+                            nm += 1
+                        extra[lid] += sh_w[k] * (fl_new[f] - fl_rate[f])
+            for j in range(nm):
+                lid = full[j]
+                if used[lid] + extra[lid] > cap[lid] * (1.0 - QUIET_MARGIN):
+                    top = push(lid, sid, top)
+                extra[lid] = 0.0
+            if top > 0:
+                continue
+            now = tnow[0]
+            for j in range(nf):
+                f = comp_flows[j]
+                fl_rem[f] -= fl_rate[f] * (now - fl_tref[f])
+                fl_tref[f] = now
+            for j in range(nf):
+                f = comp_flows[j]
+                rate = fl_new[f]
+                old = fl_rate[f]
+                if old > 0 and abs(rate - old) <= RATE_RTOL * old:
+                    continue
+                set_rate(f, rate, now)
+            st[NSTARTED] = 0
+            return True
+        st[NSTARTED] = 0
+        return False
+
     def settle() -> None:
-        """FluidNetwork.settle: re-solve the component this instant's changes reach."""
+        """FluidNetwork.settle: re-solve the component this instant's changes reach (not at
+        all where they are quiet)."""
         nd = st[NDIRTY]
         if nd == 0:
             return
+        ns = st[NSTARTED]
+        st[NSTARTED] = 0
+        loud = st[LOUD]
+        st[LOUD] = 0
+        if st[LOCAL_ON] != 0 and ((loud == 0 and quiet(ns)) or local(ns)):
+            st[NSEEDS] = 0
+            for j in range(nd):
+                dirty[dirty_list[j]] = 0
+            st[NDIRTY] = 0
+            return
+        st[NSEEDS] = 0
         st[STAMP] += 1
         stamp = st[STAMP]
         top = 0
@@ -618,10 +824,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             old = fl_rate[f]
             if old > 0 and abs(rate - old) <= RATE_RTOL * old:
                 continue                 # same rate: its pending wake-up is still right
-            fl_rate[f] = rate
-            fl_ver[f] += 1
-            if rate > 0:
-                push_event(now + max(fl_rem[f], 0.0) / rate, FINISH, f, fl_ver[f])
+            set_rate(f, rate, now)
 
     if st[INIT] == 0:
         st[INIT] = 1
