@@ -586,6 +586,42 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         if rate > 0:
             push_event(now + max(fl_rem[f], 0.0) / rate, FINISH, f, fl_ver[f])
 
+    def fill_rates(nl: int, nf: int, stamp: int) -> None:
+        """The max-min problem of comp_links[:nl] over comp_flows[:nf] filled (by heap past
+        HEAP_ABOVE_LINKS links): each flow's new rate in fl_new, scaled (a flow the filling
+        left unrated, bound by no link of the problem, at the highest level reached)."""
+        for j in range(nl):
+            lid = comp_links[j]
+            ws[lid] = weight[lid]
+        if nl > HEAP_ABOVE_LINKS:
+            fill_heap(nl, stamp)
+        else:
+            fill_scan(nl, stamp)
+        level = 0.0
+        for j in range(nf):
+            f = comp_flows[j]
+            if fl_rated[f] == stamp and fl_new[f] > level:
+                level = fl_new[f]
+        for j in range(nf):
+            f = comp_flows[j]
+            fl_new[f] = (fl_new[f] if fl_rated[f] == stamp else level) * rate_scale
+
+    def apply_rates(nf: int) -> None:
+        """comp_flows[:nf]: bytes moved at the old rates settled up to now, then the new rates
+        (fl_new) set where they moved (the others' pending wake-up is still right)."""
+        now = tnow[0]
+        for j in range(nf):
+            f = comp_flows[j]
+            fl_rem[f] -= fl_rate[f] * (now - fl_tref[f])
+            fl_tref[f] = now
+        for j in range(nf):
+            f = comp_flows[j]
+            rate = fl_new[f]
+            old = fl_rate[f]
+            if old > 0 and abs(rate - old) <= RATE_RTOL * old:
+                continue
+            set_rate(f, rate, now)
+
     def quiet(ns: int) -> bool:
         """FluidNetwork._quiet: every link of a started flow shared with others has room for
         it at its ceiling (with the other started flows on it); then each runs at its ceiling
@@ -696,21 +732,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                             top = push(lid, sid, top)
             if top > 0:
                 continue
-            for j in range(nc):
-                lid = comp_links[j]
-                ws[lid] = weight[lid]
-            if nc > HEAP_ABOVE_LINKS:
-                fill_heap(nc, stamp)
-            else:
-                fill_scan(nc, stamp)
-            level = 0.0
-            for j in range(nf):
-                f = comp_flows[j]
-                if fl_rated[f] == stamp and fl_new[f] > level:
-                    level = fl_new[f]
-            for j in range(nf):
-                f = comp_flows[j]
-                fl_new[f] = (fl_new[f] if fl_rated[f] == stamp else level) * rate_scale
+            fill_rates(nc, nf, stamp)
             nm = 0                            # mixed links (extra: their rate changes), in order
             for j in range(nf):
                 f = comp_flows[j]
@@ -731,18 +753,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 extra[lid] = 0.0
             if top > 0:
                 continue
-            now = tnow[0]
-            for j in range(nf):
-                f = comp_flows[j]
-                fl_rem[f] -= fl_rate[f] * (now - fl_tref[f])
-                fl_tref[f] = now
-            for j in range(nf):
-                f = comp_flows[j]
-                rate = fl_new[f]
-                old = fl_rate[f]
-                if old > 0 and abs(rate - old) <= RATE_RTOL * old:
-                    continue
-                set_rate(f, rate, now)
+            apply_rates(nf)
             st[NSTARTED] = 0
             return True
         st[NSTARTED] = 0
@@ -801,30 +812,8 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 node = node_next[node]
         if nf == 0:
             return
-        now = tnow[0]
-        for j in range(nf):
-            f = comp_flows[j]
-            fl_rem[f] -= fl_rate[f] * (now - fl_tref[f])
-            fl_tref[f] = now
-        for j in range(nl):
-            lid = comp_links[j]
-            ws[lid] = weight[lid]
-        if nl > HEAP_ABOVE_LINKS:
-            fill_heap(nl, stamp)
-        else:
-            fill_scan(nl, stamp)
-        level = 0.0
-        for j in range(nf):
-            f = comp_flows[j]
-            if fl_rated[f] == stamp and fl_new[f] > level:
-                level = fl_new[f]
-        for j in range(nf):
-            f = comp_flows[j]
-            rate = (fl_new[f] if fl_rated[f] == stamp else level) * rate_scale
-            old = fl_rate[f]
-            if old > 0 and abs(rate - old) <= RATE_RTOL * old:
-                continue                 # same rate: its pending wake-up is still right
-            set_rate(f, rate, now)
+        fill_rates(nl, nf, stamp)
+        apply_rates(nf)
 
     if st[INIT] == 0:
         st[INIT] = 1
