@@ -200,5 +200,4 @@ def _row_engines(timed_on: Topology, m: Measurement) -> Topology:
     if (m.algorithm == LIBRARY_ALGORITHM or not isinstance(threshold, int)
             or isinstance(threshold, bool) or threshold == timed_on.costs.ce_threshold_bytes):
         return timed_on
-    return timed_on.model_copy(update={"costs": timed_on.costs.model_copy(
-        update={"ce_threshold_bytes": threshold})})
+    return timed_on.with_costs(ce_threshold_bytes=threshold)

@@ -114,7 +114,7 @@ class LinkCache:
         return (op.kind, op.rank, op.dst.rank, op.accumulate, srcs, self.channel_key(op))
 
     def __call__(self, op: Op) -> tuple[tuple[tuple[int, float], ...], float]:
-        if op.kind == OpKind.COPY and not op.relayed and not self._capped:   # its two GPUs decide
+        if op.kind == OpKind.COPY and not self._capped and not op.relayed:   # its two GPUs decide
             return self._pair(op.srcs[0].rank, op.dst.rank)
         shape = self._shape(op)
         hit = self._by_shape.get(shape)

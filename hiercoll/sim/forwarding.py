@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from hiercoll.schedule import INPUT, OUTPUT, ExpandedOps, Op, OpKind, OpRef, Region, Schedule
-from hiercoll.sim.row_merge import Merged
+from hiercoll.sim.row_merge import Merged, merge_result_copies
 
 
 def forward_copies(schedule: Schedule, allowed: Callable[[Op, list[Op]], bool]) -> Schedule:
@@ -190,7 +190,6 @@ def merged_rows(lowered: Schedule, ce_threshold_bytes: int, inter_peer: bool = F
     walks. Rows are the ops the lowering runs on SMs over peer mappings; `merge` off: a
     kernel that ran every op as a row of its own (only the count)."""
     from hiercoll.sim.engine import on_copy_engine
-    from hiercoll.sim.row_merge import merge_result_copies
     itemsize = lowered.spec.dtype.itemsize
     return merge_result_copies(lowered, lambda op: merge and _over_peer_mappings(op, inter_peer)
                                and not on_copy_engine(op, itemsize, ce_threshold_bytes))

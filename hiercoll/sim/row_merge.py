@@ -97,7 +97,7 @@ def _takes(row: Op, op: Op, itemsize: int) -> bool:
     """Does `row` take copy `op` as one more destination?"""
     if op.kind != OpKind.COPY or op.srcs != (row.dst,) or op.dst.count != row.dst.count:
         return False
-    if any(d[0] != row.rank or d != row.ref for d in op.deps):
+    if any(d != row.ref for d in op.deps):
         return False
     small = row.dst.count * itemsize <= MERGE_MAX_BYTES
     own_copy = row.kind == OpKind.COPY and all(s.rank == row.rank for s in row.srcs)

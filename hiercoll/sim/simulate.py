@@ -77,7 +77,7 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
                                 "kinds) than the topology the schedule was planned for")
         topology = costs_from
     if protocol is not None and protocol.ll and topology.costs.ll_launch_us is not None:
-        topology = topology.model_copy(update={"costs": topology.costs.for_ll()})
+        topology = topology.with_costs(launch_us=topology.costs.ll_launch_us)
     # shared_gpu: every rank shares one HBM, a folded rank would not see the others (exact)
     sym, fold, fold_note = choose_fold(schedule, topology, mode)
     ranks = list(range(fold if fold else schedule.world_size))

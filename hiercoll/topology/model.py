@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
@@ -296,12 +296,6 @@ class Costs(_Strict):
         start or host issue): only then does the copy-engine threshold change a time."""
         return self.engine_links() or self.ce_launch_us is not None or self.eager.ce_issue_us != 0.0
 
-    def for_ll(self) -> Costs:
-        """These costs as an LL call pays them: its rows' own per-op cost where fitted."""
-        if self.ll_launch_us is None:
-            return self
-        return self.model_copy(update={"launch_us": self.ll_launch_us})
-
     def op_launch_us(self, on_copy_engine: bool) -> float:
         """Device time before an op's bytes move: a row start, or a copy-engine op's fences."""
         if on_copy_engine and self.ce_launch_us is not None:
@@ -556,6 +550,11 @@ class Topology(_Strict):
         there belong to this machine and to every calibration of it."""
         base = self.calibration.base_fingerprint if self.calibration is not None else None
         return base or self.fingerprint()
+
+    def with_costs(self, **changes: Any) -> Topology:
+        """This topology with some cost fields replaced (a calibration's variant, a bench row's
+        copy-engine threshold, an LL call's per-op cost): one place that copies costs."""
+        return self.model_copy(update={"costs": self.costs.model_copy(update=changes)})
 
     def shape_fingerprint(self) -> str:
         """Hash of what a measurement's plan depends on: ranks, nodes, the kinds of fabric and

@@ -107,8 +107,9 @@ class SimCache:
     # 7: ... and with independent channel heads split; unpacking plans priced simple under auto;
     # 8: the split only where a run pushes to 2+ peers, LL for ranks unpacking from one peer;
     # 9: relayed copies pass through their issuer, rows' result copies timed beside their rows,
-    # LL calls with their independent pushes side by side and their own per-op cost
-    MODEL_VERSION = 9
+    # LL calls with their independent pushes side by side and their own per-op cost;
+    # 10: a copy-engine threshold the tuner tries timed as the backend runs it (as lowered)
+    MODEL_VERSION = 10
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
     # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; plus ROWS_SUFFIX, the
@@ -201,7 +202,7 @@ def simulate_candidate(topology: Topology, spec: CollectiveSpec, cand: Candidate
         cache.put(key, hit)
         if ran.rows:
             cache.put(base + ROWS_SUFFIX, [float(ran.rows), 0.0, 0.0])
-    return Scored(cand, hit[0], hit[1], hit[2], scored_rows(cache, topology, spec, cand))
+    return Scored(cand, hit[0], hit[1], hit[2], _rows(cache, base))
 
 
 def backend_protocol(topology: Topology, schedule: Schedule) -> CallProtocol | None:
@@ -420,24 +421,25 @@ def _retime(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: Si
             schedule: Schedule | None, threshold: int, call_mode: CallMode = "eager") -> Scored:
     """`schedule` timed with the copy-engine threshold `threshold` (cached under that topology;
     None: the candidate's, built only on a cache miss)."""
-    variant = topology.model_copy(update={"costs": topology.costs.model_copy(
-        update={"ce_threshold_bytes": threshold})})
+    variant = topology.with_costs(ce_threshold_bytes=threshold)
     key = SimCache.key(variant, spec, cand) + _mode_suffix(call_mode)
     hit = cache.get(key)
     if hit is None:
         from hiercoll.sim import simulate
         sched = schedule or plan(topology, spec, cand.algorithm, cand.params)
-        res = simulate(sched, topology, mode="trusted", costs_from=variant, call_mode=call_mode,
-                       protocol=backend_protocol(variant, sched))
+        protocol = backend_protocol(variant, sched)
+        # as the backend runs it at this threshold, like the untuned time it competes with
+        res = simulate(backend_schedule(variant, sched, protocol).schedule, topology,
+                       mode="trusted", costs_from=variant, call_mode=call_mode, protocol=protocol)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
-    return Scored(cand, hit[0], hit[1], hit[2], scored_rows(cache, topology, spec, cand))
+    return Scored(cand, hit[0], hit[1], hit[2], _rows(cache, SimCache.key(topology, spec, cand)))
 
 
-def scored_rows(cache: SimCache, topology: Topology, spec: CollectiveSpec, cand: Candidate) -> int:
-    """The rows a simulated candidate's kernel walks (0 where not modelled): the same at
-    every copy-engine threshold the tuner tries."""
-    rows = cache.get(SimCache.key(topology, spec, cand) + ROWS_SUFFIX)
+def _rows(cache: SimCache, key: str) -> int:
+    """The rows a simulated candidate's kernel walks (0 where not modelled), stored under its
+    key (the same at every copy-engine threshold the tuner tries)."""
+    rows = cache.get(key + ROWS_SUFFIX)
     return int(rows[0]) if rows else 0
 
 
