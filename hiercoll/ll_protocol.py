@@ -39,7 +39,7 @@ lowering.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hiercoll.schedule import INPUT, OUTPUT, Op, OpRef, Region, Schedule, Transport
 
@@ -92,6 +92,14 @@ class CallProtocol:
 
     ll: bool
     unpacks: bool = False
+    # a simple call's barrier halves that run as rows of their own (`sim/row_merge.barrier_rows`):
+    # each costs `costs.barrier_row_us` on top of the call's barriers (`costs.sync_us`)
+    barrier_rows: int = 0
+
+    def with_barrier_rows(self, n: int) -> CallProtocol:
+        """This protocol for a kernel that walks `n` barrier rows of its own (LL calls have no
+        barriers)."""
+        return self if self.ll else replace(self, barrier_rows=n)
 
 
 SIMPLE = CallProtocol(ll=False)

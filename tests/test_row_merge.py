@@ -50,10 +50,46 @@ def test_the_simulator_merges_the_copies_the_lowering_merges(topology, world):
     assert merged_any
 
 
+def _executor_barrier_rows(schedule: hc.Schedule, rank: int, opts: CudaOptions) -> int:
+    """The fused kernel's barrier halves that the lowering made rows of their own on `rank`."""
+    program = lower(schedule, rank, opts)
+    if not program.fused:
+        return 0
+    (launch,) = program.streams[0]
+    return sum(row.op in ("barrier:start:wait", "barrier:end:arrive")
+               for row in getattr(launch, "rows", ()))
+
+
+@pytest.mark.parametrize("topology,world", [("h200x4", 4), ("h200x2", 2)])
+def test_the_simulator_counts_the_barrier_rows_the_lowering_walks(topology, world):
+    """Every candidate of the four collectives at 8 KiB, 1 MiB and 64 MiB (simple protocol,
+    fused): the barrier halves the simulator prices as rows of their own are those the
+    executor's fused kernel walks on its busiest rank; `direct` all-to-all on 2 GPUs walks two
+    (its local copy and its push split the grid)."""
+    topo = hc.load_topology(topology)
+    opts = CudaOptions(protocol="simple")
+    seen = set()
+    for kind in KINDS:
+        for nbytes in (8192, 1 << 20, 64 << 20):
+            spec = _spec(kind, world, nbytes)
+            for cand in candidates(topo, spec):
+                s = hc.plan(topo, spec, cand.algorithm, cand.params)
+                timed = merged_rows(lowered_schedule(s, opts), opts.ce_threshold_bytes,
+                                    inter_peer=True)
+                got = max(_executor_barrier_rows(s, r, opts) for r in range(world))
+                assert timed.barrier_rows == got, (kind, nbytes, cand.label())
+                seen.add(got)
+                if (world, kind, nbytes, cand.label()) == (2, "all_to_all", 1 << 20,
+                                                           "direct(channels=1,chunks=1)"):
+                    assert got == 2
+    assert seen == {0, 1, 2} or seen == {0, 2}
+
+
 def test_a_row_with_its_copies_is_timed_as_one_row_and_wins_a_tie_by_rows():
     """hier_2d's all-gather on one node of four (a self copy, then its pushes to three peers)
-    runs as one row of four stores: timed so, it ties `direct` (four rows on parts of the grid),
-    and the tie goes to fewer rows, as measured (4 x H200: 7.8 against 9.9 us at 8 KiB)."""
+    runs as one row of four stores: timed so, it ties `direct` (four rows on parts of the grid,
+    and the start wait and end arrival as rows of their own), and the tie goes to fewer rows, as
+    measured (4 x H200: 7.8 against 9.9 us at 8 KiB)."""
     topo = hc.load_topology("h200x4")
     spec = _spec("all_gather", 4, 8192)
     times, rows = {}, {}
@@ -65,7 +101,7 @@ def test_a_row_with_its_copies_is_timed_as_one_row_and_wins_a_tie_by_rows():
         as_planned = hc.simulate(as_lowered(s, topo.costs.ce_threshold_bytes, True), topo,
                                  call_mode="graph").time_us
         assert times[algo] <= as_planned
-    assert rows == {"hier_2d": 1, "direct": 4}
+    assert rows == {"hier_2d": 1, "direct": 4 + 2}
     assert times["hier_2d"] == pytest.approx(times["direct"], rel=1e-9)
     assert min(times, key=lambda a: rank_key(times[a], rows[a], a)) == "hier_2d"
     # a real difference in time still decides before rows do

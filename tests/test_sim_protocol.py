@@ -37,6 +37,27 @@ def test_a_simple_call_pays_its_barriers_and_an_ll_call_does_not() -> None:
     assert ll > base            # twice the bytes on the wire, no barrier
 
 
+def test_barrier_rows_of_their_own_cost_a_row_start_each_in_simple_calls_only() -> None:
+    """A fused kernel whose first or last level splits the grid walks its start wait / end
+    arrival as rows of their own (`row_merge.barrier_rows`): each costs `barrier_row_us` on top of
+    the call's barriers; an LL call has no barriers to walk."""
+    topo = _costed(sync_us=3.25, barrier_row_us=0.75)
+    s = _plan(topo, "all_to_all", 1 << 20)
+    simple = hc.simulate(s, topo, call_mode="graph", protocol=SIMPLE).time_us
+    two = hc.simulate(s, topo, call_mode="graph",
+                      protocol=SIMPLE.with_barrier_rows(2)).time_us
+    assert two == pytest.approx(simple + 2 * 0.75)
+    assert CallProtocol(ll=True).with_barrier_rows(2).barrier_rows == 0
+    m = Measurement(source="x#0", tool="hiercoll-bench", collective="all_to_all",
+                    nbytes=1 << 20, world_size=2, dtype="bf16", algorithm="direct",
+                    params={"channels": 1, "chunks": 1}, time_us=11.0, mode="graph",
+                    statistic="p50", lowering=dict(KNOBS, protocol="simple", single_stream=True,
+                                                   split_channels=True, max_ctas=132))
+    assert build_case(m, topo).protocol == SIMPLE.with_barrier_rows(2)
+    unfused = Measurement(**(m.model_dump() | {"lowering": dict(m.lowering, fuse=False)}))
+    assert build_case(unfused, topo).protocol == SIMPLE
+
+
 def test_ll_puts_twice_the_bytes_on_the_wire_and_unpacking_costs_its_pass() -> None:
     topo = _costed(ll_unpack_us=1.5)
     s = _plan(topo, "all_gather", 1 << 16)

@@ -51,6 +51,9 @@ PARAMS: tuple[FitParam, ...] = (
     _p("costs.sync_us", "us", 0.01, 200.0,
        "per call of the cuda backend's simple protocol: its start and end barriers (rows whose "
        "lowering knobs say which protocol ran)"),
+    _p("costs.barrier_row_us", "us", 0.01, 200.0,
+       "per barrier half a simple call's fused kernel walks as a row of its own (its first or "
+       "last level splits the grid)"),
     _p("costs.ll_unpack_us", "us", 0.01, 200.0,
        "per LL call whose receivers unpack pushes into their output (all-gather, all-to-all)"),
     _p("costs.ll_launch_us", "us", 0.01, 200.0,
@@ -87,7 +90,7 @@ PARAMS: tuple[FitParam, ...] = (
        "unset: no such limit"),
 )
 # Where a parameter is unset (None: no limit) the fit starts here.
-START = {"costs.sync_us": 2.0, "costs.ll_unpack_us": 1.0, "costs.ll_launch_us": 1.0,
+START = {"costs.sync_us": 2.0, "costs.barrier_row_us": 0.5, "costs.ll_unpack_us": 1.0, "costs.ll_launch_us": 1.0,
          "costs.sm_op_gbps": 50.0, "costs.ce_op_gbps": 50.0, "costs.ce_launch_us": 5.0,
          "costs.ce_concurrent_gbps": 200.0, "costs.library.launch_us": 2.0,
          "costs.library.graph_call_us": 5.0, "costs.library.eager_call_us": 20.0,

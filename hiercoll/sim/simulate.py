@@ -55,7 +55,8 @@ def simulate(schedule: Schedule, topology: Topology, mode: Mode = "auto",
 
     `protocol`: how the cuda backend will run the call, where that is known (a bench row's
     lowering knobs: `ll_protocol.call_protocol`): simple pays `costs.sync_us` (its start and end
-    barriers) on the device; LL none, its pushes put WIRE_FACTOR times their bytes on the wire,
+    barriers) on the device, and `costs.barrier_row_us` per barrier half its fused kernel walks
+    as a row of its own (`protocol.barrier_rows`); LL none, its pushes put WIRE_FACTOR times their bytes on the wire,
     each of its ops starts after `costs.ll_launch_us` (where fitted) instead of `launch_us`, and
     a call whose receivers unpack pushes pays `costs.ll_unpack_us`; None times the schedule
     with none of these (any other backend)."""
@@ -119,7 +120,8 @@ def _simulate(schedule: Schedule, topology: Topology, mode: Mode, record: bool, 
         launches = launch_counts(t)
     if protocol is not None:
         device_us += (topology.costs.ll_unpack_us * protocol.unpacks if protocol.ll
-                      else topology.costs.sync_us)
+                      else topology.costs.sync_us
+                      + topology.costs.barrier_row_us * protocol.barrier_rows)
     end = call_time_us(schedule, topology, ranks, device_us, call_mode, launches)
     copies = schedule.world_size // fold if fold else 1
     links = [LinkStat(name=info.name, tier=info.tier.value, bytes=usage.bytes[i],

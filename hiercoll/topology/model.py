@@ -220,6 +220,10 @@ class Costs(_Strict):
     sync_us: float = Field(default=0.0, ge=0, description="per call of the cuda backend's "
                            "simple protocol (us): its start and end barriers, a signal and a wait "
                            "across the ranks each; LL calls have none (simulate's `protocol`)")
+    barrier_row_us: float = Field(default=0.0, ge=0, description="per barrier half a simple "
+                                  "call's fused kernel walks as a row of its own (us): its start "
+                                  "wait or end arrival where the first or last level splits the "
+                                  "grid (sim/row_merge.barrier_rows)")
     ll_unpack_us: float = Field(default=0.0, ge=0, description="per LL call whose receivers "
                                 "unpack pushed words into their output (all-gather, all-to-all): "
                                 "the pass that polls each word for the call's epoch (us)")
@@ -269,6 +273,7 @@ class Costs(_Strict):
             "intra_efficiency": (self.intra_efficiency if lib.intra_efficiency is None
                                  else lib.intra_efficiency),
             "sync_us": lib.sync_us or 0.0, "ll_unpack_us": 0.0,     # NCCL's, not our kernels'
+            "barrier_row_us": 0.0,
             "eager": self.eager if lib.eager_call_us is None else self.eager.model_copy(
                 update={"call_us": lib.eager_call_us}),
             "graph": self.graph if lib.graph_call_us is None else self.graph.model_copy(
@@ -577,7 +582,7 @@ class Topology(_Strict):
         return f"calibrated {c.date_utc[:10]} on {c.rows} rows{err}"
 
 
-_COST_DEFAULTS = {"sync_us": 0.0, "ll_unpack_us": 0.0, "ll_launch_us": None,
+_COST_DEFAULTS = {"sync_us": 0.0, "barrier_row_us": 0.0, "ll_unpack_us": 0.0, "ll_launch_us": None,
                   "intra_efficiency": 1.0, "nic_efficiency": 1.0, "pull_efficiency": 1.0,
                   "sm_op_gbps": None,
                   "ce_op_gbps": None, "ce_threshold_bytes": 8 << 20, "ce_launch_us": None,

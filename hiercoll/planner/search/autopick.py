@@ -108,8 +108,9 @@ class SimCache:
     # 8: the split only where a run pushes to 2+ peers, LL for ranks unpacking from one peer;
     # 9: relayed copies pass through their issuer, rows' result copies timed beside their rows,
     # LL calls with their independent pushes side by side and their own per-op cost;
-    # 10: a copy-engine threshold the tuner tries timed as the backend runs it (as lowered)
-    MODEL_VERSION = 10
+    # 10: a copy-engine threshold the tuner tries timed as the backend runs it (as lowered);
+    # 11: a simple call pays a row start per barrier half its fused kernel walks on its own
+    MODEL_VERSION = 11
     ENTRY_LEN = 3        # [time_us, busbw_gbps, lower_bound_us]; also, under the candidate's key
     # plus BOUNDS_SUFFIX, a pruned candidate's [rank bound, critical-path bound or -1, 0], and
     # plus CE_SUFFIX, the tuned copy-engine threshold [threshold, 0, 0]; plus ROWS_SUFFIX, the
@@ -194,8 +195,7 @@ def simulate_candidate(topology: Topology, spec: CollectiveSpec, cand: Candidate
     if hit is None:
         from hiercoll.sim import simulate
         sched = schedule or plan(topology, spec, cand.algorithm, cand.params)
-        protocol = backend_protocol(topology, sched)
-        ran = backend_schedule(topology, sched, protocol)
+        ran, protocol = backend_call(topology, sched)
         res = simulate(ran.schedule, topology, mode="trusted", call_mode=call_mode,
                        protocol=protocol)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
@@ -203,6 +203,15 @@ def simulate_candidate(topology: Topology, spec: CollectiveSpec, cand: Candidate
         if ran.rows:
             cache.put(base + ROWS_SUFFIX, [float(ran.rows), 0.0, 0.0])
     return Scored(cand, hit[0], hit[1], hit[2], _rows(cache, base))
+
+
+def backend_call(topology: Topology, schedule: Schedule) -> tuple[Merged, CallProtocol | None]:
+    """What the simulator times for the cuda backend at its default knobs: the schedule its
+    lowering runs (`backend_schedule`) and the protocol, with the barrier rows that kernel
+    walks (None: the topology does not price protocols)."""
+    protocol = backend_protocol(topology, schedule)
+    ran = backend_schedule(topology, schedule, protocol)
+    return ran, None if protocol is None else protocol.with_barrier_rows(ran.barrier_rows)
 
 
 def backend_protocol(topology: Topology, schedule: Schedule) -> CallProtocol | None:
@@ -427,10 +436,10 @@ def _retime(topology: Topology, spec: CollectiveSpec, cand: Candidate, cache: Si
     if hit is None:
         from hiercoll.sim import simulate
         sched = schedule or plan(topology, spec, cand.algorithm, cand.params)
-        protocol = backend_protocol(variant, sched)
         # as the backend runs it at this threshold, like the untuned time it competes with
-        res = simulate(backend_schedule(variant, sched, protocol).schedule, topology,
-                       mode="trusted", costs_from=variant, call_mode=call_mode, protocol=protocol)
+        ran, protocol = backend_call(variant, sched)
+        res = simulate(ran.schedule, topology, mode="trusted", costs_from=variant,
+                       call_mode=call_mode, protocol=protocol)
         hit = [res.time_us, res.busbw_gbps, res.lower_bound_us]
         cache.put(key, hit)
     return Scored(cand, hit[0], hit[1], hit[2], _rows(cache, SimCache.key(topology, spec, cand)))
