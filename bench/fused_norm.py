@@ -159,9 +159,8 @@ def group_row(rows: int, hidden: int, reps: int, modes: tuple[str, ...] = ("grap
     import torch.distributed as dist
 
     from hiercoll.collectives import CollectiveSpec, Kind
-    from hiercoll.executor.cuda.fused_norm import GroupContext, fused_add_rms_norm, reserve
+    from hiercoll.executor.cuda.fused_norm import GroupContext, fused_add_rms_norm, reserve, stage_choice
     from hiercoll.harness.peers import peers_for
-    from hiercoll.sim.fused_norm_cost import choose_stage
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", torch.cuda.current_device())
     ctx = _CTX.setdefault("ctx", GroupContext(rank, world, None, dev))
@@ -171,8 +170,8 @@ def group_row(rows: int, hidden: int, reps: int, modes: tuple[str, ...] = ("grap
     out, rout = torch.empty_like(x), torch.empty_like(x)
     reserve(ctx, rows, hidden, x.dtype)
     row: dict[str, Any] = {"rows": rows, "hidden": hidden, "bytes": rows * hidden * 2,
-                           "world": world, "auto_stage": choose_stage(rows, hidden, world, 2)}
-    for st in (1, 2):
+                           "world": world, "auto_stage": stage_choice(rows, hidden, world, 2)}
+    for st in _stages(rows, hidden):
         row[f"stage{st}"] = _timed(lambda st=st: fused_add_rms_norm(
             ctx, x, res, w, EPS, stage=st, out=out, res_out=rout), reps, "graph")
     # what a caller gets (stage None): a fused stage, or the unfused fallback (stage 0)
@@ -207,6 +206,13 @@ def group_row(rows: int, hidden: int, reps: int, modes: tuple[str, ...] = ("grap
     row["unfused"] = unfused[best] | {"all_reduce": best}
     row["speedup_p50"] = round(row["unfused"]["p50"] / row["fused"]["p50"], 2)
     return row
+
+
+def _stages(rows: int, hidden: int) -> tuple[int, ...]:
+    """The fused forms a bf16 [rows, hidden] call can take: 1- and 2-stage, and the LL form
+    (stage 3) where it applies."""
+    from hiercoll.kernels.fused_norm_abi import LL_STAGE, ll_applies
+    return (1, 2, LL_STAGE) if ll_applies(rows, hidden, 2) else (1, 2)
 
 
 def _comm(topology: str | None) -> Any:
@@ -275,7 +281,7 @@ def main() -> int:
         ap.error("--out is required")
     if args.group:
         return main_group(args)
-    from hiercoll.sim.fused_norm_cost import choose_stage
+    from hiercoll.executor.cuda.fused_norm import stage_choice
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = stamp("CUDA_DEVICE_MAX_CONNECTIONS=32 python3 " + " ".join(sys.argv))
@@ -284,10 +290,10 @@ def main() -> int:
     rows_out: list[dict[str, Any]] = []
     for h in [int(v) for v in args.hidden.split(",")]:
         for m in [int(v) for v in args.shapes.split(",")]:
-            auto = choose_stage(m, h, args.world, 2)
+            auto = stage_choice(m, h, args.world, 2)
             row: dict[str, Any] = {"rows": m, "hidden": h, "bytes": m * h * 2,
                                    "world": args.world, "auto_stage": auto}
-            for st in (1, 2):
+            for st in _stages(m, h):
                 row[f"stage{st}"] = fused_times(args.world, m, h, st, args.reps)
             row["fused"] = row[f"stage{auto}"]
             un = {a: unfused_times(args.world, m, h, a, args.reps) for a in ("direct", "two_shot")}
@@ -307,9 +313,9 @@ def main() -> int:
 
 
 def _measured(r: dict[str, Any]) -> dict[int, float]:
-    """p50 per path of one row: the fused stages forced, and (across GPUs) the unfused fallback's
-    path (NCCL all-reduce + add + norm)."""
-    got = {st: r[f"stage{st}"]["p50"] for st in (1, 2)}
+    """p50 per path of one row: the fused stages forced (LL where it ran), and (across GPUs) the
+    unfused fallback's path (NCCL all-reduce + add + norm)."""
+    got = {st: r[f"stage{st}"]["p50"] for st in (1, 2, 3) if f"stage{st}" in r}
     if "unfused_nccl" in r:
         got[0] = r["unfused_nccl"]["p50"]
     return got
@@ -318,7 +324,8 @@ def _measured(r: dict[str, Any]) -> dict[int, float]:
 def _fit(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """Fit the path-choice constants on the p50 of each path; record how well the model then
     predicts and how often it picks the measured fastest path."""
-    from hiercoll.sim.fused_norm_cost import choose_stage, fit
+    from hiercoll.executor.cuda.fused_norm import stage_choice
+    from hiercoll.sim.fused_norm_cost import fit
     pts = [(st, r["bytes"], r["world"], t) for r in rows for st, t in _measured(r).items()]
     where = ("every rank on one " if "x" not in str(meta["device"]) else "one process per GPU, ")
     costs = fit(pts, f"relative least-squares fit of the p50 of each path (stages forced"
@@ -329,7 +336,7 @@ def _fit(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     picks_best = 0
     for r in rows:
         got = _measured(r)
-        pick = choose_stage(r["rows"], r["hidden"], r["world"], 2, costs)
+        pick = stage_choice(r["rows"], r["hidden"], r["world"], 2, costs)
         picks_best += got.get(pick, float("inf")) <= min(got.values())
     meta["fit"] = costs.__dict__ | {"max_rel_error": round(max(errs), 3),
                                     "median_rel_error": round(sorted(errs)[len(errs) // 2], 3),
@@ -360,10 +367,10 @@ def markdown_group(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              f"- date: {meta['date']}, git {meta['git_sha']}",
              f"- p50 us per call, rank-averaged CUDA events around graph replays of {CALLS} calls "
              "(eager columns: the same number of calls issued back to back)", "",
-             "| M | hidden | stage | fused | 1-stage | 2-stage | unfused NCCL | unfused torch 1-shot "
-             "| unfused torch 2-shot | unfused hiercoll | torch 1-shot AR alone | NCCL AR alone | "
-             "fused / best unfused | M<=16 target | fused eager | unfused NCCL eager |",
-             "|" + "---|" * 16]
+             "| M | hidden | stage | fused | 1-stage | 2-stage | LL | unfused NCCL | unfused torch "
+             "1-shot | unfused torch 2-shot | unfused hiercoll | torch 1-shot AR alone | NCCL AR "
+             "alone | fused / best unfused | M<=16 target | fused eager | unfused NCCL eager |",
+             "|" + "---|" * 17]
     for r in rows:
         ratio = r["fused"]["p50"] / r["unfused"]["p50"]
         alone = r.get("torch-one-shot_alone", {}).get("p50")
@@ -371,15 +378,17 @@ def markdown_group(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                  ("met" if r["fused"]["p50"] <= alone + 1 else "missed"))
         lines.append(
             f"| {r['rows']} | {r['hidden']} | {r['auto_stage']} | {r['fused']['p50']} | "
-            f"{r['stage1']['p50']} | {r['stage2']['p50']} | {_p50(r, 'unfused_nccl')} | "
-            f"{_p50(r, 'unfused_torch-one-shot')} | {_p50(r, 'unfused_torch-two-shot')} | "
+            f"{r['stage1']['p50']} | {r['stage2']['p50']} | {_p50(r, 'stage3')} | "
+            f"{_p50(r, 'unfused_nccl')} | {_p50(r, 'unfused_torch-one-shot')} | {_p50(r, 'unfused_torch-two-shot')} | "
             f"{_p50(r, 'unfused_hiercoll')} | {_p50(r, 'torch-one-shot_alone')} | "
             f"{_p50(r, 'nccl_alone')} | {ratio:.2f} ({r['unfused']['all_reduce']}) | {small} | "
             f"{_p50(r, 'fused_eager')} | {_p50(r, 'unfused_nccl_eager')} |")
     if "fit" in meta:
         f = meta["fit"]
         lines += ["", f"Stage-choice fit: a1 = {f['a1_us']:.2f} us, b1 = {f['b1_us_per_mb']:.3f} "
-                  f"us/MB, a2 = {f['a2_us']:.2f} us, b2 = {f['b2_us_per_mb']:.3f} us/MB"
+                  f"us/MB, a2 = {f['a2_us']:.2f} us, b2 = {f['b2_us_per_mb']:.3f} us/MB, LL a3 = "
+                  f"{f.get('a3_us', float('inf')):.2f} us, b3 = "
+                  f"{f.get('b3_us_per_mb', 0.0):.3f} us/MB"
                   + (f"; relative error median {f['median_rel_error']}, max "
                      f"{f['max_rel_error']}; picks the faster stage for "
                      f"{f['picks_faster_stage']} shapes" if "max_rel_error" in f else "")]

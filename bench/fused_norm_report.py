@@ -19,8 +19,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hiercoll.executor.cuda.fused_norm import stage_choice  # noqa: E402
 from hiercoll.files import write_atomic  # noqa: E402
-from hiercoll.sim.fused_norm_cost import choose_stage  # noqa: E402
 
 UNFUSED = ("unfused_nccl", "unfused_torch-one-shot", "unfused_torch-two-shot", "unfused_hiercoll")
 
@@ -39,7 +39,7 @@ def load_rows(run: Path) -> tuple[list[dict[str, Any]], str]:
 
 def picked(row: dict[str, Any]) -> tuple[int, float]:
     """The shipped choice for this shape and its measured p50 (stage 0: NCCL + add + norm)."""
-    stage = choose_stage(row["rows"], row["hidden"], row["world"], 2)
+    stage = stage_choice(row["rows"], row["hidden"], row["world"], 2)
     key = {0: "unfused_nccl", 1: "stage1", 2: "stage2"}[stage]
     return stage, row[key]["p50"]
 

@@ -157,6 +157,29 @@ def test_the_unfused_fallback_is_picked_only_where_the_model_says_fusion_loses()
     assert abs(with_unfused.a0_us - 20.0) < 1e-6 and abs(with_unfused.b0_us_per_mb - 20.0) < 1e-6
 
 
+def test_the_ll_form_is_picked_only_where_it_runs_and_was_fitted():
+    """The LL form (stage 3) competes only where the kernels' rule says it can run the call
+    (`ll=`), and only with a fitted line (unmeasured: a3 = inf); its stage number is the
+    kernels' (the simulator may not import them)."""
+    from hiercoll.executor.cuda.fused_norm import stage_choice
+    from hiercoll.kernels.fused_norm_abi import LL_STAGE as ABI_LL_STAGE
+    from hiercoll.kernels.fused_norm_abi import ll_applies
+    from hiercoll.sim.fused_norm_cost import LL_STAGE
+    assert LL_STAGE == ABI_LL_STAGE == 3
+    c = FusedNormCosts(10.0, 3.0, 15.0, 4.0, "synthetic", a3_us=6.0, b3_us_per_mb=6.0)
+    assert choose_stage(1, 4096, 4, 2, c, ll=True) == LL_STAGE
+    assert choose_stage(1, 4096, 4, 2, c, ll=False) == 1
+    assert choose_stage(1, 4096, 4, 2, FusedNormCosts(10.0, 3.0, 15.0, 4.0, "x"), ll=True) == 1
+    assert ll_applies(16, 4096, 2) and ll_applies(45, 2880, 2)
+    assert not ll_applies(64, 4096, 2) and not ll_applies(1, 4095, 2) and not ll_applies(1, 4096, 4)
+    assert stage_choice(16, 4096, 4, 2, c) == LL_STAGE and stage_choice(64, 4096, 4, 2, c) != 3
+    rows = [(s, n, 4, c.predict_us(s, n, 4)) for s in (1, 2, LL_STAGE)
+            for n in (8192, 65536, 262144)]
+    got = fit(rows, "t")
+    assert abs(got.a3_us - 6.0) < 1e-6 and abs(got.b3_us_per_mb - 6.0) < 1e-6
+    assert fit([r for r in rows if r[0] != LL_STAGE], "t").a3_us == float("inf")
+
+
 def test_the_fit_recovers_known_constants():
     true = FusedNormCosts(12.0, 8.0, 20.0, 6.0, "synthetic")
     sizes = [8192, 65536, 1 << 20, 8 << 20, 64 << 20]
@@ -183,8 +206,12 @@ def test_bad_arguments_are_one_line_errors_before_any_launch():
                         ((x.int(), x.int(), w, 1e-6), "is not supported")]:
         with pytest.raises(HiercollError, match=match.replace("[", r"\[").replace("]", r"\]")):
             fused_add_rms_norm(ctx, *args)
-    with pytest.raises(HiercollError, match=r"stage 3 must be 1, 2, 0 \(unfused\) or None"):
-        fused_add_rms_norm(ctx, x, x, w, 1e-6, stage=3)
+    with pytest.raises(HiercollError, match=r"stage 4 must be 1, 2, 3 \(LL\), 0 \(unfused\)"):
+        fused_add_rms_norm(ctx, x, x, w, 1e-6, stage=4)
+    wide = torch.zeros(64, 4096, dtype=torch.bfloat16)       # past the LL area
+    with pytest.raises(HiercollError, match=r"stage 3 \(LL\) runs bf16/fp16 with an even hidden "
+                       r"and at most 32 rows of 4096; got \[64, 4096\]"):
+        fused_add_rms_norm(ctx, wide, wide, torch.ones(4096, dtype=torch.bfloat16), 1e-6, stage=3)
 
 
 # ---- PTX: the ordering is in the generated code, and goes when switched off ----------------------
@@ -211,15 +238,15 @@ def _ptx(stages: int, ordering: Ordering, ptx: bool = False) -> str:
     ptrs = ["x_ptr", "res_ptr", "w_ptr", "out_ptr", "res_out_ptr", "buf_ptr"]
     sig = {k: "*bf16" for k in ptrs} | {
         "buf_deltas": "*i64", "sig_ptr": "*i32", "sig_deltas": "*i64", "epoch_ptr": "*i32",
-        "err_ptr": "*i64", "rank": "i32", "rows": "i32", "H": "i32", "stride": "i64",
-        "eps": "fp32", "spin_limit": "i32"}
+        "err_ptr": "*i64", "ll_ptr": "*i64", "ll_deltas": "*i64", "rank": "i32", "rows": "i32",
+        "H": "i32", "stride": "i64", "eps": "fp32", "spin_limit": "i32", "ll_words": "i32"}
     consts = {"W": 4, "G": 16, "STAGES": stages, "BLOCK_H": 4096, "LANES": 256,
               "RELEASE": ordering.release, "ACQUIRE": ordering.acquire,
               "ACQUIRE_ALL_THREADS": ordering.acquire_all_threads, "FIRST_PART": 0,
-              "LAST_PART": 2, "WP": 4, "PTX": ptx, "RB": 2, "RBG": 4}
+              "LAST_PART": 2, "WP": 4, "PTX": ptx, "RB": 2, "RBG": 4, "FMT": 1}
     sig |= {k: "constexpr" for k in consts}
     src = ASTSource(fn=_fused_norm_kernel, signature=sig, constexprs=consts,
-                    attrs={(k,): [["tt.divisibility", 16]] for k in range(11)})
+                    attrs={(k,): [["tt.divisibility", 16]] for k in range(13)})
     return compile_sm90_ptx(src, 8)
 
 
@@ -260,6 +287,16 @@ def test_cuda_path_releases_fire_and_forget_and_every_thread_fences(stages):
     assert _fences(polling_only) == 0 and _ordered_ops(polling_only, "acquire")
 
 
+def test_the_ll_form_stores_and_polls_flagged_words_with_no_release_acquire_or_fence():
+    """CUDA, stage 3 (LL): 8-byte relaxed system-scope stores into the peers' areas and relaxed
+    system-scope loads of its own (the word checked is the data used); no release, no acquire,
+    no fence: the ordering the 1-/2-stage kernels need has nothing to order here."""
+    ptx = _ptx(3, Ordering(), ptx=True)
+    assert "st.relaxed.sys.global.b64" in ptx and "ld.relaxed.sys.global.b64" in ptx
+    assert _ordered_ops(ptx, "release") == [] and _ordered_ops(ptx, "acquire") == []
+    assert _fences(ptx) == 0
+
+
 # ---- the kernel's numbers in Triton's CPU interpreter --------------------------------------------
 _INTERPRET = r'''
 import json, sys
@@ -283,7 +320,10 @@ out = {"err": [], "identical": True}
 for dtype in (torch.bfloat16, torch.float32):
     c = OneGpuFusedNorm(W, M, H, dtype, torch.device("cpu"), grid=3)
     g = torch.Generator().manual_seed(int(sys.argv[1]))
-    for stages, m in ((1, M), (2, 1), (2, M), (1, 1)):    # 1 row: CTA 1 sits the call out
+    cases = ((1, M), (2, 1), (2, M), (1, 1))      # 1 row: CTA 1 sits the call out
+    if dtype == torch.bfloat16:                   # the LL form (16-bit words), between the others
+        cases = ((3, M),) + cases[:2] + ((3, 1),) + cases[2:] + ((3, M),)
+    for stages, m in cases:
         xs = [torch.randn(m, H, generator=g).to(dtype) for _ in range(W)]
         res = torch.randn(m, H, generator=g).to(dtype)
         w = (torch.rand(H, generator=g) + 0.5).to(dtype)
@@ -313,7 +353,8 @@ def test_kernel_numbers_in_the_triton_interpreter():
     for dtype, _, err in out["err"]:     # bf16: a rounding of O(4) values; fp32: ~1e-6
         assert err <= (0.07 if "bfloat16" in dtype else 1e-4), (seed, out["err"])
     assert out["identical"]
-    assert out["epochs"] == [[[4, 4, 4]] * 3] * 2   # every CTA counted every call, idle or not
+    # every CTA counted every call, idle or not (bf16: three LL calls more)
+    assert out["epochs"] == [[[7, 7, 7]] * 3, [[4, 4, 4]] * 3]
 
 
 # ---- the CLI (gloo: the unfused fallback through the same harness) --------------------------------

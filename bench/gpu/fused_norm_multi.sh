@@ -4,6 +4,7 @@
 # 1. a quick check (2 shapes x 20 iterations): stop here if the kernel is broken;
 # 2. the regression stress: 13 shapes x hidden 2880/4096, bf16, eager and graph, ITERS (2000)
 #    iterations up to 4.7 MB and 200 above, fresh random inputs, ranks compared bit for bit;
+#    2b. the LL form (stage 3) forced on the shapes it takes (LL_SHAPES), the same stress;
 # 3. the negatives: the same stress with one ordering rule dropped (NEG_ITERS iterations on
 #    NEG_SHAPES): each must FAIL where the hardware exposes it;
 # 4. the bench: fused vs NCCL / torch symm-mem / hiercoll all-reduce + torch add + RMSNorm,
@@ -19,6 +20,16 @@ HC_TIMEOUT=120 hc "$W" stress --fused-rmsnorm --backend cuda --iters 20 --shapes
   --hidden 4096 --modes eager,graph --debug-timeout-ms 5000 > "$D/check_w$W.log" 2>&1
 rc=$?; summary "check w$W" $rc "$D/check_w$W.log"
 if [ $rc -ne 0 ]; then tail -20 "$D/check_w$W.log"; exit 1; fi
+HC_TIMEOUT=120 hc "$W" stress --fused-rmsnorm --backend cuda --stage 3 --iters 20 --shapes 1,16 \
+  --hidden 4096 --modes eager,graph --debug-timeout-ms 5000 > "$D/check_ll_w$W.log" 2>&1
+rc_ll=$?; summary "check LL w$W" $rc_ll "$D/check_ll_w$W.log"
+[ $rc_ll -ne 0 ] && tail -20 "$D/check_ll_w$W.log"
+if [ -z "$SKIP_STRESS" ] && [ $rc_ll -eq 0 ]; then
+  HC_TIMEOUT=${LL_STRESS_S:-200} hc "$W" stress --fused-rmsnorm --backend cuda --stage 3 \
+    --iters "${LL_ITERS:-${ITERS:-2000}}" --shapes "${LL_SHAPES:-1,2,4,8,16,32}" --modes eager,graph \
+    --debug-timeout-ms 10000 --out "$D/stress_ll_w$W.json" > "$D/stress_ll_w$W.log" 2>&1
+  summary "stress LL w$W" $? "$D/stress_ll_w$W.log"
+fi
 if [ -z "$SKIP_STRESS" ]; then
   HC_TIMEOUT=${STRESS_S:-400} hc "$W" stress --fused-rmsnorm --backend cuda --iters "${ITERS:-2000}" \
     --large-iters 200 --modes eager,graph --debug-timeout-ms 10000 --out "$D/stress_w$W.json" \

@@ -25,9 +25,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world", type=int, default=None,
                    help="--fused-rmsnorm: ranks (--one-gpu: in this process, default 4; "
                    "torchrun: must match the launch)")
-    p.add_argument("--stage", default="auto", choices=["auto", "0", "1", "2"],
-                   help="--fused-rmsnorm: force the 1-stage or 2-stage kernel, or 0: the "
-                   "unfused fallback (NCCL all-reduce + add + RMSNorm)")
+    p.add_argument("--stage", default="auto", choices=["auto", "0", "1", "2", "3"],
+                   help="--fused-rmsnorm: force the 1-stage or 2-stage kernel, 3: the LL form "
+                   "(small calls: flagged-word pushes, no barrier), or 0: the unfused fallback "
+                   "(NCCL all-reduce + add + RMSNorm)")
     p.add_argument("--large-iters", type=int, default=200,
                    help="--fused-rmsnorm: iterations for shapes above 4.7 MB (the seed's "
                    "regression: --iters up to 4.7 MB, this above; default 200)")
@@ -77,6 +78,13 @@ def run_fused(args: argparse.Namespace, modes: list[str]) -> list[dict[str, Any]
         raise HiercollError("--dtype: --fused-rmsnorm runs bf16 (the regression's dtype)")
     ms, hs = _rows(args)
     stage = None if args.stage == "auto" else int(args.stage)
+    if stage == 3:
+        from hiercoll.kernels.fused_norm_abi import LL_MAX_ELEMENTS
+        too_big = [f"{m}x{h}" for h in hs for m in ms if m * h > LL_MAX_ELEMENTS or h % 2]
+        if too_big:
+            raise HiercollError(f"--stage 3: the LL form takes an even hidden and at most "
+                                f"{LL_MAX_ELEMENTS} elements a call; {', '.join(too_big)} do not "
+                                "fit: pass --shapes within it")
     if args.one_gpu:
         return _one_gpu(args, modes, ms, hs, stage)
     return _group(args, modes, ms, hs, stage)

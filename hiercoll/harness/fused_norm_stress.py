@@ -167,9 +167,9 @@ def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode:
     from hiercoll.executor.cuda.fused_norm import (
         GroupContext,
         check_timeout,
-        choose_stage,
         error_record,
         fused_add_rms_norm,
+        stage_choice,
     )
     from hiercoll.executor.cuda.fused_norm import reserve as reserve_buf
     rank, world = dist.get_rank(group), dist.get_world_size(group)
@@ -186,7 +186,7 @@ def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode:
     stages = 0
     graph = None
     if ctx is not None:
-        stages = stage if stage is not None else choose_stage(rows, hidden, world,
+        stages = stage if stage is not None else stage_choice(rows, hidden, world,
                                                               x.element_size())
         reserve_buf(ctx, rows, hidden, dtype)
         # one untimed call without a spin limit: a rank still in Triton's JIT must not make its

@@ -37,7 +37,18 @@ import triton
 import triton.language as tl
 from triton.runtime.driver import driver
 
-from hiercoll.kernels.fused_norm_abi import ERR_WORDS, PHASES, REGIONS, SAFE, Ordering
+from hiercoll.kernels.fused_norm_abi import (
+    ERR_WORDS,
+    LL_STAGE,
+    LL_WORDS,
+    PHASES,
+    REGIONS,
+    SAFE,
+    Ordering,
+    ll_applies,
+    ll_area_words,
+)
+from hiercoll.kernels.ll import _load_word, _pack, _store_word, _unpack
 from hiercoll.kernels.program import (
     CompiledBinary,
     _acquire_fence,
@@ -47,6 +58,7 @@ from hiercoll.kernels.program import (
 )
 
 _PHASES = tl.constexpr(PHASES)
+LL_STAGE_ = tl.constexpr(LL_STAGE)
 NUM_WARPS = 8
 
 
@@ -206,18 +218,128 @@ def _reduce_rows(x_ptr, res_ptr, w, out_ptr, res_out_ptr, buf_ptr, buf_deltas, r
         _finish_rows(s, res_ptr, out_ptr, res_out_ptr, w, offs, mask, H, eps)
 
 
-@triton.jit(do_not_specialize=["rank", "rows", "stride", "spin_limit"])
+@triton.jit
+def _poll_words(ptrs, live, e, spin_limit, err_ptr, cta, WP: tl.constexpr, PTX: tl.constexpr):
+    """LL: every live lane's 8-byte word once each carries call number `e` in its high half.
+    All lanes load at once (one round trip for every peer), then only the short ones again;
+    with a spin limit, giving up records (cta, phase 0, the first late peer, its epoch)."""
+    v = _load_word(ptrs, live, PTX)
+    short = live & ((v >> 32).to(tl.int32) != e)
+    pending = tl.sum(tl.sum(short.to(tl.int32), axis=1), axis=0)
+    spins = 0
+    while pending > 0:
+        v = tl.where(short, _load_word(ptrs, short, PTX), v)
+        short = live & ((v >> 32).to(tl.int32) != e)
+        pending = tl.sum(tl.sum(short.to(tl.int32), axis=1), axis=0)
+        spins += 1
+        if spin_limit > 0:
+            if spins > spin_limit:
+                q = tl.min(tl.min(tl.where(short, tl.arange(0, WP)[:, None], 2**30),
+                                  axis=1), axis=0)
+                seen = tl.min(tl.min(tl.where(short, (v >> 32).to(tl.int32), 2**31 - 1),
+                                     axis=1), axis=0)
+                _timed_out(err_ptr, cta, 0, q, seen, e)
+                pending = 0
+    return v
+
+
+@triton.jit
+def _rounded(x, FMT: tl.constexpr):
+    """fp32 values rounded to the 16-bit data type (to nearest even), back in fp32."""
+    if FMT == 1:
+        return x.to(tl.bfloat16).to(tl.float32)
+    else:
+        return x.to(tl.float16).to(tl.float32)
+
+
+@triton.jit
+def _ll_push(x_ptr, ll_ptr, ll_deltas, rank, e, p, r0, r1, HW, ll_words, wcols, wmask,
+             W: tl.constexpr, WP: tl.constexpr, PTX: tl.constexpr):
+    """LL: this CTA's rows of x, as 32-bit data words each stored with the call number in its
+    high half (one 8-byte relaxed store: data and flag land together), into region
+    (parity, me) of every peer's LL area; no release, no signal."""
+    xw = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    k = tl.arange(0, WP)
+    peer = (k < W) & (k != rank)
+    d = tl.load(ll_deltas + k, mask=peer, other=0)
+    base = d + (p * W + rank) * ll_words
+    for r in range(r0, r1):
+        offs = r * HW + wcols
+        v = tl.load(xw + offs, mask=wmask, other=0)
+        word = (e.to(tl.int64) << 32) | (v.to(tl.int64) & 4294967295)
+        live = peer[:, None] & wmask[None, :]
+        _store_word(ll_ptr + base[:, None] + offs[None, :], tl.broadcast_to(word[None, :], live.shape),
+                    live, PTX)
+
+
+@triton.jit
+def _ll_reduce(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, ll_ptr, rank, e, p, r0, r1, H, HW,
+               eps, ll_words, wcols, wmask, spin_limit, err_ptr, cta, W: tl.constexpr,
+               WP: tl.constexpr, FMT: tl.constexpr, PTX: tl.constexpr):
+    """LL: this CTA's rows: every peer's words polled from my own LL area at once (the poll is
+    the wait: the word checked is the data used, so no acquire), summed with my own x over
+    ranks in one fixed order (every rank the same bits), rounded, + residual (rounded), RMSNorm
+    (rounded), as `_finish_rows` does on elements (here on the even / odd elements of words)."""
+    i32 = tl.pointer_type(tl.int32)
+    xw = x_ptr.to(i32, bitcast=True)
+    rw = res_ptr.to(i32, bitcast=True)
+    ow = out_ptr.to(i32, bitcast=True)
+    qw = res_out_ptr.to(i32, bitcast=True)
+    k = tl.arange(0, WP)
+    peer = (k < W) & (k != rank)
+    src = ((p * W + k) * ll_words).to(tl.int64)
+    w_lo, w_hi = _unpack(tl.load(w_ptr.to(i32, bitcast=True) + wcols, mask=wmask, other=0), FMT)
+    for r in range(r0, r1):
+        offs = r * HW + wcols
+        live = peer[:, None] & wmask[None, :]
+        v = _poll_words(ll_ptr + src[:, None] + offs[None, :], live, e, spin_limit, err_ptr, cta,
+                        WP, PTX)
+        mine = tl.load(xw + offs, mask=wmask, other=0)
+        words = tl.where((k == rank)[:, None], mine[None, :], v.to(tl.int32))
+        lo2, hi2 = _unpack(words, FMT)
+        used = ((k < W)[:, None] & wmask[None, :])
+        s_lo = _rounded(tl.sum(tl.where(used, lo2, 0.0), axis=0), FMT)
+        s_hi = _rounded(tl.sum(tl.where(used, hi2, 0.0), axis=0), FMT)
+        res_lo, res_hi = _unpack(tl.load(rw + offs, mask=wmask, other=0), FMT)
+        r_lo = _rounded(s_lo + res_lo, FMT)
+        r_hi = _rounded(s_hi + res_hi, FMT)
+        r_lo = tl.where(wmask, r_lo, 0.0)
+        r_hi = tl.where(wmask, r_hi, 0.0)
+        var = (tl.sum(r_lo * r_lo, axis=0) + tl.sum(r_hi * r_hi, axis=0)) / H
+        inv = tl.rsqrt(var + eps)
+        tl.store(qw + offs, _pack(r_lo, r_hi, FMT), mask=wmask)
+        tl.store(ow + offs, _pack(r_lo * inv * w_lo, r_hi * inv * w_hi, FMT), mask=wmask)
+
+
+@triton.jit(do_not_specialize=["rank", "rows", "stride", "spin_limit", "ll_words"])
 def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, sig_ptr,
-                       sig_deltas, epoch_ptr, err_ptr, rank, rows, H, stride, eps, spin_limit,
+                       sig_deltas, epoch_ptr, err_ptr, ll_ptr, ll_deltas, rank, rows, H, stride,
+                       eps, spin_limit, ll_words,
                        W: tl.constexpr, G: tl.constexpr, STAGES: tl.constexpr,
                        BLOCK_H: tl.constexpr, LANES: tl.constexpr, WP: tl.constexpr,
                        RB: tl.constexpr, RBG: tl.constexpr, RELEASE: tl.constexpr = True, ACQUIRE: tl.constexpr = True,
                        ACQUIRE_ALL_THREADS: tl.constexpr = True,
                        FIRST_PART: tl.constexpr = 0, LAST_PART: tl.constexpr = 2,
-                       PTX: tl.constexpr = False):
+                       PTX: tl.constexpr = False, FMT: tl.constexpr = 0):
     c = tl.program_id(0)
     e = tl.load(epoch_ptr + c) + 1          # this CTA's call number (every rank's CTA c agrees)
     p = e % 2
+    if STAGES == LL_STAGE_:
+        # LL (fused_norm_abi): 1-stage's rows, moved as flagged words; no signal, no barrier
+        HW = stride.to(tl.int64) * 0 + H // 2     # words per row, int64 (offsets may pass 2**31)
+        wcols = tl.arange(0, BLOCK_H // 2)
+        wmask = wcols < HW
+        r0, r1 = _split(0, rows, G, c)
+        if FIRST_PART <= 0:
+            _ll_push(x_ptr, ll_ptr, ll_deltas, rank, e, p, r0, r1, HW, ll_words, wcols, wmask,
+                     W, WP, PTX)
+        if LAST_PART >= 1:
+            if FIRST_PART <= 1:
+                _ll_reduce(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, ll_ptr, rank, e, p, r0,
+                           r1, H, HW, eps, ll_words, wcols, wmask, spin_limit, err_ptr, c, W, WP,
+                           FMT, PTX)
+            tl.store(epoch_ptr + c, e)
+        return
     lanes = tl.arange(0, LANES)
     cols = tl.arange(0, BLOCK_H)
     cmask = cols < H
@@ -302,6 +424,8 @@ class FusedNormState:
     world: int
     grid: int
     stride: int
+    ll: torch.Tensor            # int64: this rank's LL area (`fused_norm_abi.ll_area_words`)
+    ll_deltas: torch.Tensor     # int64: every rank's LL area, in 8-byte words from mine
 
 
 
@@ -311,8 +435,11 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
            parts: tuple[int, int] = (0, 2)) -> None:
     """Enqueue one call of this rank on the current stream (x, residual, out, res_out: [rows,
     hidden] contiguous; weight: [hidden])."""
-    assert stages in (1, 2)
+    assert stages in (1, 2, LL_STAGE)
     rows, hidden = x.shape
+    ll = stages == LL_STAGE
+    assert not ll or (ll_applies(rows, hidden, x.element_size())
+                      and state.ll.numel() >= ll_area_words(state.world))
     assert rows * hidden <= state.stride and x.is_contiguous() and residual.is_contiguous()
     assert out.is_contiguous() and res_out.is_contiguous() and weight.numel() == hidden
     assert state.buf.numel() >= REGIONS * state.stride and state.buf.dtype == x.dtype
@@ -322,10 +449,11 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
     block_h, wp, rb, rbg = _shape_constants(hidden, state.world)
     ptx = uses_ptx(interpret)
     args = (x, residual, weight, out, res_out, state.buf, state.buf_deltas, state.sig,
-            state.sig_deltas, state.epoch, state.err, state.rank, rows, hidden, state.stride,
-            float(eps), spin_limit, state.world, state.grid, stages, block_h, 32 * NUM_WARPS, wp,
-            rb, rbg, ordering.release, ordering.acquire, ordering.acquire_all_threads, parts[0],
-            parts[1], ptx)
+            state.sig_deltas, state.epoch, state.err, state.ll, state.ll_deltas, state.rank, rows,
+            hidden, state.stride, float(eps), spin_limit, LL_WORDS, state.world, state.grid,
+            stages, block_h, 32 * NUM_WARPS, wp, rb, rbg, ordering.release, ordering.acquire,
+            ordering.acquire_all_threads, parts[0], parts[1], ptx,
+            _FMT.get(x.dtype, 0) if ll else 0)
     key = _binary_key(args)
     binary = _BOUND.get(key)
     if binary is not None and not launch_hook_set():
@@ -343,7 +471,8 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
 # call, fake launcher, 2-core CPU (bench/results/host_launch.md): 17.7 us through the JIT, 7.2
 # bound. The key holds what the JIT specialises on (`_binary_key`).
 _BOUND: dict[tuple[object, ...], CompiledBinary] = {}
-_TENSORS = 11                # the kernel's first eleven arguments are tensors
+_TENSORS = 13                # the kernel's first thirteen arguments are tensors
+_FMT = {torch.bfloat16: 1, torch.float16: 2}     # LL: how a word holds elements (kernels/ll.py)
 _INT32 = range(-2**31, 2**31)
 
 
@@ -358,12 +487,12 @@ def _shape_constants(hidden: int, world: int) -> tuple[int, int, int, int]:
 def _binary_key(args: tuple[Any, ...]) -> tuple[object, ...]:
     """What the JIT specialises `args` on (`launch`'s argument order): every tensor's device,
     dtype and 16-byte alignment, the do-not-specialise integers' width (int32 or int64), and by
-    value `hidden` and everything after `spin_limit` (world, grid and the constexprs); `eps` is
+    value `hidden` and everything after `ll_words` (world, grid and the constexprs); `eps` is
     a float the JIT does not specialise."""
     tensors = args[:_TENSORS]
-    rank, rows, hidden, stride, _eps, spin = args[_TENSORS:_TENSORS + 6]
+    rank, rows, hidden, stride, _eps, spin, ll_words = args[_TENSORS:_TENSORS + 7]
     x = tensors[0]      # the binary's device (the JIT compiles for the current one)
     return (torch.cuda.current_device() if x.is_cuda else -1,
             tuple((t.device, t.dtype, t.data_ptr() % 16 == 0) for t in tensors),
-            rank in _INT32, rows in _INT32, stride in _INT32, spin in _INT32, hidden,
-            *args[_TENSORS + 6:])
+            rank in _INT32, rows in _INT32, stride in _INT32, spin in _INT32,
+            ll_words in _INT32, hidden, *args[_TENSORS + 7:])

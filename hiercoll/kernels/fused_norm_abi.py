@@ -22,6 +22,15 @@ The protocol, per call, for CTA c (of G, the same G on every rank and every call
   it is why `residual` must be replicated: every rank adds its own copy.
   The add + norm is one function of (sum, residual, weight) in the kernel, so the owner's rows
   and everyone else's have the same bits.
+- LL (stage LL_STAGE, 16-bit types, even hidden, up to LL_MAX_ELEMENTS of x): 1-stage's rows
+  as 32-bit data words (two elements), each stored with e in its high half as one 8-byte relaxed
+  system-scope store into region (p, r) of every peer's LL area (`ll_word`); a reader loads its
+  own words until each carries e (the load is the wait: the word checked is the data used, no
+  release, acquire or fence), then sums, adds and normalises as 1-stage does. No signal slot and
+  no barrier: the cheapest form for the small calls of TP decode (`kernels/ll.py`'s protocol).
+  Double-buffering by p is enough for the reason below: a rank's call e kernel polled every
+  peer's call-e words (some CTA has rows), which each peer stored only after its call e-1 kernel
+  (the last reader of parity p before e+1) had finished, kernels on one stream running in order.
 Why double buffers are enough: a rank writes X[p] (or S[p]) of call e only after its call
 e-1 kernel finished, and that kernel waited for every peer's call e-1 signal, which each peer sent
 after its call e-2 kernel (the last reader of the same half) had finished. (The 2-stage kernel
@@ -80,6 +89,32 @@ def num_slots(grid: int, world: int) -> int:
 
 
 REGIONS = 4         # X[2], S[2]
+LL_STAGE = 3        # the LL form of 1-stage (`stage=3`)
+LL_MAX_ELEMENTS = 1 << 17   # the largest x (elements) the LL form takes: its area's size
+LL_WORDS = LL_MAX_ELEMENTS // 2     # 8-byte words of one (parity, source) region
+
+
+def parts(stages: int) -> int:
+    """Launch parts of a call (the interpreter runs each rank's part k before any rank's k+1):
+    LL pushes, then polls; 1-stage stages, then reduces; 2-stage adds the gather."""
+    return 2 if stages == LL_STAGE else stages + 1
+
+
+def ll_area_words(world: int) -> int:
+    """8-byte words of one rank's LL area: 2 parities x `world` sources x LL_WORDS."""
+    return 2 * world * LL_WORDS
+
+
+def ll_word(parity: int, src: int, element: int, world: int) -> int:
+    """Index (8-byte words) in the receiver's LL area of the word holding `element` (even: the
+    word's low half) of rank `src`'s x in a call of parity `parity`."""
+    return (parity * world + src) * LL_WORDS + element // 2
+
+
+def ll_applies(rows: int, hidden: int, itemsize: int) -> bool:
+    """Whether the LL form can run a call: 16-bit elements (two to a word), whole words per row,
+    and x within the LL area."""
+    return itemsize == 2 and hidden % 2 == 0 and rows * hidden <= LL_MAX_ELEMENTS
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,9 @@ Per rank, with S = rows x hidden x itemsize (the bytes of x) and W ranks:
 - unfused (stage 0, the fallback where fusion cannot win): NCCL's all-reduce of x, then torch's
   add and RMSNorm: t0 = a0 + b0 * S. Fitted on the same run's unfused rows; without them
   (a0 = inf) the fallback is never picked.
+- LL (stage 3, `fused_norm_abi.LL_STAGE`): 1-stage's rows pushed as flagged words, no signal and
+  no barrier: t3 = a3 + b3 * W * S, only where the LL form applies (`ll_applies`: 16-bit, even
+  hidden, small x); never picked without a fit of it (a3 = inf).
 The fixed terms (a: launch + syncs) favour 1-stage for small S, the volume terms 2-stage for large
 S. The constants are fitted on measured per-call times of both stages forced (p50 of CUDA-event
 times); `CALIBRATED` names where they came from.
@@ -19,6 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+# The LL form's stage number (the kernels' `fused_norm_abi.LL_STAGE`: the simulator may not import
+# the kernels, a test keeps the two equal).
+LL_STAGE = 3
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,8 @@ class FusedNormCosts:
     a0_us: float = float("inf")   # unfused fixed cost (NCCL all-reduce + add + norm launches)
     b0_us_per_mb: float = 0.0     # unfused: microseconds per MB of S
     measured_up_to: int | None = None   # bytes of x of the largest measured shape (None: any)
+    a3_us: float = float("inf")   # LL fixed cost (launch, one link crossing; no signal round)
+    b3_us_per_mb: float = 0.0     # LL: microseconds per MB of W*S (twice the bytes on the wire)
 
     def unfused_us(self, nbytes: int, world: int) -> float:
         return self.a0_us + self.b0_us_per_mb * nbytes / 1e6
@@ -41,8 +50,12 @@ class FusedNormCosts:
     def two_stage_us(self, nbytes: int, world: int) -> float:
         return self.a2_us + self.b2_us_per_mb * (1 + (world - 1) / world) * nbytes / 1e6
 
+    def ll_us(self, nbytes: int, world: int) -> float:
+        return self.a3_us + self.b3_us_per_mb * world * nbytes / 1e6
+
     def predict_us(self, stages: int, nbytes: int, world: int) -> float:
-        how = {0: self.unfused_us, 1: self.one_stage_us, 2: self.two_stage_us}[stages]
+        how = {0: self.unfused_us, 1: self.one_stage_us, 2: self.two_stage_us,
+               LL_STAGE: self.ll_us}[stages]
         return how(nbytes, world)
 
 
@@ -66,11 +79,12 @@ def costs_for(world: int) -> FusedNormCosts:
 
 
 def choose_stage(rows: int, hidden: int, world: int, itemsize: int,
-                 costs: FusedNormCosts | None = None) -> int:
-    """0 (unfused), 1 or 2: the path the model says is fastest for one call (the fused stages
-    win ties; 1 for one rank); 0 above the largest measured size when the fit has an unfused
-    line (a line fitted on small calls says little about large ones). Deterministic in its
-    arguments, so every rank picks the same."""
+                 costs: FusedNormCosts | None = None, ll: bool = False) -> int:
+    """0 (unfused), 1, 2 or 3 (LL): the path the model says is fastest for one call (the fused
+    stages win ties; 1 for one rank); LL only where `ll` says the LL form can run the call
+    (`executor/cuda/fused_norm.stage_choice` asks the kernels' rule); 0 above the largest measured
+    size when the fit has an unfused line (a line fitted on small calls says little about
+    large ones). Deterministic in its arguments, so every rank picks the same."""
     if world <= 1:
         return 1
     c = costs or costs_for(world)
@@ -79,6 +93,8 @@ def choose_stage(rows: int, hidden: int, world: int, itemsize: int,
         return 0    # the fused kernel was never timed this large here: run what users run
     times = {1: c.one_stage_us(nbytes, world), 2: c.two_stage_us(nbytes, world),
              0: c.unfused_us(nbytes, world)}
+    if ll:
+        times[LL_STAGE] = c.ll_us(nbytes, world)
     return min(times, key=lambda k: (times[k], k == 0, k))
 
 
@@ -88,10 +104,10 @@ def fit(rows: Sequence[tuple[int, int, int, float]], source: str) -> FusedNormCo
     decades, and a plain fit lets the largest rows set the fixed terms, which decide the small
     sizes and the crossover. Negative slopes or intercepts are clamped at 0."""
     out: dict[int, tuple[float, float]] = {}
-    for stages in (0, 1, 2):
+    for stages in (0, 1, 2, LL_STAGE):
         pts = [(_volume(stages, n, w), t) for s, n, w, t in rows if s == stages and t > 0]
-        if stages == 0 and not pts:
-            out[0] = (float("inf"), 0.0)      # no unfused rows: never fall back
+        if stages in (0, LL_STAGE) and not pts:
+            out[stages] = (float("inf"), 0.0)      # not measured: never picked
             continue
         if len({v for v, _ in pts}) < 2:
             raise ValueError(f"fit: need two distinct sizes measured for stage {stages}")
@@ -104,12 +120,14 @@ def fit(rows: Sequence[tuple[int, int, int, float]], source: str) -> FusedNormCo
         slope = max(0.0, sxy / sxx)
         out[stages] = (max(0.0, my - slope * mx), slope)
     return FusedNormCosts(out[1][0], out[1][1], out[2][0], out[2][1], source, out[0][0],
-                          out[0][1], max(n for _, n, _, _ in rows))
+                          out[0][1], max(n for _, n, _, _ in rows), out[LL_STAGE][0],
+                          out[LL_STAGE][1])
 
 
 def _volume(stages: int, nbytes: int, world: int) -> float:
     """MB of the model's volume term for one call."""
-    return {0: 1.0, 1: world, 2: 1 + (world - 1) / world}[stages] * nbytes / 1e6
+    return {0: 1.0, 1: world, 2: 1 + (world - 1) / world,
+            LL_STAGE: world}[stages] * nbytes / 1e6
 
 
 # Across GPUs (one process per GPU), by world size: `bench/fused_norm.py --group --fit` on the

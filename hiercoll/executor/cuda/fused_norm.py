@@ -26,8 +26,19 @@ from hiercoll.errors import HiercollError
 from hiercoll.executor.cuda.one_gpu import Slab, slabs
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
 from hiercoll.kernels.fused_norm import FusedNormState, launch
-from hiercoll.kernels.fused_norm_abi import ERR_WORDS, REGIONS, SAFE, Ordering, num_slots
-from hiercoll.sim.fused_norm_cost import CALIBRATED, choose_stage
+from hiercoll.kernels.fused_norm_abi import (
+    ERR_WORDS,
+    LL_MAX_ELEMENTS,
+    LL_STAGE,
+    REGIONS,
+    SAFE,
+    Ordering,
+    ll_applies,
+    ll_area_words,
+    num_slots,
+    parts,
+)
+from hiercoll.sim.fused_norm_cost import CALIBRATED, FusedNormCosts, choose_stage
 
 MAX_GRID = 128       # CTAs per call across GPUs, every call (the per-CTA counters need a fixed
                      # grid): enough loads in flight to fill NVLink; at most the GPU's SMs, since
@@ -96,8 +107,9 @@ def check_args(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, ep
         raise HiercollError(f"fused_add_rms_norm: eps {eps} must be > 0")
 
 
-def _rank_state(buf: SymmetricBuffer, sig: SymmetricBuffer, epoch: torch.Tensor, err: torch.Tensor,
-                rank: int, world: int, grid: int, dtype: torch.dtype) -> FusedNormState:
+def _rank_state(buf: SymmetricBuffer, sig: SymmetricBuffer, ll: SymmetricBuffer,
+                epoch: torch.Tensor, err: torch.Tensor, rank: int, world: int, grid: int,
+                dtype: torch.dtype) -> FusedNormState:
     itemsize = torch.empty((), dtype=dtype).element_size()
     mine = buf.tensor.view(torch.uint8) if buf.tensor.dtype != torch.uint8 else buf.tensor
     usable = mine.numel() // (REGIONS * 16) * (REGIONS * 16)
@@ -106,7 +118,15 @@ def _rank_state(buf: SymmetricBuffer, sig: SymmetricBuffer, epoch: torch.Tensor,
     return FusedNormState(
         buf=data, buf_deltas=torch.tensor(deltas(buf, rank, itemsize), dtype=torch.int64, device=dev),
         sig=sig.tensor, sig_deltas=torch.tensor(deltas(sig, rank, 4), dtype=torch.int64, device=dev),
-        epoch=epoch, err=err, rank=rank, world=world, grid=grid, stride=data.numel() // REGIONS)
+        epoch=epoch, err=err, rank=rank, world=world, grid=grid, stride=data.numel() // REGIONS,
+        ll=_as_int64(ll.tensor), ll_deltas=torch.tensor(deltas(ll, rank, 8), dtype=torch.int64,
+                                                        device=dev))
+
+
+def _as_int64(t: torch.Tensor) -> torch.Tensor:
+    """A byte (or any) allocation as its whole 8-byte words."""
+    b = t.view(torch.uint8) if t.dtype != torch.uint8 else t
+    return b[: b.numel() // 8 * 8].view(torch.int64)
 
 
 @dataclass
@@ -116,6 +136,7 @@ class _Fused:
     ctx: Any
     grid: int
     sig: SymmetricBuffer
+    ll: SymmetricBuffer         # the LL form's area (fixed size, allocated with the signals)
     epoch: torch.Tensor
     err: torch.Tensor
     buf: SymmetricBuffer | None = None
@@ -131,9 +152,10 @@ def _fused_for(ctx: FusedNormContext) -> _Fused:
         grid = grid_for(ctx.device)
         sig = ctx.symmetric(4 * num_slots(grid, ctx.world_size))
         sig = _as_int32(sig)
+        ll = ctx.symmetric(8 * ll_area_words(ctx.world_size))
         epoch = torch.zeros(grid, dtype=torch.int32, device=ctx.device)
         err = torch.zeros(ERR_WORDS, dtype=torch.int64, device=ctx.device)
-        f = _STATES[id(ctx)] = _Fused(ctx, grid, sig, epoch, err)
+        f = _STATES[id(ctx)] = _Fused(ctx, grid, sig, ll, epoch, err)
     return f
 
 
@@ -182,7 +204,7 @@ def reserve(ctx: FusedNormContext, rows: int, hidden: int, dtype: torch.dtype) -
     state = f.states.get(dtype)
     if state is None:
         assert f.buf is not None
-        state = f.states[dtype] = _rank_state(f.buf, f.sig, f.epoch, f.err, ctx.rank,
+        state = f.states[dtype] = _rank_state(f.buf, f.sig, f.ll, f.epoch, f.err, ctx.rank,
                                               ctx.world_size, f.grid, dtype)
     return state
 
@@ -195,12 +217,14 @@ def fused_add_rms_norm(ctx: FusedNormContext, x: torch.Tensor, residual: torch.T
     """(normed, new_residual) of all_reduce(x) + residual on this rank's current stream; every
     rank of ctx's group calls it with the same shape. `stage` None: the cost model's choice."""
     check_args(x, residual, weight, eps)
-    if stage not in (None, 0, 1, 2):
-        raise HiercollError(f"fused_add_rms_norm: stage {stage!r} must be 1, 2, 0 (unfused) or "
-                            "None (the cost model's choice)")
+    if stage not in (None, 0, 1, 2, LL_STAGE):
+        raise HiercollError(f"fused_add_rms_norm: stage {stage!r} must be 1, 2, {LL_STAGE} (LL), "
+                            "0 (unfused) or None (the cost model's choice)")
     x, residual = x.contiguous(), residual.contiguous()
     rows, hidden = x.shape
-    stages = stage if stage is not None else choose_stage(rows, hidden, ctx.world_size,
+    if stage == LL_STAGE:
+        check_ll(rows, hidden, x.element_size())
+    stages = stage if stage is not None else stage_choice(rows, hidden, ctx.world_size,
                                                           x.element_size())
     if ctx.world_size == 1:
         stages = 1
@@ -212,6 +236,27 @@ def fused_add_rms_norm(ctx: FusedNormContext, x: torch.Tensor, residual: torch.T
     launch(state, x, residual, weight.to(x.dtype).contiguous(), out, res_out, eps, stages,
            spin_limit=spin_limit, ordering=ordering)
     return out, res_out
+
+
+def stage_choice(rows: int, hidden: int, world: int, itemsize: int,
+                 costs: FusedNormCosts | None = None) -> int:
+    """The cost model's path for one call (`sim.fused_norm_cost.choose_stage`), the LL form
+    among them where it can run the call (the kernels' rule)."""
+    return choose_stage(rows, hidden, world, itemsize, costs,
+                        ll=ll_applies(rows, hidden, itemsize))
+
+
+def check_ll(rows: int, hidden: int, itemsize: int) -> None:
+    """One line where the LL form cannot run a call (`fused_norm_abi.ll_applies`)."""
+    if not ll_applies(rows, hidden, itemsize):
+        raise HiercollError(f"fused_add_rms_norm: stage {LL_STAGE} (LL) runs bf16/fp16 with an "
+                            f"even hidden and at most {ll_max_rows(hidden)} rows of {hidden}; "
+                            f"got [{rows}, {hidden}] of {8 * itemsize}-bit elements: use stage 1")
+
+
+def ll_max_rows(hidden: int) -> int:
+    """The most rows of `hidden` the LL form takes."""
+    return LL_MAX_ELEMENTS // max(hidden, 1)
 
 
 def unfused(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -255,12 +300,13 @@ class OneGpuFusedNorm:
         stride = -(-max(rows * hidden, 1) // 128) * 128
         data = slabs(world, REGIONS * stride, dtype, device)
         sigs = slabs(world, num_slots(grid, world), torch.int32, device)
-        self.states = [self._state(data[r], sigs[r], r, stride) for r in range(world)]
+        lls = slabs(world, ll_area_words(world), torch.int64, device)
+        self.states = [self._state(data[r], sigs[r], lls[r], r, stride) for r in range(world)]
         self.streams = [torch.cuda.Stream(device=device) for _ in range(world)] \
             if device.type == "cuda" else []
         self.rows, self.hidden = rows, hidden
 
-    def _state(self, data: Slab, sig: Slab, rank: int, stride: int) -> FusedNormState:
+    def _state(self, data: Slab, sig: Slab, ll: Slab, rank: int, stride: int) -> FusedNormState:
         dev = self.device
         size = data.whole.element_size()
         return FusedNormState(
@@ -270,11 +316,12 @@ class OneGpuFusedNorm:
                                                     device=dev),
             epoch=torch.zeros(self.grid, dtype=torch.int32, device=dev),
             err=torch.zeros(ERR_WORDS, dtype=torch.int64, device=dev), rank=rank,
-            world=self.world, grid=self.grid, stride=stride)
+            world=self.world, grid=self.grid, stride=stride, ll=ll.tensor,
+            ll_deltas=torch.tensor(deltas(ll, rank, 8), dtype=torch.int64, device=dev))
 
     def stage_for(self, rows: int) -> int:
         """The one-GPU fit's choice (never the unfused fallback: no process group here)."""
-        return choose_stage(rows, self.hidden, self.world,
+        return stage_choice(rows, self.hidden, self.world,
                             torch.empty((), dtype=self.dtype).element_size(), costs=CALIBRATED)
 
     def run(self, xs: list[torch.Tensor], residuals: list[torch.Tensor], weight: torch.Tensor,
@@ -302,7 +349,7 @@ class OneGpuFusedNorm:
                   res_outs: list[torch.Tensor], stages: int) -> None:
         """Sequentially, part by part (Triton's CPU interpreter: ranks cannot run side by side,
         so every rank's signals are set before any rank waits)."""
-        for part in range(stages + 1):
+        for part in range(parts(stages)):
             for r, state in enumerate(self.states):
                 launch(state, xs[r], residuals[r], weight, outs[r], res_outs[r], eps, stages,
                        parts=(part, part))
