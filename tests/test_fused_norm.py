@@ -239,7 +239,8 @@ def _ptx(stages: int, ordering: Ordering, ptx: bool = False) -> str:
     sig = {k: "*bf16" for k in ptrs} | {
         "buf_deltas": "*i64", "sig_ptr": "*i32", "sig_deltas": "*i64", "epoch_ptr": "*i32",
         "err_ptr": "*i64", "ll_ptr": "*i64", "ll_deltas": "*i64", "rank": "i32", "rows": "i32",
-        "H": "i32", "stride": "i64", "eps": "fp32", "spin_limit": "i32", "ll_words": "i32"}
+        "H": "i32", "stride": "i64", "eps": "fp32", "spin_limit": "i32", "ll_words": "i32",
+        "ll_pad": "i32"}
     consts = {"W": 4, "G": 16, "STAGES": stages, "BLOCK_H": 4096, "LANES": 256,
               "RELEASE": ordering.release, "ACQUIRE": ordering.acquire,
               "ACQUIRE_ALL_THREADS": ordering.acquire_all_threads, "FIRST_PART": 0,
@@ -367,6 +368,8 @@ def test_kernel_numbers_in_the_triton_interpreter():
     (["stress", "--fused-rmsnorm", "--backend", "gloo", "--modes", "graph"],
      "--modes graph: needs --backend cuda"),
     (["stress", "--fused-rmsnorm", "--backend", "nccl"], "--backend cuda"),
+    (["stress", "--fused-rmsnorm", "--stage", "3", "--shapes", "1,64", "--hidden", "4096"],
+     "elements a call; 64x4096 do not fit: pass --shapes within it"),
 ])
 def test_fused_stress_argument_errors_are_one_line(argv, match, capsys):
     rc = main(argv)

@@ -79,8 +79,8 @@ def run_fused(args: argparse.Namespace, modes: list[str]) -> list[dict[str, Any]
     ms, hs = _rows(args)
     stage = None if args.stage == "auto" else int(args.stage)
     if stage == 3:
-        from hiercoll.kernels.fused_norm_abi import LL_MAX_ELEMENTS
-        too_big = [f"{m}x{h}" for h in hs for m in ms if m * h > LL_MAX_ELEMENTS or h % 2]
+        from hiercoll.kernels.fused_norm_abi import LL_MAX_ELEMENTS, ll_applies
+        too_big = [f"{m}x{h}" for h in hs for m in ms if not ll_applies(m, h, 2)]
         if too_big:
             raise HiercollError(f"--stage 3: the LL form takes an even hidden and at most "
                                 f"{LL_MAX_ELEMENTS} elements a call; {', '.join(too_big)} do not "

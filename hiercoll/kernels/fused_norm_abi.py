@@ -40,6 +40,8 @@ phase-1 signal says so; the 1-stage kernel needs both, see the emulator's test.)
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
 
@@ -90,8 +92,25 @@ def num_slots(grid: int, world: int) -> int:
 
 REGIONS = 4         # X[2], S[2]
 LL_STAGE = 3        # the LL form of 1-stage (`stage=3`)
-LL_MAX_ELEMENTS = 1 << 17   # the largest x (elements) the LL form takes: its area's size
-LL_WORDS = LL_MAX_ELEMENTS // 2     # 8-byte words of one (parity, source) region
+LL_MAX_ELEMENTS = 1 << 17   # the largest x (elements) the LL form takes
+LL_WORDS = LL_MAX_ELEMENTS // 2 + 4096   # 8-byte words of one (parity, source) region: x's
+#                                          words, and room for the rows' padding
+LL_ROW_PAD = 32     # words between a row's last word and the next row's first in the LL area
+
+
+@functools.cache
+def ll_row_pad() -> int:
+    """Words of padding after each row in the LL area (HIERCOLL_FUSED_LL_PAD overrides
+    LL_ROW_PAD, for A/B runs; every rank must see the same value). Without it, rows of 4096
+    elements sit 16 KiB apart and the regions of the three peers 512 KiB apart: every write of
+    a row lands on the same address bits (measured on 4 x H200: M = 8, 16 at hidden 4096 took
+    13.0 / 12.9 us against 9.8 at M = 16 of hidden 2880)."""
+    return int(os.environ.get("HIERCOLL_FUSED_LL_PAD", LL_ROW_PAD))
+
+
+def ll_pitch(hidden: int) -> int:
+    """Words from one row's start to the next's in the LL area."""
+    return hidden // 2 + ll_row_pad()
 
 
 def parts(stages: int) -> int:
@@ -105,16 +124,17 @@ def ll_area_words(world: int) -> int:
     return 2 * world * LL_WORDS
 
 
-def ll_word(parity: int, src: int, element: int, world: int) -> int:
-    """Index (8-byte words) in the receiver's LL area of the word holding `element` (even: the
-    word's low half) of rank `src`'s x in a call of parity `parity`."""
-    return (parity * world + src) * LL_WORDS + element // 2
+def ll_word(parity: int, src: int, row: int, col: int, hidden: int, world: int) -> int:
+    """Index (8-byte words) in the receiver's LL area of the word holding elements `col` (even)
+    and `col + 1` of row `row` of rank `src`'s x in a call of parity `parity`."""
+    return (parity * world + src) * LL_WORDS + row * ll_pitch(hidden) + col // 2
 
 
 def ll_applies(rows: int, hidden: int, itemsize: int) -> bool:
     """Whether the LL form can run a call: 16-bit elements (two to a word), whole words per row,
-    and x within the LL area."""
-    return itemsize == 2 and hidden % 2 == 0 and rows * hidden <= LL_MAX_ELEMENTS
+    and x (its rows padded) within the LL area."""
+    return (itemsize == 2 and hidden % 2 == 0 and rows * hidden <= LL_MAX_ELEMENTS
+            and rows * ll_pitch(hidden) <= LL_WORDS)
 
 
 @dataclass(frozen=True)

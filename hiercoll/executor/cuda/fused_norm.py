@@ -30,11 +30,13 @@ from hiercoll.kernels.fused_norm_abi import (
     ERR_WORDS,
     LL_MAX_ELEMENTS,
     LL_STAGE,
+    LL_WORDS,
     REGIONS,
     SAFE,
     Ordering,
     ll_applies,
     ll_area_words,
+    ll_pitch,
     num_slots,
     parts,
 )
@@ -255,8 +257,8 @@ def check_ll(rows: int, hidden: int, itemsize: int) -> None:
 
 
 def ll_max_rows(hidden: int) -> int:
-    """The most rows of `hidden` the LL form takes."""
-    return LL_MAX_ELEMENTS // max(hidden, 1)
+    """The most rows of `hidden` the LL form takes (`ll_applies`)."""
+    return min(LL_MAX_ELEMENTS // max(hidden, 1), LL_WORDS // ll_pitch(hidden))
 
 
 def unfused(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
