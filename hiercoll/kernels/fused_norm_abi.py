@@ -95,16 +95,17 @@ LL_STAGE = 3        # the LL form of 1-stage (`stage=3`)
 LL_MAX_ELEMENTS = 1 << 17   # the largest x (elements) the LL form takes
 LL_WORDS = LL_MAX_ELEMENTS // 2 + 4096   # 8-byte words of one (parity, source) region: x's
 #                                          words, and room for the rows' padding
-LL_ROW_PAD = 32     # words between a row's last word and the next row's first in the LL area
+LL_ROW_PAD = 0      # words between a row's last word and the next row's first in the LL area
 
 
 @functools.cache
 def ll_row_pad() -> int:
     """Words of padding after each row in the LL area (HIERCOLL_FUSED_LL_PAD overrides
-    LL_ROW_PAD, for A/B runs; every rank must see the same value). Without it, rows of 4096
-    elements sit 16 KiB apart and the regions of the three peers 512 KiB apart: every write of
-    a row lands on the same address bits (measured on 4 x H200: M = 8, 16 at hidden 4096 took
-    13.0 / 12.9 us against 9.8 at M = 16 of hidden 2880)."""
+    LL_ROW_PAD, for A/B runs; every rank must see the same value). Suspected after one 4 x H200
+    run (M = 8, 16 at hidden 4096: 13.0 / 12.9 us, rows 16 KiB apart, against 9.8 at M = 16 of
+    hidden 2880) and measured in the next, one run with both (bench/results/gpu/fused_norm_multi/
+    ll-w4/pad-ab): 32 words did not help (M = 1..16: 9.9-11.2 us padded, 8.2-10.3 not), and the
+    slow M = 8, 16 did not come back unpadded: that run's spread, not the layout. Default none."""
     return int(os.environ.get("HIERCOLL_FUSED_LL_PAD", LL_ROW_PAD))
 
 
