@@ -40,23 +40,29 @@ def load_rows(run: Path) -> tuple[list[dict[str, Any]], str]:
 def picked(row: dict[str, Any]) -> tuple[int, float]:
     """The shipped choice for this shape and its measured p50 (stage 0: NCCL + add + norm)."""
     stage = stage_choice(row["rows"], row["hidden"], row["world"], 2)
-    key = {0: "unfused_nccl", 1: "stage1", 2: "stage2"}[stage]
+    key = {0: "unfused_nccl", 1: "stage1", 2: "stage2", 3: "stage3"}[stage]
     return stage, row[key]["p50"]
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["| M | hidden | shipped choice | its p50 | 1-stage | 2-stage | NCCL + add + norm | "
+    out = ["| M | hidden | shipped choice | its p50 | 1-stage | 2-stage | LL | NCCL + add + norm | "
            "torch 1-shot + | torch 2-shot + | hiercoll AR + | torch 1-shot AR alone | "
-           "choice / NCCL unfused | choice / best unfused |", "|" + "---|" * 13]
+           "choice / NCCL unfused | choice / best unfused | M <= 16: choice <= 1-shot alone + 1 "
+           "us |", "|" + "---|" * 15]
     for r in rows:
         stage, t = picked(r)
         best = min(r[k]["p50"] for k in UNFUSED if k in r)
         cells = [r.get(k, {}).get("p50", "-") for k in UNFUSED]
-        out.append(f"| {r['rows']} | {r['hidden']} | {('unfused', '1-stage', '2-stage')[stage]} | "
+        alone = r.get("torch-one-shot_alone", {}).get("p50")
+        small = ("-" if r["rows"] > 16 or alone is None
+                 else "met" if t <= alone + 1 else "missed")
+        out.append(f"| {r['rows']} | {r['hidden']} | "
+                   f"{('unfused', '1-stage', '2-stage', 'LL')[stage]} | "
                    f"{t} | {r['stage1']['p50']} | {r['stage2']['p50']} | "
+                   f"{r.get('stage3', {}).get('p50', '-')} | "
                    + " | ".join(str(c) for c in cells)
-                   + f" | {r.get('torch-one-shot_alone', {}).get('p50', '-')} | "
-                   f"{t / r['unfused_nccl']['p50']:.2f} | {t / best:.2f} |")
+                   + f" | {alone if alone is not None else '-'} | "
+                   f"{t / r['unfused_nccl']['p50']:.2f} | {t / best:.2f} | {small} |")
     return out
 
 
@@ -76,11 +82,14 @@ def plot(runs: list[tuple[list[dict[str, Any]], str]], path: Path) -> None:
                 continue
             ms = [r["rows"] for r in sel]
             for key, label in (("stage1", "fused 1-stage"), ("stage2", "fused 2-stage"),
+                               ("stage3", "fused LL"),
                                ("unfused_nccl", "NCCL + add + norm"),
                                ("unfused_torch-two-shot", "torch 2-shot + add + norm"),
                                ("torch-one-shot_alone", "torch 1-shot AR alone")):
-                if all(key in r for r in sel):
-                    ax.plot(ms, [r[key]["p50"] for r in sel], marker=".", label=label)
+                have = [r for r in sel if key in r]
+                if have:
+                    ax.plot([r["rows"] for r in have], [r[key]["p50"] for r in have], marker=".",
+                            label=label)
             ax.plot(ms, [picked(r)[1] for r in sel], "k--", lw=2, label="shipped choice")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")

@@ -140,6 +140,11 @@ def test_the_shipped_multi_gpu_fits_fuse_small_calls_and_fall_back_where_fusion_
     assert choose_stage(32768, 4096, 2, 2) == 0         # above what the 2-GPU run measured
     for world in (2, 4):
         assert "H200" in costs_for(world).source and costs_for(world).measured_up_to
+    # with the LL form where it runs (decode shapes): LL, then 1-stage past the LL area
+    from hiercoll.executor.cuda.fused_norm import stage_choice
+    for world in (2, 4):
+        assert [stage_choice(m, h, world, 2) for h in (2880, 4096) for m in (1, 16)] == [3] * 4
+        assert stage_choice(64, 4096, world, 2) == 1
 
 
 def test_the_unfused_fallback_is_picked_only_where_the_model_says_fusion_loses():

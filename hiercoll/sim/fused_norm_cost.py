@@ -134,21 +134,23 @@ def _volume(stages: int, nbytes: int, world: int) -> float:
 # lent H200s (bench/results/gpu/fused_norm_multi/, NVLS off, torch 2.11.0+cu130, triton 3.6).
 def _fitted_on_h200(world: int, a1: float, b1: float, a2: float, b2: float, a0: float,
                     b0: float, up_to: int, run: str, what: str, commit: str,
-                    date: str) -> FusedNormCosts:
+                    date: str, a3: float = float("inf"), b3: float = 0.0) -> FusedNormCosts:
     """One across-GPU fit of the lent H200s (relative least squares of the p50 of each path:
-    both stages forced, NCCL all-reduce + add + RMSNorm; the kernel of `commit`)."""
+    the fused forms forced, NCCL all-reduce + add + RMSNorm; the kernel of `commit`)."""
     return FusedNormCosts(a1, b1, a2, b2, f"fit of {what}, one process per GPU, {world} x NVIDIA "
                           f"H200, commit {commit}, bench/results/gpu/fused_norm_multi/{run}, "
-                          f"{date}", a0, b0, up_to)
+                          f"{date}", a0, b0, up_to, a3, b3)
 
 
 CALIBRATED_BY_WORLD: dict[int, FusedNormCosts] = {
-    4: _fitted_on_h200(4, 13.649, 2.6629, 23.430, 3.8351, 20.689, 6.2277, 134217728, "tiled",
-                       "26 shapes (picks the measured fastest path for 22, worst pick 1.05x)",
-                       "9868fdb", "2026-11-27"),
-    # the first full 2-GPU bench, after the poll fix (4f04313): fused wins at every shape there
-    # (the earlier partial run's fallback above 7.6 MB was a guess: 1.2-1.5x slower than fused)
-    2: _fitted_on_h200(2, 9.0104, 1.9960, 14.838, 2.5355, 15.042, 5.3613, 134217728,
-                       "post-fix-w2", "26 shapes (picks the faster stage for 26/26)",
-                       "99dd5b2", "2026-11-28"),
+    # the first run with the LL form (stage 3, M <= 16 measured): LL for decode shapes, 1-stage
+    # at M = 64-128, NCCL + add + norm from M = 512 (where the fused stages measured slower)
+    4: _fitted_on_h200(4, 12.863, 2.7239, 23.533, 3.9382, 20.563, 6.3450, 134217728,
+                       "ll-w4/fused_norm_multi", "26 shapes (picks the measured fastest path for "
+                       "23, worst pick 1.03x)", "93a2cfc", "2026-11-28", a3=8.7601, b3=6.4656),
+    # the same with the LL form at 2 GPUs: fused at every shape (LL for decode shapes, 1-stage
+    # to M = 2048 of 4096, 2-stage above)
+    2: _fitted_on_h200(2, 9.5326, 1.9296, 15.389, 2.4785, 15.479, 5.3263, 134217728,
+                       "ll-w2/fused_norm_multi", "26 shapes (picks the faster path for 25/26)",
+                       "4b849d5", "2026-11-28", a3=5.7192, b3=7.1968),
 }
