@@ -40,7 +40,8 @@ def load_rows(run: Path) -> tuple[list[dict[str, Any]], str]:
 def picked(row: dict[str, Any]) -> tuple[int, float]:
     """The shipped choice for this shape and its measured p50 (stage 0: NCCL + add + norm)."""
     stage = stage_choice(row["rows"], row["hidden"], row["world"], 2)
-    key = {0: "unfused_nccl", 1: "stage1", 2: "stage2", 3: "stage3"}[stage]
+    key = {0: "stage0" if "stage0" in row else "unfused_nccl", 1: "stage1", 2: "stage2",
+           3: "stage3"}[stage]
     return stage, row[key]["p50"]
 
 

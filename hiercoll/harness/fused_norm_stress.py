@@ -188,7 +188,7 @@ def stress_group(reference: Reference, rows: int, hidden: int, iters: int, mode:
     if ctx is not None:
         stages = stage if stage is not None else stage_choice(rows, hidden, world,
                                                               x.element_size())
-        reserve_buf(ctx, rows, hidden, dtype)
+        reserve_buf(ctx, rows, hidden, dtype, stages)
         # one untimed call without a spin limit: a rank still in Triton's JIT must not make its
         # peers' debug waits give up
         fused_add_rms_norm(ctx, x.normal_(), res.normal_(), w.fill_(1), EPS, stage=stages,

@@ -18,11 +18,8 @@ import torch
 import torch.distributed as dist
 
 from hiercoll.collectives import CollectiveSpec, Kind, ReduceOp
+from hiercoll.executor.cuda.symm import torch_symm_fits
 from hiercoll.executor.library import all_gather_single, reduce_scatter_single
-
-# torch's kernels (2.11): sum only, bf16/fp32 only, world 2/4/8, 16-byte multiples per rank
-_SYMM_DTYPES = (torch.bfloat16, torch.float32)
-_SYMM_WORLDS = (2, 4, 8)
 
 
 @dataclass
@@ -52,8 +49,8 @@ def _build(name: str, spec: CollectiveSpec, device: torch.device, dtype: torch.d
     n_in, n_out = spec.input_count(rank), spec.output_count(rank)
     if name == "nccl":
         return _nccl(spec, device, dtype, group, n_in, n_out)
-    symm_ok = (dtype in _SYMM_DTYPES and w in _SYMM_WORLDS and spec.reduce_op == ReduceOp.SUM
-               and (spec.count * spec.dtype.itemsize) % (16 * w) == 0)
+    symm_ok = (spec.reduce_op == ReduceOp.SUM
+               and torch_symm_fits(spec.count * spec.dtype.itemsize, dtype, w))
     if not symm_ok:
         return None
     if name in ("torch-one-shot", "torch-two-shot") and spec.kind == Kind.ALL_REDUCE:

@@ -24,7 +24,7 @@ import torch
 
 from hiercoll.errors import HiercollError
 from hiercoll.executor.cuda.one_gpu import Slab, slabs
-from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas
+from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, torch_symm_fits
 from hiercoll.kernels.fused_norm import FusedNormState, launch
 from hiercoll.kernels.fused_norm_abi import (
     ERR_WORDS,
@@ -143,6 +143,8 @@ class _Fused:
     err: torch.Tensor
     buf: SymmetricBuffer | None = None
     states: dict[torch.dtype, FusedNormState] = field(default_factory=dict)
+    # the unfused fallback's symmetric buffers for torch's two-shot all-reduce, per shape
+    two_shot: dict[tuple[int, torch.dtype], torch.Tensor] = field(default_factory=dict)
 
 
 _STATES: dict[int, _Fused] = {}
@@ -193,11 +195,16 @@ def error_record(ctx: FusedNormContext) -> torch.Tensor:
     return _fused_for(ctx).err
 
 
-def reserve(ctx: FusedNormContext, rows: int, hidden: int, dtype: torch.dtype) -> FusedNormState:
+def reserve(ctx: FusedNormContext, rows: int, hidden: int, dtype: torch.dtype,
+            stage: int | None = None) -> FusedNormState:
     """Make sure a call of [rows, hidden] fits (collective when it allocates: every rank calls it
-    with the same shape, outside graph capture) and return this rank's state for `dtype`."""
+    with the same shape, outside graph capture) and return this rank's state for `dtype`; where
+    the call will take the unfused fallback (`stage`, or the cost model's choice), its symmetric
+    buffer too, so that a graph captured after this runs torch's two-shot all-reduce."""
     f = _fused_for(ctx)
     itemsize = torch.empty((), dtype=dtype).element_size()
+    if (stage if stage is not None else stage_choice(rows, hidden, ctx.world_size, itemsize)) == 0:
+        _two_shot_buffer(ctx, rows * hidden, dtype)
     need = REGIONS * max(rows * hidden, 1) * itemsize
     have = f.buf.tensor.numel() * f.buf.tensor.element_size() if f.buf is not None else 0
     if have < need + REGIONS * 16:
@@ -265,19 +272,54 @@ def unfused(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor, weig
             eps: float, out: torch.Tensor | None = None, res_out: torch.Tensor | None = None,
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fallback where fusion cannot win (the cost model's stage 0, fitted on the same runs
-    that measured the fused stages): NCCL's all-reduce of a copy of x, then torch's add and
-    RMSNorm, as a user without hiercoll would write it (the sum rounded to x's dtype, the new
-    residual to its dtype, like the kernel). `out` given: one more copy (rms_norm has no out=)."""
+    that measured the fused stages): the all-reduce of a copy of x, then torch's add and RMSNorm,
+    as a user without hiercoll would write it (the sum rounded to x's dtype, the new residual to
+    its dtype, like the kernel). The all-reduce is torch's symmetric-memory two-shot where it
+    takes the call (x copied into a symmetric buffer of this shape; 4 x H200, M = 512-2048:
+    torch's two-shot + add + norm measured 1.07-1.28x faster than NCCL's, bench/results/gpu/
+    fused_norm_multi/ll-w4), else NCCL's. `out` given: one more copy (rms_norm has no out=)."""
     import torch.distributed as dist
     res_out = torch.empty_like(x) if res_out is None else res_out
-    res_out.copy_(x)
-    dist.all_reduce(res_out, group=ctx.group)
-    res_out.add_(residual)
+    buf = _two_shot_buffer(ctx, x.numel(), x.dtype)
+    if buf is None:
+        res_out.copy_(x)
+        dist.all_reduce(res_out, group=ctx.group)
+        res_out.add_(residual)
+    else:
+        buf.view_as(x).copy_(x)
+        torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", _group_name(ctx))
+        torch.add(buf.view_as(x), residual, out=res_out)
     normed = torch.nn.functional.rms_norm(res_out, (x.shape[1],), weight.to(x.dtype), eps)
     if out is None:
         return normed, res_out
     out.copy_(normed)
     return out, res_out
+
+
+def _two_shot_buffer(ctx: FusedNormContext, numel: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """This ctx's symmetric buffer of `numel` elements for torch's two-shot all-reduce (made on
+    first use: collective, every rank takes the fallback for the same shape), or None where
+    torch's kernel does not take the call or a buffer cannot be made now (inside a graph
+    capture: the NCCL path then)."""
+    if ctx.device.type != "cuda" or not hasattr(torch.ops, "symm_mem"):
+        return None
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if not torch_symm_fits(numel * itemsize, dtype, ctx.world_size):
+        return None
+    f = _fused_for(ctx)
+    buf = f.two_shot.get((numel, dtype))
+    if buf is None:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        buf = f.two_shot[(numel, dtype)] = allocate(numel, dtype, ctx.device, ctx.group).tensor
+    return buf
+
+
+def _group_name(ctx: FusedNormContext) -> str:
+    import torch.distributed as dist
+    pg = ctx.group or dist.group.WORLD
+    assert pg is not None, "fused norm: needs an initialised process group"
+    return str(pg.group_name)
 
 
 def check_timeout(err: torch.Tensor, rank: int) -> None:

@@ -72,6 +72,19 @@ class SymmetricTensor:
         return self.handle.get_buffer(rank, (count,), self.tensor.dtype, offset)
 
 
+# torch's symmetric-memory all-reduce / reduce-scatter kernels (2.11): sum only, bf16/fp32 only,
+# world 2/4/8, 16-byte multiples per rank
+TORCH_SYMM_DTYPES = (torch.bfloat16, torch.float32)
+TORCH_SYMM_WORLDS = (2, 4, 8)
+
+
+def torch_symm_fits(nbytes: int, dtype: torch.dtype, world: int) -> bool:
+    """Whether torch's symmetric-memory kernels take a sum of `nbytes` of `dtype` over `world`
+    ranks (the bench's peers and the fused norm's fallback ask the same rule)."""
+    return (dtype in TORCH_SYMM_DTYPES and world in TORCH_SYMM_WORLDS
+            and nbytes % (16 * world) == 0)
+
+
 def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any,
              keep_alive: bool = True) -> SymmetricTensor:
     """Collective over `group` (WORLD or a subgroup): call in the same order on every rank, and
