@@ -275,9 +275,9 @@ def unfused(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor, weig
     that measured the fused stages): the all-reduce of a copy of x, then torch's add and RMSNorm,
     as a user without hiercoll would write it (the sum rounded to x's dtype, the new residual to
     its dtype, like the kernel). The all-reduce is torch's symmetric-memory two-shot where it
-    takes the call (x copied into a symmetric buffer of this shape; 4 x H200, M = 512-2048:
-    torch's two-shot + add + norm measured 1.07-1.28x faster than NCCL's, bench/results/gpu/
-    fused_norm_multi/ll-w4), else NCCL's. `out` given: one more copy (rms_norm has no out=)."""
+    takes the call, up to TWO_SHOT_MAX_BYTES (x copied into a symmetric buffer of this shape;
+    4 x H200, M = 512-2048 of hidden 2880: 33.3-94.3 us against 41.3-99.5 through NCCL,
+    bench/results/gpu/fused_norm_multi/fallback-w4), else NCCL's. `out` given: one more copy (rms_norm has no out=)."""
     import torch.distributed as dist
     res_out = torch.empty_like(x) if res_out is None else res_out
     buf = _two_shot_buffer(ctx, x.numel(), x.dtype)
@@ -296,6 +296,13 @@ def unfused(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor, weig
     return out, res_out
 
 
+# The fallback's all-reduce is torch's two-shot up to this many bytes of x, NCCL's above. 4 x
+# H200 (bench/results/gpu/fused_norm_multi/fallback-w4, graph, + add + norm): two-shot ahead at
+# 1.5-16 MiB (M = 512-2048: 31.9-117.7 us against NCCL's 41.3-126.2), even at 32 MiB (224.0 /
+# 220.6), behind at 128 MiB (597.3 / 566.9), before the copy into its buffer.
+TWO_SHOT_MAX_BYTES = 16 << 20
+
+
 def _two_shot_buffer(ctx: FusedNormContext, numel: int, dtype: torch.dtype) -> torch.Tensor | None:
     """This ctx's symmetric buffer of `numel` elements for torch's two-shot all-reduce (made on
     first use: collective, every rank takes the fallback for the same shape), or None where
@@ -304,7 +311,8 @@ def _two_shot_buffer(ctx: FusedNormContext, numel: int, dtype: torch.dtype) -> t
     if ctx.device.type != "cuda" or not hasattr(torch.ops, "symm_mem"):
         return None
     itemsize = torch.empty((), dtype=dtype).element_size()
-    if not torch_symm_fits(numel * itemsize, dtype, ctx.world_size):
+    if numel * itemsize > TWO_SHOT_MAX_BYTES or not torch_symm_fits(numel * itemsize, dtype,
+                                                                     ctx.world_size):
         return None
     f = _fused_for(ctx)
     buf = f.two_shot.get((numel, dtype))
