@@ -303,6 +303,8 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         (prepared.inline_channel,) = program.streams
     if puts:
         _warm_up_put(program, data, signals, kernel, device, group)
+    if any(isinstance(x, (SendLaunch, RecvLaunch)) for x in program.net):
+        _warm_up_net(program, device, group)
     launches = [(launch, table.launches[id(launch)], bump, fused)
                 for launch, bump, fused in _kernel_launches(program)]
     compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit,
@@ -469,6 +471,25 @@ def _warm_up_put(program: RankProgram, data: SymmetricBuffer, signals: Symmetric
               torch.tensor([me], dtype=torch.int32, device=device), 1, signals.tensor,
               torch.zeros(2, dtype=torch.int64, device=device), 0, kernel.epoch, kernel.err, 0,
               -1))
+    torch.cuda.synchronize(device)
+
+
+def _warm_up_net(program: RankProgram, device: torch.device, group: Any) -> None:
+    """One batched exchange of a few bytes with every net peer before any call: NCCL loads its
+    send/recv kernel on first use, and CUDA's lazy module loading may wait for the device to
+    go idle to load it. In a call that first use comes while this rank's row kernels spin
+    waiting for the receive: on 4 x H200 every `--inter-transport nccl` call hung that way
+    (its waits timed out after 4, 5 and 30 s alike, with 16 CTAs as with 120, and with 32
+    stream connections: bench/results/gpu/nvshmem/nccl-transport-w4). Collective over each
+    pair (both ends of a send have the other as a net peer)."""
+    peers = sorted({x.peer for x in program.net if isinstance(x, (SendLaunch, RecvLaunch))})
+    out = torch.zeros(len(peers), dtype=torch.float32, device=device)
+    into = torch.empty(len(peers), dtype=torch.float32, device=device)
+    ops = [op for i, peer in enumerate(peers) for op in (
+        dist.P2POp(dist.isend, out[i:i + 1], _global_rank(group, peer), group),
+        dist.P2POp(dist.irecv, into[i:i + 1], _global_rank(group, peer), group))]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
     torch.cuda.synchronize(device)
 
 
