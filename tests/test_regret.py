@@ -154,9 +154,11 @@ def test_a_pick_that_lowered_to_the_best_s_own_ops_is_marked_as_the_same_program
                          "graph")
     assert len(pair) == 1 and pair[0].same_program and pair[0].regret > 1.05
     assert summary(pair)["above_1_05_same_program"] == 1
+    assert summary(pair)["worst_other_program"] == 1.0      # the only miss is one program's spread
     other = regret_points(topo, measured_points([row("direct", 12.0), row("bruck", 10.0)], "graph"),
                           "graph")
     assert len(other) == 1 and other[0].pick.startswith("direct") and not other[0].same_program
+    assert summary(other)["worst_other_program"] == pytest.approx(1.2)
 
 
 def test_reduces_that_differ_only_in_their_sources_order_are_one_program():

@@ -161,7 +161,14 @@ def summary(points: list[RegretPoint]) -> dict[str, Any]:
         return {"points": 0}
     logs = [math.log(p.regret) for p in points]
     worst = max(points, key=lambda p: p.regret)
+    # where the pick is another program than the best: the model's own misses (the rest is one
+    # program measured twice, the run's spread)
+    other = [p for p in points if not p.same_program]
+    worst_other = max(other, key=lambda p: p.regret) if other else None
     return {"points": len(points), "geomean": math.exp(sum(logs) / len(logs)),
             "worst": worst.regret, "worst_at": f"{worst.collective} {worst.nbytes} B",
             "above_1_05": sum(p.regret > 1.05 for p in points),
-            "above_1_05_same_program": sum(p.regret > 1.05 and p.same_program for p in points)}
+            "above_1_05_same_program": sum(p.regret > 1.05 and p.same_program for p in points),
+            "worst_other_program": worst_other.regret if worst_other else 1.0,
+            "worst_other_program_at": (f"{worst_other.collective} {worst_other.nbytes} B"
+                                       if worst_other else "-")}

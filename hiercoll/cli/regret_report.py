@@ -66,7 +66,9 @@ def _headline(summ: dict[str, Any]) -> str:
         return "no point with two candidates the simulator can time"
     return (f"{summ['points']} points, geomean {summ['geomean']:.3f}, worst {summ['worst']:.3f} "
             f"({summ['worst_at']}), {summ['above_1_05']} above 1.05 "
-            f"({summ.get('above_1_05_same_program', 0)} of them the best's own program)")
+            f"({summ.get('above_1_05_same_program', 0)} of them the best's own program); "
+            f"where the pick is another program, worst {summ.get('worst_other_program', 1.0):.3f}"
+            f" ({summ.get('worst_other_program_at', '-')})")
 
 
 def markdown(payload: dict[str, Any], points: list[RegretPoint]) -> str:
