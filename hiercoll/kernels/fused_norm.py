@@ -49,7 +49,7 @@ from hiercoll.kernels.fused_norm_abi import (
     ll_area_words,
     ll_row_pad,
 )
-from hiercoll.kernels.ll import _load_word, _pack, _store_word, _unpack
+from hiercoll.kernels.ll import _pack, _store_word, _unpack, poll_words
 from hiercoll.kernels.program import (
     CompiledBinary,
     _acquire_fence,
@@ -220,27 +220,16 @@ def _reduce_rows(x_ptr, res_ptr, w, out_ptr, res_out_ptr, buf_ptr, buf_deltas, r
 
 
 @triton.jit
-def _poll_words(ptrs, live, e, spin_limit, err_ptr, cta, WP: tl.constexpr, PTX: tl.constexpr):
-    """LL: every live lane's 8-byte word once each carries call number `e` in its high half.
-    All lanes load at once (one round trip for every peer), then only the short ones again;
-    with a spin limit, giving up records (cta, phase 0, the first late peer, its epoch)."""
-    v = _load_word(ptrs, live, PTX)
-    short = live & ((v >> 32).to(tl.int32) != e)
-    pending = tl.sum(tl.sum(short.to(tl.int32), axis=1), axis=0)
-    spins = 0
-    while pending > 0:
-        v = tl.where(short, _load_word(ptrs, short, PTX), v)
-        short = live & ((v >> 32).to(tl.int32) != e)
-        pending = tl.sum(tl.sum(short.to(tl.int32), axis=1), axis=0)
-        spins += 1
-        if spin_limit > 0:
-            if spins > spin_limit:
-                q = tl.min(tl.min(tl.where(short, tl.arange(0, WP)[:, None], 2**30),
-                                  axis=1), axis=0)
-                seen = tl.min(tl.min(tl.where(short, (v >> 32).to(tl.int32), 2**31 - 1),
-                                     axis=1), axis=0)
-                _timed_out(err_ptr, cta, 0, q, seen, e)
-                pending = 0
+def _poll_peers(ptrs, live, e, spin_limit, err_ptr, cta, WP: tl.constexpr, PTX: tl.constexpr):
+    """LL: every live lane's word once each carries call number `e` (`ll.poll_words`); giving
+    up under a spin limit records (cta, phase 0, the first late peer, the epoch it had)."""
+    v, short = poll_words(ptrs, live, e, spin_limit, PTX)
+    if spin_limit > 0:
+        if tl.sum(tl.sum(short.to(tl.int32), axis=1), axis=0) > 0:
+            q = tl.min(tl.min(tl.where(short, tl.arange(0, WP)[:, None], 2**30), axis=1), axis=0)
+            seen = tl.min(tl.min(tl.where(short, (v >> 32).to(tl.int32), 2**31 - 1), axis=1),
+                          axis=0)
+            _timed_out(err_ptr, cta, 0, q, seen, e)
     return v
 
 
@@ -295,7 +284,7 @@ def _ll_reduce(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, ll_ptr, rank, e, p, 
         offs = r * HW + wcols
         live = peer[:, None] & wmask[None, :]
         at = r * pitch + wcols
-        v = _poll_words(ll_ptr + src[:, None] + at[None, :], live, e, spin_limit, err_ptr, cta,
+        v = _poll_peers(ll_ptr + src[:, None] + at[None, :], live, e, spin_limit, err_ptr, cta,
                         WP, PTX)
         mine = tl.load(xw + offs, mask=wmask, other=0)
         words = tl.where((k == rank)[:, None], mine[None, :], v.to(tl.int32))

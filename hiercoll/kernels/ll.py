@@ -60,10 +60,11 @@ def _load_word(ptrs, live, PTX: tl.constexpr):
 
 
 @triton.jit
-def _poll_ll(ptrs, live, want, spin_limit, err_ptr, row, PTX: tl.constexpr):
+def poll_words(ptrs, live, want, spin_limit, PTX: tl.constexpr):
     """Every live lane's 8-byte LL word, once each carries `want` (its high half). All lanes
     load at once (one round trip however many sources), then only the short ones again. With a
-    spin limit, giving up records the row in the error record (wait index -1: an LL word)."""
+    spin limit, gives up after that many polls: the lanes still short come back set (the caller
+    records what it waited for)."""
     v = _load_word(ptrs, live, PTX)
     short = live & ((v >> 32).to(tl.int32) != want)
     pending = tl.sum(tl.sum(short.to(tl.int32), axis=1), axis=0)
@@ -75,14 +76,24 @@ def _poll_ll(ptrs, live, want, spin_limit, err_ptr, row, PTX: tl.constexpr):
         spins += 1
         if spin_limit > 0:
             if spins > spin_limit:
-                low = tl.min(tl.min(tl.where(short, (v >> 32).to(tl.int32), 2**31 - 1), axis=1),
-                             axis=0)
-                tl.atomic_xchg(err_ptr + 1, tl.cast(row, tl.int64))
-                tl.atomic_xchg(err_ptr + 2, tl.cast(-1, tl.int64))
-                tl.atomic_xchg(err_ptr + 3, low.to(tl.int64))
-                tl.atomic_xchg(err_ptr + 4, tl.max(tl.max(want, axis=1), axis=0).to(tl.int64))
-                tl.atomic_xchg(err_ptr + 0, 1)
                 pending = 0
+    return v, short
+
+
+@triton.jit
+def _poll_ll(ptrs, live, want, spin_limit, err_ptr, row, PTX: tl.constexpr):
+    """`poll_words`; giving up records the row in the error record (wait index -1: an LL
+    word)."""
+    v, short = poll_words(ptrs, live, want, spin_limit, PTX)
+    if spin_limit > 0:
+        if tl.sum(tl.sum(short.to(tl.int32), axis=1), axis=0) > 0:
+            low = tl.min(tl.min(tl.where(short, (v >> 32).to(tl.int32), 2**31 - 1), axis=1),
+                         axis=0)
+            tl.atomic_xchg(err_ptr + 1, tl.cast(row, tl.int64))
+            tl.atomic_xchg(err_ptr + 2, tl.cast(-1, tl.int64))
+            tl.atomic_xchg(err_ptr + 3, low.to(tl.int64))
+            tl.atomic_xchg(err_ptr + 4, tl.max(tl.max(want, axis=1), axis=0).to(tl.int64))
+            tl.atomic_xchg(err_ptr + 0, 1)
     return v
 
 
