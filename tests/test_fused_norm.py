@@ -50,7 +50,7 @@ def test_every_row_is_reduced_once_per_owner_and_slots_are_distinct(rows, world,
 
 # ---- the protocol on the weak-memory emulator ----------------------------------------------------
 @pytest.mark.parametrize("world", [2, 3, 4])
-@pytest.mark.parametrize("stages", [(1,), (2,), (1, 2, 2, 1)])
+@pytest.mark.parametrize("stages", [(1,), (2,), (1, 2, 2, 1), (3,), (3, 1, 3, 2, 3)])
 @pytest.mark.parametrize("loads", ["oldest", "newest"])
 def test_the_protocol_is_right_on_the_weak_memory_emulator(world, stages, loads):
     seed = int(np.random.default_rng().integers(1 << 30))     # fresh inputs and schedules
@@ -97,6 +97,24 @@ def test_one_stage_needs_two_staging_halves_on_the_emulator():
     for s in range(seed, seed + 3):
         assert stale_calls(4, _calls(4, 5, 4, 6, s, (2,)), Ordering(), seed=s, loads="newest",
                            double_buffer=False) == []
+
+
+def test_the_ll_form_needs_two_parities_on_the_emulator():
+    """LL calls (stage 3), one parity for every call: a rank's next call overwrites words a slow
+    peer has not read, whose poll then never sees its call number: the emulator finds the
+    deadlock; with the kernel's two parities, every call is right, idle CTAs included."""
+    seed = int(np.random.default_rng().integers(1 << 30))
+    stuck = []
+    for s in range(seed, seed + 10):
+        try:
+            emulate(2, _calls(2, 5, 4, 6, s, (3,)), seed=s, double_buffer=False)
+        except RuntimeError as err:
+            assert "deadlocks" in str(err)
+            stuck.append(s)
+    assert stuck, f"seeds {seed}..{seed + 9}: the emulator missed the overwrite"
+    for world in (2, 3, 4):
+        calls = _calls(world, (1, 5, 2, 3, 1), 4, 7, seed, (3,))
+        assert stale_calls(world, calls, Ordering(), grid=4, seed=seed) == [], f"seed {seed}"
 
 
 @pytest.mark.parametrize("name", list(NEGATIVES))

@@ -16,6 +16,12 @@ coroutines under a seeded random scheduler, each CTA made of a few threads (lane
   barrier moves no floor: the polling thread's acquire orders only the polling thread.
 So a missing release lets a peer read data still pending; a missing acquire, or one done only by
 the polling thread, reads old data (the previous use of the double buffer, or the initial NaN).
+The LL form (stage 3) stores words that carry their call number, each one single-copy atomic:
+a word's store is visible to the next load of it in this model (coherent), and what an adversary
+can do is the order of every CTA's steps. A reader polls each word until it carries its call's
+number, so stale data only delays it; a word overwritten by the peer's next call before it was
+read never carries the number, and the emulator reports the deadlock (`double_buffer=False`:
+one parity, which is why the kernel alternates two).
 `loads="newest"` lets loads return the newest published value instead (also allowed): that is
 how an overwrite by a peer's *next* call shows, which `double_buffer=False` (a model-only knob:
 one staging half for every call) provokes, to show why the kernel alternates halves.
@@ -28,7 +34,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hiercoll.kernels.fused_norm_abi import SAFE, BufferLayout, Ordering, cta_active, cta_rows, owner_rows, slot, split
+from hiercoll.kernels.fused_norm_abi import (
+    LL_STAGE,
+    SAFE,
+    BufferLayout,
+    Ordering,
+    cta_active,
+    cta_rows,
+    ll_word,
+    owner_rows,
+    slot,
+    split,
+)
 
 LANES = 3          # threads per CTA: element j of a row is lane j % LANES's
 
@@ -115,6 +132,7 @@ class _Emulator:
         self.rng = np.random.default_rng(seed)
         self.epoch = [[0] * grid for _ in range(world)]
         self._outs: list[dict[int, tuple[np.ndarray, np.ndarray]]] = [{} for _ in calls]
+        self.ll: dict[Key, tuple[int, float]] = {}    # LL words: (call number, data)
 
     # ---- one CTA of one rank's call: a coroutine yielding a readiness test before each step ----
     def _cta(self, r: int, c: int, n: int, lanes: list[_Lane],
@@ -125,6 +143,9 @@ class _Emulator:
         e = self.epoch[r][c] + 1
         p = e % 2                                     # signal slots
         b = p if self.double_buffer else 0            # staging halves
+        if call.stages == LL_STAGE:
+            yield from self._ll_cta(r, c, n, e, b, out)
+            return
         r0, r1 = cta_rows(rows, W, G, call.stages, r, c)
         if not cta_active(rows, W, G, call.stages, c):    # sits the call out, as the kernel does
             self.epoch[r][c] = e
@@ -170,6 +191,37 @@ class _Emulator:
                     res[row] = s + call.residual[row]        # the residual is replicated
                     normed[row] = _norm(res[row], call.weight, self.eps)
                     yield None
+        self.epoch[r][c] = e
+
+    def _ll_cta(self, r: int, c: int, n: int, e: int, b: int,
+                out: tuple[np.ndarray, np.ndarray]) -> Generator[object, None, None]:
+        """The LL form's CTA: push my rows' words (call number e) into region (b, me) of every
+        peer's LL area, then poll my own area's words of every peer until each carries e, and
+        finish the rows (the kernel's `_ll_push`, `_ll_reduce`)."""
+        call = self.calls[n]
+        rows, hidden = call.xs[0].shape
+        r0, r1 = cta_rows(rows, self.world, self.grid, 1, r, c)
+        for row in range(r0, r1):
+            for q in range(self.world):
+                if q != r:
+                    for j in range(hidden):
+                        self.ll[(q, "ll", _ll_index(b, r, row, j, hidden, self.world))] = (
+                            e, float(call.xs[r][row, j]))
+            yield None
+        normed, res = out
+        for row in range(r0, r1):
+            acc = np.zeros(hidden)
+            for q in range(self.world):
+                for j in range(hidden):
+                    if q == r:
+                        acc[j] += call.xs[r][row, j]
+                        continue
+                    key = (r, "ll", _ll_index(b, q, row, j, hidden, self.world))
+                    yield lambda key=key: self.ll.get(key, (0, 0.0))[0] == e
+                    acc[j] += self.ll[key][1]
+            res[row] = acc + call.residual[row]
+            normed[row] = _norm(res[row], call.weight, self.eps)
+            yield None
         self.epoch[r][c] = e
 
     def _signal(self, r: int, c: int, p: int, phase: int, e: int,
@@ -233,6 +285,11 @@ class _Emulator:
                     if call_of[r] < len(self.calls):
                         start(r)
         return [[done[r] for r in range(W)] for done in self._outs]
+
+
+def _ll_index(parity: int, src: int, row: int, col: int, hidden: int, world: int) -> int:
+    """An element's LL slot (one word per element here: the model has no packing)."""
+    return ll_word(parity, src, row, 2 * col, 2 * hidden, world)
 
 
 def _span(rows: tuple[int, int]) -> tuple[int, int]:
