@@ -79,12 +79,14 @@ def fused_norm_state(stride: int = 4096, world: int = 2, grid: int = 4) -> Any:
     import torch
 
     from hiercoll.kernels.fused_norm import FusedNormState
-    from hiercoll.kernels.fused_norm_abi import ERR_WORDS, REGIONS
+    from hiercoll.kernels.fused_norm_abi import ERR_WORDS, REGIONS, ll_area_words
     return FusedNormState(buf=torch.zeros(REGIONS * stride, dtype=torch.bfloat16),
                           buf_deltas=torch.zeros(world, dtype=torch.int64),
                           sig=torch.zeros(64, dtype=torch.int32),
                           sig_deltas=torch.zeros(world, dtype=torch.int64),
                           epoch=torch.zeros(grid, dtype=torch.int32),
                           err=torch.zeros(ERR_WORDS, dtype=torch.int64), rank=1, world=world,
-                          grid=grid, stride=stride)
+                          grid=grid, stride=stride,
+                          ll=torch.zeros(ll_area_words(world), dtype=torch.int64),
+                          ll_deltas=torch.zeros(world, dtype=torch.int64))
 
