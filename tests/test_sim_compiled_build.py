@@ -369,3 +369,24 @@ def test_dense_splits_bound_like_the_same_splits_read_one_by_one(preset: str, no
         assert _group_part_bytes(specs[0], cut) == pytest.approx(_group_part_bytes(specs[1], cut), rel=1e-12)
     a, b = lower_bound(specs[0], topo), lower_bound(specs[1], topo)
     assert a.time_us == pytest.approx(b.time_us, rel=1e-12)
+
+
+@pytest.mark.parametrize("preset,nodes,algo", [("h100-rail-3tier", 4, "hier"), ("dgx-h100", 2, "hier"),
+                                               ("h200x4", 1, "direct")])
+def test_tables_kept_as_chunks_or_in_a_dict_are_the_same(monkeypatch: pytest.MonkeyPatch, preset: str,
+                                                         nodes: int, algo: str) -> None:
+    """The shape and key columns are numpy chunks (scalars wait in a short tail) and pair
+    shapes a dense table where world^2 is small, a dict above: any tail length and either
+    lookup give the same tables."""
+    from hiercoll.sim.compiled import tables as tb
+    topo = hc.load_topology(preset, nodes)
+    spec = hc.CollectiveSpec(kind="all_reduce", world_size=topo.world_size, dtype="bf16", nbytes=8 << 20)
+    sched = hc.plan(topo, spec, algo, {})
+    a = built(sched, list(range(topo.world_size)))
+    whole = tables_from_arrays(a, Network(topo, None, itemsize=2), 2)
+    monkeypatch.setattr(tb._PairShapes, "DENSE", 0)
+    monkeypatch.setattr(tb._Column, "TAIL", 3)
+    other = tables_from_arrays(a, Network(topo, None, itemsize=2), 2)
+    for f in TABLE_FIELDS:
+        assert np.array_equal(getattr(other, f), getattr(whole, f)), f
+        assert getattr(other, f).dtype == getattr(whole, f).dtype, f

@@ -98,6 +98,46 @@ def test_two_pods_take_every_path_and_match(monkeypatch: pytest.MonkeyPatch) -> 
     assert paths.seen["quiet"] > 0 and paths.seen["local"] > 0, paths.seen
 
 
+def test_both_engines_take_the_same_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled core counts its instants by path (`compiled.LAST_COUNTS`): as many quiet,
+    local and whole re-solves as the Python engine takes; on the two-pod fabric, where every
+    link of the oversubscribed tier is near full, the local sets grow only along the rates that
+    change, so no instant falls back to its whole component and a set is a few flows."""
+    from hiercoll.sim import compiled
+    topo = two_pods(16)
+    paths = Paths(monkeypatch, check=False)
+    py, fast = both(plan(topo, "all_reduce", "hier", 16 << 20), topo)
+    assert fast.time_us == py.time_us and dict(fast.op_end) == dict(py.op_end)
+    c = compiled.LAST_COUNTS
+    assert (c["quiet"], c["local"], c["whole"]) == (paths.seen["quiet"], paths.seen["local"], paths.seen["whole"])
+    assert c["local"] > 100 and c["whole"] == 0
+    assert c["local_rounds"] < 1.1 * c["local"] and c["local_flows"] < 12 * c["local_rounds"]
+
+
+def test_a_stale_wake_up_opens_no_instant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the local re-solve a wake-up whose flow's rate changed since it was set is dropped
+    when it reaches the top of the clock (`EventClock.void`): it never opens an instant that
+    would pull a live event within INSTANT_RTOL back to its time. Every instant opens at a
+    live event."""
+    opened: list[bool] = []
+    run = fluid.EventClock.run
+
+    def watching(clock: fluid.EventClock, settle: Any, tick: Any = None) -> None:
+        assert clock.void is not None
+        void = clock.void
+
+        def seen(fn: Any, arg: Any) -> bool:
+            out = void(fn, arg)
+            opened.append(out)
+            return out
+        clock.void = seen
+        run(clock, settle, tick)
+    monkeypatch.setattr(fluid.EventClock, "run", watching)
+    topo = two_pods()
+    hc.simulate(plan(topo, "all_reduce", "hier", 16 << 20), topo, mode="exact", engine="python")
+    assert any(opened) and not all(opened)
+
+
 @pytest.mark.parametrize("algo", ["ring", "direct", "rhd"])
 def test_two_pods_other_algorithms(algo: str, monkeypatch: pytest.MonkeyPatch) -> None:
     topo = two_pods()

@@ -52,10 +52,14 @@ QUIET_MARGIN = 1e-6
 # whole component's
 LOCAL_ROUNDS = 8
 # Quiet instants and local re-solves are opt-in: HIERCOLL_SIM_LOCAL=1. They settle only the flows
-# whose rate moves, which changes rounding (the 1024-rank Zipf MoE dispatch: 24074.6 -> 24059.2 us,
-# both engines alike) and replays contended runs 4-5x faster (4096-GPU ECMP hier: 9.5M -> 29.8M of
-# its 35.6M ops in the same 130 s); off, both engines re-solve and settle a whole component as
-# every committed result was made.
+# whose rate moves, which changes rounding (the 1024-rank Zipf MoE dispatch: 24074.6 us with whole
+# re-solves, 24075.5 with local ones; both engines alike), and a stale wake-up opens no instant.
+# The local set grows along the rates that change (issue 29, 2026-11-28; it first grew through
+# every near-full link, which on an oversubscribed tier is all of them): the 4096-GPU ECMP hier
+# replays whole (35.6M ops, 33M instants, 7.2M local re-solves of ~8 flows, 3 whole ones) in
+# ~100-140 CPU s where the first local path had done 29.8M ops in 130 s and whole re-solves 9.5M;
+# 1024 GPUs in two 7:1 pods of 64 nodes: killed at 200 s half done -> 4 s. Off, both engines
+# re-solve and settle a whole component as every committed result was made.
 LOCAL_ENV = "HIERCOLL_SIM_LOCAL"
 
 
@@ -104,6 +108,9 @@ class EventClock:
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
         self._seq = 0
+        # an event this says is void (a wake-up whose flow's rate changed since) opens no
+        # instant: it is dropped when it comes to the top (set with the local re-solve)
+        self.void: Callable[[Callable[[Any], None], Any], bool] | None = None
 
     def at(self, time: float, fn: Callable[[Any], None], arg: Any, key: int = 0) -> None:
         """Schedule fn(arg) at `time`; `key` (>= 0) orders it among its instant's events."""
@@ -112,9 +119,12 @@ class EventClock:
 
     def run(self, settle: Callable[[], None], tick: Callable[[], None] | None = None) -> None:
         """Every instant in time order; `tick` (progress) after every 1024th."""
-        heap, pop, tie = self._heap, heapq.heappop, itemgetter(1)
+        heap, pop, tie, void = self._heap, heapq.heappop, itemgetter(1), self.void
         instants = 0
         while heap:
+            if void is not None and void(heap[0][2], heap[0][3]):
+                pop(heap)
+                continue
             t = heap[0][0]
             self.now = t
             end = instant_end(t)
@@ -167,6 +177,8 @@ class FluidNetwork:
         self._loud = record
         self._seeds: dict[int, None] = {}     # links near full an ended flow left, or re-capped
         self.local = local_resolve()
+        if self.local:
+            clock.void = self._void
 
     def transfer(self, links: tuple[tuple[int, float], ...], nbytes: float, token: object,
                  key: int = 0) -> bool:
@@ -300,67 +312,91 @@ class FluidNetwork:
         """Re-solve only the flows whose rates can move; False: it grew past LOCAL_ROUNDS
         (the caller re-solves the whole component).
 
-        The flows: the started ones and every flow on a seed link (near full as an ended flow
-        left it, or re-capped), closed under "every flow on a link near full (`used`) that one
-        of them uses", and under "every flow on a link that one of them could fill, shared with
-        flows outside, where the flow can fill no link of the set's own". The problem: the
-        links that can fill with only the set's flows on them. After filling, a link the set
-        shares with outside flows must stay QUIET_MARGIN below full at the new rates, or its
-        flows join and the set is filled again. Then: every outside flow keeps its bottleneck
-        (near full, so none of the set's flows is on it, no ended flow was, its capacity is the
-        same), every flow of the set has one (a link of the set's own that the filling filled)
-        and every link holds its rates: the max-min fair allocation. Only the set's flows are
-        settled. The compiled core walks the same sets in the same order."""
-        cap, used, flows_on, demand, slack_below = (self.cap, self.used, self.flows_on,
-                                                    self.demand, self.slack_below)
-        flows: dict[Flow, None] = {}
+        The set starts as the started flows, every flow on a near-full link of a started flow
+        (it will share it: taken now, not a round later) and every flow on a seed link (near full
+        as an ended flow left it, or re-capped). Its problem is every link one of its flows could fill:
+        a link whose flows are all in the set with its capacity (closed), one shared with flows
+        outside with what they leave of it at their rates (mixed: `cap - (used - the set's
+        share)`), only the set's flows on it. After filling, a mixed link takes its flows into the
+        set (and the set is filled again) where the outside flows' rates may no longer be max-min:
+        it was near full (an outside flow may have its bottleneck there) and a flow of the set on
+        it changed its rate (or started); or a flow of the set froze on it (its bottleneck) below
+        an outside flow's rate. Otherwise every outside flow keeps its bottleneck (untouched, or
+        near full with the set's rates on it as they were), every flow of the set has one (the
+        link it froze on, full, its rate the highest there) and every link holds its rates: the
+        max-min fair allocation (to the tolerances of the tests: RATE_RTOL on rates, rounding
+        on the residual capacities). Only the set's flows are settled. The set grows along the
+        rates that change, not along every near-full link (an oversubscribed tier is all near
+        full). A link's members in the problem are the set's flows in the set's order (closed
+        links too), so the freezing order, and the rounding, is the compiled core's: it walks
+        the same sets in the same order."""
+        cap, used, flows_on, demand, slack_below, weight = (self.cap, self.used, self.flows_on,
+                                                            self.demand, self.slack_below, self.weight)
+        flows: dict[Flow, None] = dict.fromkeys(started)
         seen: set[int] = set()
         stack: list[int] = []
-
-        def take(f: Flow) -> None:
-            flows[f] = None
-            for l2, _ in f.links:
-                if l2 not in seen and used[l2] > cap[l2] * (1.0 - QUIET_MARGIN):
-                    seen.add(l2)
-                    stack.append(l2)
 
         def push(lid: int) -> None:
             if lid not in seen:
                 seen.add(lid)
                 stack.append(lid)
 
-        for f in started:
-            take(f)
+        margin = 1.0 - QUIET_MARGIN
+        for f in started:                     # a started flow shares its near-full links
+            for lid, _ in f.links:
+                if used[lid] > cap[lid] * margin:
+                    push(lid)
         for lid in seeds:
             push(lid)
         for _ in range(LOCAL_ROUNDS):
             while stack:
                 for f in flows_on[stack.pop()]:
                     if f not in flows:
-                        take(f)
-            count: dict[int, int] = {}            # fillable links of the set: its flows on them
-            for f in flows:
-                for lid, _ in f.links:
-                    if demand[lid] > slack_below[lid]:
-                        count[lid] = count.get(lid, 0) + 1
-            closed = [lid for lid, n in count.items() if n == len(flows_on[lid])]
-            shut = set(closed)
-            for f in flows:                       # a flow that can fill no closed link: grow
-                if not any(lid in shut for lid, _ in f.links):
-                    for lid, _ in f.links:
-                        if lid in count:
-                            push(lid)
-            if stack:
-                continue
-            rates = max_min_rates(flows, closed, cap, self.weight, flows_on)
-            acc: dict[int, float] = {}
+                        flows[f] = None
+            # fillable links of the set, in the order found: the set's flows on them (in the
+            # set's order), their summed weight and weight x rate
+            members: dict[int, list[Flow]] = {}
+            share: dict[int, float] = {}
+            old: dict[int, float] = {}
             for f in flows:
                 for lid, w in f.links:
-                    if lid in count and lid not in shut:
-                        acc[lid] = acc.get(lid, 0.0) + w * (rates[f] - f.rate)
-            for lid, x in acc.items():
-                if used[lid] + x > cap[lid] * (1.0 - QUIET_MARGIN):
+                    if demand[lid] > slack_below[lid]:
+                        if lid in members:
+                            members[lid].append(f)
+                            share[lid] += w
+                            old[lid] += w * f.rate
+                        else:
+                            members[lid], share[lid], old[lid] = [f], w, w * f.rate
+            pcap: dict[int, float] = {}
+            mixed: list[int] = []
+            for lid, on in members.items():
+                if len(on) == len(flows_on[lid]):
+                    pcap[lid], share[lid] = cap[lid], weight[lid]
+                else:
+                    pcap[lid] = max(cap[lid] - (used[lid] - old[lid]), 0.0)
+                    mixed.append(lid)
+            bots: dict[Flow, int] = {}
+            rates = max_min_rates(flows, list(members), pcap, share, members, bots)
+            if len(bots) < len(flows):
+                return False                  # a flow bound by no link of the problem
+            for lid in mixed:
+                near = used[lid] > cap[lid] * margin
+                moved = False
+                froze = -1.0
+                for f in members[lid]:
+                    r = rates[f]
+                    if f.rate <= 0 or abs(r - f.rate) > RATE_RTOL * f.rate:
+                        moved = True
+                    if bots[f] == lid and r > froze:
+                        froze = r
+                if near and moved:
                     push(lid)
+                elif froze >= 0:
+                    bound = froze * (1.0 + RATE_RTOL)
+                    for f in flows_on[lid]:
+                        if f not in flows and f.rate > bound:
+                            push(lid)
+                            break
             if stack:
                 continue
             now = self.clock.now
@@ -374,6 +410,12 @@ class FluidNetwork:
                 self._set_rate(f, rate, now)
             return True
         return False
+
+    def _void(self, fn: Callable[[Any], None], arg: Any) -> bool:
+        """Whether an event is a stale wake-up (its flow's rate changed since it was set): with
+        the local re-solve it opens no instant, so it cannot pull a later event (within
+        INSTANT_RTOL) back to its own time; every instant opens at a live event."""
+        return getattr(fn, "__func__", None) is FluidNetwork._finish and arg[0].version != arg[1]
 
     def _finish(self, arg: tuple[Flow, int]) -> None:
         flow, version = arg
@@ -402,14 +444,17 @@ class FluidNetwork:
         self.on_done(flow.token)
 
 
+Capacities = Sequence[float] | Mapping[int, float]     # per link id: a list, or a dict of some
+
 # progressive filling scans every open link per level while a problem is this small, and keeps
 # the links in a heap by fill level above it (ECMP spines: thousands of links, tens of levels)
 HEAP_ABOVE_LINKS = 64
 
 
-def max_min_rates(flows: Collection[Flow], links: Collection[int], cap: list[float],
-                  weights: list[float] | None = None,
-                  on: Sequence[Collection[Flow]] | None = None) -> dict[Flow, float]:
+def max_min_rates(flows: Collection[Flow], links: Collection[int], cap: Capacities,
+                  weights: Capacities | None = None,
+                  on: Sequence[Collection[Flow]] | Mapping[int, Collection[Flow]] | None = None,
+                  bots: dict[Flow, int] | None = None) -> dict[Flow, float]:
     """Weighted progressive filling: raise every unfrozen flow's rate together; when a link
     fills, freeze its flows at the current level. Unique max-min fair allocation. Links of a
     flow that are not in `links` do not constrain it (the caller leaves out links that cannot
@@ -425,7 +470,10 @@ def max_min_rates(flows: Collection[Flow], links: Collection[int], cap: list[flo
     them in a heap, so a level costs the links its frozen flows touch, not every open link.
 
     `weights` / `on`: every link's summed flow weight and its flows, where the caller keeps
-    them (then every flow on a link of `links` must be in `flows`); else counted here."""
+    them (then every flow on a link of `links` must be in `flows`); else counted here. `cap`,
+    `weights` and `on` are indexed by link id (lists, or dicts of the links of `links`).
+    `bots`, where given, gets the link each flow froze on (none: the flow was bound by no link
+    of `links` and took the highest level)."""
     members: Mapping[int, Collection[Flow]]
     if weights is not None and on is not None:
         weight_sum = {lid: weights[lid] for lid in links}
@@ -440,7 +488,7 @@ def max_min_rates(flows: Collection[Flow], links: Collection[int], cap: list[flo
                     counted[lid].append(f)
         members = counted
     fill = _fill_by_heap if len(links) > HEAP_ABOVE_LINKS else _fill_by_scan
-    rates = fill(members, weight_sum, cap)
+    rates = fill(members, weight_sum, cap) if bots is None else fill(members, weight_sum, cap, bots)
     level = max(rates.values(), default=0.0)
     for f in flows:
         if f not in rates:
@@ -449,7 +497,7 @@ def max_min_rates(flows: Collection[Flow], links: Collection[int], cap: list[flo
 
 
 def _fill_by_scan(members: Mapping[int, Collection[Flow]], weight_sum: dict[int, float],
-                  cap: list[float]) -> dict[Flow, float]:
+                  cap: Capacities, bots: dict[Flow, int] | None = None) -> dict[Flow, float]:
     """Each level: the smallest fill level over every open link."""
     remaining = {lid: cap[lid] for lid in weight_sum}
     rates: dict[Flow, float] = {}
@@ -469,6 +517,8 @@ def _fill_by_scan(members: Mapping[int, Collection[Flow]], weight_sum: dict[int,
             for f in members[lid]:
                 if f not in rates:
                     rates[f] = level
+                    if bots is not None:
+                        bots[f] = lid
                     for l2, w in f.links:
                         if l2 in weight_sum:
                             weight_sum[l2] -= w
@@ -478,7 +528,7 @@ def _fill_by_scan(members: Mapping[int, Collection[Flow]], weight_sum: dict[int,
 
 
 def _fill_by_heap(members: Mapping[int, Collection[Flow]], weight_sum: dict[int, float],
-                  cap: list[float]) -> dict[Flow, float]:
+                  cap: Capacities, bots: dict[Flow, int] | None = None) -> dict[Flow, float]:
     """Links wait in a heap by the level at which they fill. A frozen flow leaving a link only
     raises that level, so an entry is a lower bound of its link's: it is brought up to date
     when it reaches the top (pushed again if it rose), not on every change. Links full within
@@ -521,6 +571,8 @@ def _fill_by_heap(members: Mapping[int, Collection[Flow]], weight_sum: dict[int,
                 if f in rates:
                     continue
                 rates[f] = level
+                if bots is not None:
+                    bots[f] = b
                 for l2, w in f.links:
                     ws = weight_sum.get(l2)
                     if ws is None:

@@ -100,6 +100,23 @@ def use_compiled(engine: Engine | None, num_ops: int, record: bool) -> bool:
     return num_ops >= AUTO_MIN_OPS and numba_available()
 
 
+# the last replay's counts (diagnostics: bench/sim_scale.py, the profile of issue 29)
+LAST_COUNTS: dict[str, int] = {}
+
+
+def counts(st: npt.NDArray[np.int64]) -> dict[str, int]:
+    """A replay's instants and re-solves by path (quiet, local, whole), and the local ones'
+    rounds, flows and links filled in all, and the whole ones' flows."""
+    from hiercoll.sim.compiled import core as c
+    return {"instants": int(st[c.INSTANTS]), "quiet": int(st[c.N_QUIET]), "local": int(st[c.N_LOCAL]),
+            "whole": int(st[c.N_WHOLE]), "local_rounds": int(st[c.N_ROUNDS]),
+            "local_flows": int(st[c.N_SETFLOWS]), "local_links": int(st[c.N_SETLINKS]),
+            "whole_flows": int(st[c.N_WHOLEFLOWS]), "local_walked": int(st[c.N_WALKED]),
+            "stale": int(st[c.N_STALE]), "empty_begins": int(st[c.N_EMPTYBEGIN]),
+            "set_rate": int(st[c.N_SETRATE]), "events": int(st[c.N_EVENTS]),
+            "local_heap_rounds": int(st[c.N_BIG]), "local_heap_flows": int(st[c.N_BIGFLOWS])}
+
+
 @dataclass
 class CompiledRun:
     """A replay kept as arrays: the tables (rows rank by rank) and each row's start and end."""
@@ -134,22 +151,25 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
 
     n, n_ch, n_links = t.num_ops, len(t.ch_ptr) - 1, len(net.links)
     i64, f64 = np.int64, np.float64
+    # per-link and per-channel state, an array a field (a row of fields as strided views of
+    # one block was a fifth slower on the 4096-GPU `hier`)
+    (weight, demand, used, ws, pcap, lold, ubytes, busy_us, busy_since,
+     rem, left, at) = (np.zeros(n_links, f64) for _ in range(12))
     alone = np.array([l.bytes_per_us for l in net.links], f64)
     crowded = np.array([-1.0 if l.crowded_bytes_per_us is None else l.crowded_bytes_per_us
                         for l in net.links], f64)
     slack = np.array([c * (1.0 - SLACK_MARGIN) for c in alone.tolist()], f64)   # as fluid.py
+    cap = alone.copy()                 # crowded links change theirs while shared
+    head = np.full(n_links, -1, i64)
+    (active, dirty, seen, incomp, lcount, lseen, seedmark, done, lhead,
+     ltail) = (np.zeros(n_links, i64) for _ in range(10))
+    fl_rate, fl_rem, fl_tref, fl_ceil, fl_new = (np.zeros(n_ch, f64) for _ in range(5))
+    (ch_i, ch_d, ch_op, ch_shape, fl_ver, fl_stamp, fl_rated, fl_in, fl_bot,
+     ch_nl) = (np.zeros(n_ch, i64) for _ in range(10))
+    ch_wait_next = np.full(n_ch, -1, i64)
     op_start, op_end = np.zeros(n, f64), np.zeros(n, f64)
     op_wait = np.full(n, -1, np.int32)     # per op: the last channel parked on it, or ENDED
-    ch_i, ch_d, ch_wait_next = np.zeros(n_ch, i64), np.zeros(n_ch, i64), np.full(n_ch, -1, i64)
-    ch_op, ch_shape = np.zeros(n_ch, i64), np.zeros(n_ch, i64)     # each channel's running op
-    fl_rate, fl_rem, fl_tref, fl_ceil = (np.zeros(n_ch, f64) for _ in range(4))
-    fl_ver, fl_stamp, fl_rated = np.zeros(n_ch, i64), np.zeros(n_ch, i64), np.zeros(n_ch, i64)
-    fl_new = np.zeros(n_ch, f64)
-    link_f = [np.zeros(n_links, f64) for _ in range(9)]    # weight .. at
-    weight, demand, ubytes, busy_us, busy_since, ws, rem, left, at = link_f
-    link_i = [np.zeros(n_links, i64) for _ in range(6)]
-    active, dirty, dirty_list, seen, incomp, done = link_i
-    head = np.full(n_links, -1, i64)
+    dirty_list = np.zeros(n_links, i64)
     nodes = n_ch * t.max_links
     node_next, node_prev = np.full(nodes, -1, i64), np.full(nodes, -1, i64)
     size = heap_start(n_ch)
@@ -159,13 +179,14 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     ready = np.zeros(n_ch + 1, i64)
     lstack, act, comp_links, full = (np.zeros(n_links + 1, i64) for _ in range(4))
     comp_flows = np.zeros(n_ch + 1, i64)
-    used, extra = np.zeros(n_links, f64), np.zeros(n_links, f64)     # FluidNetwork.used; scratch
+    extra = np.zeros(n_links, f64)     # scratch
     started = np.zeros(n_ch + 1, i64)          # flows started this instant
-    seeds, seedmark = np.zeros(n_links + 1, i64), np.zeros(n_links, i64)   # links to re-solve from
-    fl_in, lseen, lcount = np.zeros(n_ch, i64), np.zeros(n_links, i64), np.zeros(n_links, i64)
+    seeds = np.zeros(n_links + 1, i64)         # links to re-solve from
+    mixed = np.zeros(n_links + 1, i64)         # a local problem's shared links
+    lnext = np.zeros(nodes, i64)               # a local problem's links' members, the set's order
+    nd_lid, nd_w = np.zeros(nodes, i64), np.zeros(nodes, f64)   # each flow's links (ch_nl of them)
     st, tnow = np.zeros(N_STATE, i64), np.zeros(1, f64)
     st[LOCAL_ON] = int(local_resolve())
-    cap = alone.copy()                 # crowded links change theirs while shared
     stop = PROGRESS_EVERY if progress is not None else np.iinfo(i64).max
     while True:
         status = replay(t.op_key, t.key_shape, t.key_delay, t.op_nbytes, t.dep_ptr, t.dep_idx,
@@ -177,7 +198,8 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
                         node_next, node_prev, dirty, dirty_list, seen, incomp, done,
                         ws, rem, left, at, hk, hp, hv, rounds, fk, fs,
                         ready, lstack, act, comp_flows, comp_links, full, used, extra, started,
-                        seeds, seedmark, fl_in, lseen, lcount,
+                        seeds, seedmark, fl_in, lseen, lcount, pcap, lold, mixed, fl_bot, lhead, ltail, lnext,
+                        nd_lid, nd_w, ch_nl,
                         st, tnow, t.ch_identity, stop)
         if status == DONE:
             break
@@ -190,6 +212,8 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
             stop += PROGRESS_EVERY
     if progress is not None:
         progress(int(st[NENDED]), n)
+    LAST_COUNTS.clear()
+    LAST_COUNTS.update(counts(st))
     if int(st[NENDED]) < n:
         from hiercoll.errors import VerificationError
         row = int(np.flatnonzero(op_wait != ENDED)[0])

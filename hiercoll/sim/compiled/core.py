@@ -16,8 +16,13 @@ list is in the order its flows started (appended at the tail: the head's `node_p
 tail), as the Python engine's dicts are. Scratch marks are stamped with a per-settle counter
 instead of cleared. What the Python engine keeps in insertion-ordered dicts is walked here in
 the same order, so the two do the same arithmetic in the same order. A channel's running op
-and its link list are kept per channel (`ch_op`, `ch_shape`): the per-op rows of a 33M-op run
-are read once an op, not at every visit of its flow.
+and its flow's links are kept per channel (`ch_op`; the (link, weight) pairs copied from the
+shape's rows into the channel's nodes, `nd_lid` / `nd_w`, `ch_nl` of them): the per-op rows of
+a 33M-op run and the shape rows of a 2M-pair `hier` are read once an op, not at every visit of
+its flow (each visit a cache miss: 117 -> 101 CPU s on the 4096-GPU `hier` replay).
+
+With the local re-solve on (`fluid.local_resolve()`), a stale wake-up is dropped when it reaches
+the top of the heap instead of opening an instant (`EventClock.void` in the Python engine).
 
 Every piece of state lives in the arrays passed in, so the loop can return and be resumed: after
 `stop_instants` instants (the caller reports progress) or when the event heap might overflow
@@ -40,7 +45,12 @@ HSIZE, SEQ, NDIRTY, NENDED, INSTANTS, STAMP, NREADY, INIT = range(8)   # SEQ: no
 LOUD, NSTARTED = 8, 9     # this instant's changes may move a rate; flows started this instant
 NSEEDS, SID = 10, 11      # links near full an ended flow left (or re-capped); local solve's id
 LOCAL_ON = 12             # 1: quiet instants skipped, local re-solves (fluid.local_resolve())
-N_STATE = 13
+# counts (diagnostics): re-solves by path, and the local ones' rounds, flows and links filled
+N_QUIET, N_LOCAL, N_WHOLE, N_ROUNDS, N_SETFLOWS, N_WHOLEFLOWS, N_SETLINKS, N_WALKED = range(13, 21)
+N_STALE, N_EMPTYBEGIN, N_SETRATE, N_EVENTS = range(21, 25)
+LOCAL_FILL = 25   # 1 while a local problem is filled: links' members are the set's (lhead)
+N_BIG, N_BIGFLOWS = 26, 27      # local rounds filled by heap (past HEAP_ABOVE_LINKS links), their flows
+N_STATE = 28
 BEGIN, FINISH = 0, 1
 DONE, PAUSED, GROW = 0, 1, 2
 NONE, HEAP, OUTSIDE = 0, 1, 2      # fill_heap: where the lowest entry is
@@ -206,6 +216,8 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             hk: Any, hp: Any, hv: Any, rounds: Any, fk: Any, fs: Any,
             ready: Any, lstack: Any, act: Any, comp_flows: Any, comp_links: Any, full: Any,
             used: Any, extra: Any, started: Any, seeds: Any, seedmark: Any, fl_in: Any, lseen: Any, lcount: Any,
+            pcap: Any, lold: Any, mixed: Any, fl_bot: Any, lhead: Any, ltail: Any, lnext: Any,
+            nd_lid: Any, nd_w: Any, ch_nl: Any,
             st: Any, tnow: Any, ch_identity: bool, stop_instants: int, rate_scale: float = 1.0) -> int:
     """Run the event loop until the heap is empty (DONE), `stop_instants` instants have run
     (PAUSED) or the heap might overflow this instant (GROW). numba compiles it on first call
@@ -310,17 +322,21 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             return False
         now = tnow[0]
         ceiling = np.inf
-        for k in range(a, b):
-            x = alone[sh_lid[k]] / sh_w[k]
+        base = c * max_links                 # the flow's links, copied to its channel's nodes:
+        for k in range(a, b):                # read there from now on (the shapes' rows are
+            lid, w = sh_lid[k], sh_w[k]      # 2 million pairs' on a 4096-GPU `hier`: far
+            nd_lid[base + k - a] = lid       # from any cache)
+            nd_w[base + k - a] = w
+            x = alone[lid] / w
             if x < ceiling:
                 ceiling = x
+        ch_nl[c] = b - a
         fl_rem[c] = nbytes
         fl_rate[c] = 0.0
         fl_tref[c] = now
         fl_ceil[c] = ceiling
-        for k in range(a, b):
-            lid, w = sh_lid[k], sh_w[k]
-            node = c * max_links + (k - a)
+        for node in range(base, base + b - a):
+            lid, w = nd_lid[node], nd_w[node]
             h = head[lid]                       # appended at the tail (the head's prev)
             node_next[node] = -1
             if h >= 0:
@@ -347,12 +363,10 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
     def finish(c: int) -> None:
         """FluidNetwork._finish: channel c's flow leaves its links."""
         now = tnow[0]
-        s = ch_shape[c]
-        a, b = sh_ptr[s], sh_ptr[s + 1]
         ceiling = fl_ceil[c]
-        for k in range(a, b):
-            lid, w = sh_lid[k], sh_w[k]
-            node = c * max_links + (k - a)
+        base = c * max_links
+        for node in range(base, base + ch_nl[c]):
+            lid, w = nd_lid[node], nd_w[node]
             p, q = node_prev[node], node_next[node]
             h = head[lid]
             if node == h:                       # p: the tail (the node itself if alone)
@@ -380,34 +394,38 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         fl_rem[c] = 0.0
         finished(c)
 
-    def freeze(f: int, level: float, stamp: int, by_heap: bool) -> None:
-        """Fix flow f's rate at `level`; its weight leaves every link of the problem."""
+    def freeze(f: int, level: float, stamp: int, by_heap: bool, b: int) -> None:
+        """Fix flow f's rate at `level` (b: the link it froze on); its weight leaves every
+        link of the problem."""
         fl_rated[f] = stamp
         fl_new[f] = level
-        s = ch_shape[f]
-        for k in range(sh_ptr[s], sh_ptr[s + 1]):
-            l2 = sh_lid[k]
+        fl_bot[f] = b
+        s = f * max_links
+        for k in range(s, s + ch_nl[f]):
+            l2 = nd_lid[k]
             if incomp[l2] == stamp:
                 if by_heap:
                     left[l2] -= (level - at[l2]) * ws[l2]
                     at[l2] = level
-                ws[l2] -= sh_w[k]
+                ws[l2] -= nd_w[k]
 
     def freeze_link(lid: int, level: float, stamp: int, by_heap: bool) -> None:
-        """Freeze lid's flows not yet frozen."""
-        node = head[lid]
+        """Freeze lid's flows not yet frozen: every flow on it (a whole component), or the
+        set's, in the set's order (a local problem)."""
+        first, after = (lhead, lnext) if st[LOCAL_FILL] != 0 else (head, node_next)
+        node = first[lid]
         while node >= 0:
             f = node // max_links
             if fl_rated[f] != stamp:
-                freeze(f, level, stamp, by_heap)
-            node = node_next[node]
+                freeze(f, level, stamp, by_heap, lid)
+            node = after[node]
 
     def fill_scan(nl: int, stamp: int) -> None:
         """fluid._fill_by_scan: each level, the smallest fill level over every open link."""
         na = 0
         for j in range(nl):
             lid = comp_links[j]
-            rem[lid] = cap[lid]
+            rem[lid] = pcap[lid]
             if ws[lid] > TINY_WEIGHT:
                 act[na] = lid
                 na += 1
@@ -424,7 +442,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             for j in range(na):
                 lid = act[j]
                 rem[lid] -= best * ws[lid]
-                if rem[lid] <= SATURATED_RTOL * cap[lid]:
+                if rem[lid] <= SATURATED_RTOL * pcap[lid]:
                     full[nb] = lid
                     nb += 1
             if nb == 0:             # rounding: the minimum link is the bottleneck
@@ -471,7 +489,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         through `lstack` (settle's traversal stack, free by now)."""
         for j in range(nout):
             lid = act[j]
-            rem[lid] = cap[lid] / weight[lid]
+            rem[lid] = pcap[lid] / ws[lid]
         for lo in range(0, nout, 16):
             for i in range(lo + 1, min(lo + 16, nout)):
                 lid = act[i]
@@ -533,14 +551,14 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         nout = 0
         for j in range(nl):
             lid = comp_links[j]
-            left[lid] = cap[lid]
+            left[lid] = pcap[lid]
             at[lid] = 0.0
             if ws[lid] > TINY_WEIGHT:
                 if active[lid] == 1:
                     act[nout] = lid          # act: fill_scan's scratch, free here
                     nout += 1
                 else:
-                    fk[n], fs[n] = cap[lid] / ws[lid], lid
+                    fk[n], fs[n] = pcap[lid] / ws[lid], lid
                     n += 1
         for i in range(n // 2 - 1, -1, -1):
             _lsift_at(fk, fs, n, i, fk[i], fs[i])
@@ -560,7 +578,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                     key = rem[l2]
                 if nfull == 0:
                     level = key
-                elif (key - level) * ws[l2] > SATURATED_RTOL * cap[l2]:
+                elif (key - level) * ws[l2] > SATURATED_RTOL * pcap[l2]:
                     break
                 full[nfull] = l2
                 nfull += 1
@@ -577,22 +595,26 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
     def set_rate(f: int, rate: float, now: float) -> None:
         """FluidNetwork._set_rate: f's links' `used`, its rate and wake-up."""
         old = fl_rate[f]
-        s = ch_shape[f]
-        for k in range(sh_ptr[s], sh_ptr[s + 1]):
-            lid = sh_lid[k]
-            used[lid] += sh_w[k] * (rate - old)
+        s = f * max_links
+        for k in range(s, s + ch_nl[f]):
+            lid = nd_lid[k]
+            used[lid] += nd_w[k] * (rate - old)
         fl_rate[f] = rate
+        st[N_SETRATE] += 1
         fl_ver[f] += 1
         if rate > 0:
             push_event(now + max(fl_rem[f], 0.0) / rate, FINISH, f, fl_ver[f])
 
-    def fill_rates(nl: int, nf: int, stamp: int) -> None:
+    def fill_rates(nl: int, nf: int, stamp: int, whole: bool) -> None:
         """The max-min problem of comp_links[:nl] over comp_flows[:nf] filled (by heap past
         HEAP_ABOVE_LINKS links): each flow's new rate in fl_new, scaled (a flow the filling
-        left unrated, bound by no link of the problem, at the highest level reached)."""
-        for j in range(nl):
-            lid = comp_links[j]
-            ws[lid] = weight[lid]
+        left unrated, bound by no link of the problem, at the highest level reached). `whole`:
+        each link's capacity and weight are its own (else the caller set pcap and ws)."""
+        if whole:
+            for j in range(nl):
+                lid = comp_links[j]
+                ws[lid] = weight[lid]
+                pcap[lid] = cap[lid]
         if nl > HEAP_ABOVE_LINKS:
             fill_heap(nl, stamp)
         else:
@@ -630,11 +652,11 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         last = ns
         for j in range(ns):
             f = started[j]
-            s = ch_shape[f]
-            for k in range(sh_ptr[s], sh_ptr[s + 1]):
-                lid = sh_lid[k]
+            s = f * max_links
+            for k in range(s, s + ch_nl[f]):
+                lid = nd_lid[k]
                 if active[lid] > 1:
-                    x = extra[lid] + sh_w[k] * fl_ceil[f]
+                    x = extra[lid] + nd_w[k] * fl_ceil[f]
                     extra[lid] = x
                     if used[lid] + x > cap[lid] * (1.0 - QUIET_MARGIN):
                         ok = False
@@ -643,9 +665,9 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 last = j + 1
                 break
         for j in range(last):                   # extra back to zero for the next instant
-            s = ch_shape[started[j]]
-            for k in range(sh_ptr[s], sh_ptr[s + 1]):
-                extra[sh_lid[k]] = 0.0
+            s = started[j] * max_links
+            for k in range(s, s + ch_nl[started[j]]):
+                extra[nd_lid[k]] = 0.0
         if not ok:
             return False
         now = tnow[0]
@@ -653,21 +675,6 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             f = started[j]
             set_rate(f, fl_ceil[f] * rate_scale, now)
         return True
-
-    def take(f: int, sid: int, top: int) -> int:
-        """FluidNetwork._local's take: f joins the set; its near-full links not seen go on
-        the stack; returns the stack's size."""
-        fl_in[f] = sid
-        comp_flows[st[NSTARTED]] = f          # NSTARTED: the set's size while solving
-        st[NSTARTED] += 1
-        s = ch_shape[f]
-        for k in range(sh_ptr[s], sh_ptr[s + 1]):
-            l2 = sh_lid[k]
-            if lseen[l2] != sid and used[l2] > cap[l2] * (1.0 - QUIET_MARGIN):
-                lseen[l2] = sid
-                lstack[top] = l2
-                top += 1
-        return top
 
     def push(lid: int, sid: int, top: int) -> int:
         if lseen[lid] != sid:
@@ -677,13 +684,23 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         return top
 
     def local(ns: int) -> bool:
-        """FluidNetwork._local: re-solve only the flows whose rates can move."""
+        """FluidNetwork._local: re-solve only the flows whose rates can move (the set grows
+        along the rates that change), in the same order, with the same arithmetic."""
         st[SID] += 1
         sid = st[SID]
-        st[NSTARTED] = 0
+        nf = 0
         top = 0
+        margin = 1.0 - QUIET_MARGIN
         for j in range(ns):
-            top = take(started[j], sid, top)
+            f = started[j]
+            fl_in[f] = sid
+            comp_flows[nf] = f
+            nf += 1
+            s = f * max_links
+            for k in range(s, s + ch_nl[f]):
+                lid = nd_lid[k]
+                if used[lid] > cap[lid] * margin:
+                    top = push(lid, sid, top)
         for j in range(st[NSEEDS]):
             top = push(seeds[j], sid, top)
         for _ in range(LOCAL_ROUNDS):
@@ -693,88 +710,102 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 while node >= 0:
                     f = node // max_links
                     if fl_in[f] != sid:
-                        top = take(f, sid, top)
+                        fl_in[f] = sid
+                        comp_flows[nf] = f
+                        nf += 1
                     node = node_next[node]
-            nf = st[NSTARTED]
             st[STAMP] += 1
             stamp = st[STAMP]
             nl = 0                            # fillable links of the set, in the order found
             for j in range(nf):
-                s = ch_shape[comp_flows[j]]
-                for k in range(sh_ptr[s], sh_ptr[s + 1]):
-                    lid = sh_lid[k]
+                f = comp_flows[j]
+                fl_stamp[f] = stamp
+                r = fl_rate[f]
+                s = f * max_links
+                for k in range(s, s + ch_nl[f]):
+                    lid = nd_lid[k]
                     if demand[lid] > slack_below[lid]:
+                        w = nd_w[k]
+                        node = k
+                        lnext[node] = -1
                         if seen[lid] != stamp:
                             seen[lid] = stamp
-                            lcount[lid] = 0
-                            act[nl] = lid
+                            lcount[lid] = 1
+                            ws[lid] = w
+                            lold[lid] = w * r
+                            lhead[lid] = node
+                            comp_links[nl] = lid
                             nl += 1
-                        lcount[lid] += 1
-            nc = 0
+                        else:
+                            lcount[lid] += 1
+                            ws[lid] += w
+                            lold[lid] += w * r
+                            lnext[ltail[lid]] = node
+                        ltail[lid] = node
+            nm = 0                            # mixed links: flows outside on them too
             for j in range(nl):
-                lid = act[j]
+                lid = comp_links[j]
+                incomp[lid] = stamp
                 if lcount[lid] == active[lid]:
-                    incomp[lid] = stamp
-                    comp_links[nc] = lid
-                    nc += 1
-            for j in range(nf):               # a flow that can fill no closed link: grow
-                s = ch_shape[comp_flows[j]]
-                a, b = sh_ptr[s], sh_ptr[s + 1]
-                shut = False
-                for k in range(a, b):
-                    if incomp[sh_lid[k]] == stamp:
-                        shut = True
-                        break
-                if not shut:
-                    for k in range(a, b):
-                        lid = sh_lid[k]
-                        if seen[lid] == stamp:
-                            top = push(lid, sid, top)
-            if top > 0:
-                continue
-            fill_rates(nc, nf, stamp)
-            nm = 0                            # mixed links (extra: their rate changes), in order
+                    pcap[lid] = cap[lid]
+                    ws[lid] = weight[lid]
+                    lcount[lid] = -1          # closed
+                else:
+                    x = cap[lid] - (used[lid] - lold[lid])
+                    pcap[lid] = x if x >= 0.0 else 0.0
+                    mixed[nm] = lid
+                    nm += 1
+                    lcount[lid] = 0           # then: 1 where a flow of the set moved on it
+            st[N_ROUNDS] += 1
+            st[N_SETFLOWS] += nf
+            st[N_SETLINKS] += nl
+            st[LOCAL_FILL] = 1
+            fill_rates(nl, nf, stamp, False)
+            st[LOCAL_FILL] = 0
+            if nl > HEAP_ABOVE_LINKS:
+                st[N_BIG] += 1
+                st[N_BIGFLOWS] += nf
+            for j in range(nm):
+                lold[mixed[j]] = -1.0         # then: the highest rate that froze on it
             for j in range(nf):
                 f = comp_flows[j]
-                s = ch_shape[f]
-                for k in range(sh_ptr[s], sh_ptr[s + 1]):
-                    lid = sh_lid[k]
-                    if seen[lid] == stamp and incomp[lid] != stamp:
-                        if done[lid] != -stamp:
-                            done[lid] = -stamp
-                            extra[lid] = 0.0
-                            full[nm] = lid
-                            nm += 1
-                        extra[lid] += sh_w[k] * (fl_new[f] - fl_rate[f])
+                if fl_rated[f] != stamp:
+                    return False              # a flow bound by no link of the problem
+                r = fl_new[f]
+                o = fl_rate[f]
+                moved = o <= 0 or abs(r - o) > RATE_RTOL * o
+                b = fl_bot[f]
+                s = f * max_links
+                for k in range(s, s + ch_nl[f]):
+                    lid = nd_lid[k]
+                    if seen[lid] == stamp and lcount[lid] >= 0:
+                        if moved:
+                            lcount[lid] = 1
+                        if b == lid and r > lold[lid]:
+                            lold[lid] = r
             for j in range(nm):
-                lid = full[j]
-                if used[lid] + extra[lid] > cap[lid] * (1.0 - QUIET_MARGIN):
+                lid = mixed[j]
+                if lcount[lid] > 0 and used[lid] > cap[lid] * margin:
                     top = push(lid, sid, top)
-                extra[lid] = 0.0
+                elif lold[lid] >= 0:
+                    bound = lold[lid] * (1.0 + RATE_RTOL)
+                    node = head[lid]
+                    while node >= 0:
+                        f = node // max_links
+                        st[N_WALKED] += 1
+                        if fl_stamp[f] != stamp and fl_rate[f] > bound:
+                            top = push(lid, sid, top)
+                            break
+                        node = node_next[node]
             if top > 0:
                 continue
             apply_rates(nf)
-            st[NSTARTED] = 0
             return True
-        st[NSTARTED] = 0
         return False
 
-    def settle() -> None:
-        """FluidNetwork.settle: re-solve the component this instant's changes reach (not at
-        all where they are quiet)."""
-        nd = st[NDIRTY]
-        if nd == 0:
-            return
-        ns = st[NSTARTED]
-        st[NSTARTED] = 0
-        loud = st[LOUD]
-        st[LOUD] = 0
-        if st[LOCAL_ON] != 0 and ((loud == 0 and quiet(ns)) or local(ns)):
-            st[NSEEDS] = 0
-            for j in range(nd):
-                dirty[dirty_list[j]] = 0
-            st[NDIRTY] = 0
-            return
+    def whole(nd: int) -> None:
+        """Re-solve the whole component this instant's changes reach."""
+        st[N_WHOLE] += 1
         st[NSEEDS] = 0
         st[STAMP] += 1
         stamp = st[STAMP]
@@ -802,9 +833,9 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                     fl_stamp[f] = stamp
                     comp_flows[nf] = f
                     nf += 1
-                    s = ch_shape[f]
-                    for k in range(sh_ptr[s], sh_ptr[s + 1]):
-                        l2 = sh_lid[k]
+                    s = f * max_links
+                    for k in range(s, s + ch_nl[f]):
+                        l2 = nd_lid[k]
                         if seen[l2] != stamp and demand[l2] > slack_below[l2]:
                             seen[l2] = stamp
                             lstack[top] = l2
@@ -812,8 +843,34 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 node = node_next[node]
         if nf == 0:
             return
-        fill_rates(nl, nf, stamp)
+        st[N_WHOLEFLOWS] += nf
+        fill_rates(nl, nf, stamp, True)
         apply_rates(nf)
+
+    def settle() -> None:
+        """FluidNetwork.settle: re-solve the component this instant's changes reach (not at
+        all where they are quiet; only the flows whose rates can move where it is local)."""
+        nd = st[NDIRTY]
+        if nd == 0:
+            return
+        ns = st[NSTARTED]
+        st[NSTARTED] = 0
+        loud = st[LOUD]
+        st[LOUD] = 0
+        if st[LOCAL_ON] != 0:
+            if loud == 0 and quiet(ns):
+                st[N_QUIET] += 1
+            elif local(ns):
+                st[N_LOCAL] += 1
+            else:
+                whole(nd)
+                return
+            st[NSEEDS] = 0
+            for j in range(nd):
+                dirty[dirty_list[j]] = 0
+            st[NDIRTY] = 0
+            return
+        whole(nd)
 
     if st[INIT] == 0:
         st[INIT] = 1
@@ -827,6 +884,10 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             return PAUSED
         if st[HSIZE] + 2 * n_ch + 2 > len(hk):
             return GROW
+        if st[LOCAL_ON] != 0 and hp[0] & 1 == FINISH and fl_ver[hp[0] >> 1] != hv[0]:
+            st[HSIZE] = _epop(hk, hp, hv, st[HSIZE])      # a stale wake-up opens no instant
+            st[N_STALE] += 1
+            continue
         t = hk[0]
         tnow[0] = t
         end = t + INSTANT_RTOL * max(t, 1.0)     # fluid.instant_end
@@ -837,14 +898,18 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 n += 1
                 st[HSIZE] = _epop(hk, hp, hv, st[HSIZE])
             _sort_round(bp, bv, tp, tv, n)
+            st[N_EVENTS] += n
             for j in range(n):
                 p, v = bp[j], bv[j]
                 c = p >> 1
                 if p & 1 == BEGIN:
                     if not transfer(c):
+                        st[N_EMPTYBEGIN] += 1
                         finished(c)            # nothing to move: ends at once
                 elif fl_ver[c] == v:
                     finish(c)
+                else:
+                    st[N_STALE] += 1
         settle()
         st[INSTANTS] += 1
     return DONE
