@@ -262,8 +262,7 @@ def _ptx(stages: int, ordering: Ordering, ptx: bool = False) -> str:
     sig = {k: "*bf16" for k in ptrs} | {
         "buf_deltas": "*i64", "sig_ptr": "*i32", "sig_deltas": "*i64", "epoch_ptr": "*i32",
         "err_ptr": "*i64", "ll_ptr": "*i64", "ll_deltas": "*i64", "rank": "i32", "rows": "i32",
-        "H": "i32", "stride": "i64", "eps": "fp32", "spin_limit": "i32", "ll_words": "i32",
-        "ll_pad": "i32"}
+        "H": "i32", "stride": "i64", "eps": "fp32", "spin_limit": "i32", "ll_words": "i32"}
     consts = {"W": 4, "G": 16, "STAGES": stages, "BLOCK_H": 4096, "LANES": 256,
               "RELEASE": ordering.release, "ACQUIRE": ordering.acquire,
               "ACQUIRE_ALL_THREADS": ordering.acquire_all_threads, "FIRST_PART": 0,

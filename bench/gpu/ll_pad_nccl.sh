@@ -3,6 +3,8 @@
 # LL area (HIERCOLL_FUSED_LL_PAD 0 / 32; hidden 4096, M = 1..32: every path of bench/fused_norm.py
 # --group), and issue 27's --inter-transport nccl on the 2-nodes-x-2 mapping in eager mode (a stress,
 # then the reduce-scatter bench with NCCL's warnings on). Usage: bash bench/gpu/ll_pad_nccl.sh
+# The padding knob (HIERCOLL_FUSED_LL_PAD) was removed after this A/B (padding lost): the first
+# half reproduces at e6db7cc, where the committed results came from; later commits ignore it.
 source bench/gpu/env.sh
 for pad in 0 32; do
   HIERCOLL_FUSED_LL_PAD=$pad timeout -k 5 110 torchrun --nproc-per-node 4 --master-port $((29500 + RANDOM % 1000)) bench/fused_norm.py --group --reps 30 --shapes 1,2,4,8,16,32 --hidden 4096 --out $OUT/ll-pad$pad > $OUT/ll-pad$pad.log 2>&1

@@ -47,7 +47,6 @@ from hiercoll.kernels.fused_norm_abi import (
     Ordering,
     ll_applies,
     ll_area_words,
-    ll_row_pad,
 )
 from hiercoll.kernels.ll import _pack, _store_word, _unpack, poll_words
 from hiercoll.kernels.program import (
@@ -243,7 +242,7 @@ def _rounded(x, FMT: tl.constexpr):
 
 
 @triton.jit
-def _ll_push(x_ptr, ll_ptr, ll_deltas, rank, e, p, r0, r1, HW, pitch, ll_words, wcols, wmask,
+def _ll_push(x_ptr, ll_ptr, ll_deltas, rank, e, p, r0, r1, HW, ll_words, wcols, wmask,
              W: tl.constexpr, WP: tl.constexpr, PTX: tl.constexpr):
     """LL: this CTA's rows of x, as 32-bit data words each stored with the call number in its
     high half (one 8-byte relaxed store: data and flag land together), into region
@@ -258,14 +257,13 @@ def _ll_push(x_ptr, ll_ptr, ll_deltas, rank, e, p, r0, r1, HW, pitch, ll_words, 
         v = tl.load(xw + offs, mask=wmask, other=0)
         word = (e.to(tl.int64) << 32) | (v.to(tl.int64) & 4294967295)
         live = peer[:, None] & wmask[None, :]
-        at = r * pitch + wcols
-        _store_word(ll_ptr + base[:, None] + at[None, :], tl.broadcast_to(word[None, :], live.shape),
+        _store_word(ll_ptr + base[:, None] + offs[None, :], tl.broadcast_to(word[None, :], live.shape),
                     live, PTX)
 
 
 @triton.jit
 def _ll_reduce(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, ll_ptr, rank, e, p, r0, r1, H, HW,
-               pitch, eps, ll_words, wcols, wmask, spin_limit, err_ptr, cta, W: tl.constexpr,
+               eps, ll_words, wcols, wmask, spin_limit, err_ptr, cta, W: tl.constexpr,
                WP: tl.constexpr, FMT: tl.constexpr, PTX: tl.constexpr):
     """LL: this CTA's rows: every peer's words polled from my own LL area at once (the poll is
     the wait: the word checked is the data used, so no acquire), summed with my own x over
@@ -283,8 +281,7 @@ def _ll_reduce(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, ll_ptr, rank, e, p, 
     for r in range(r0, r1):
         offs = r * HW + wcols
         live = peer[:, None] & wmask[None, :]
-        at = r * pitch + wcols
-        v = _poll_peers(ll_ptr + src[:, None] + at[None, :], live, e, spin_limit, err_ptr, cta,
+        v = _poll_peers(ll_ptr + src[:, None] + offs[None, :], live, e, spin_limit, err_ptr, cta,
                         WP, PTX)
         mine = tl.load(xw + offs, mask=wmask, other=0)
         words = tl.where((k == rank)[:, None], mine[None, :], v.to(tl.int32))
@@ -303,10 +300,10 @@ def _ll_reduce(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, ll_ptr, rank, e, p, 
         tl.store(ow + offs, _pack(r_lo * inv * w_lo, r_hi * inv * w_hi, FMT), mask=wmask)
 
 
-@triton.jit(do_not_specialize=["rank", "rows", "stride", "spin_limit", "ll_words", "ll_pad"])
+@triton.jit(do_not_specialize=["rank", "rows", "stride", "spin_limit", "ll_words"])
 def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf_deltas, sig_ptr,
                        sig_deltas, epoch_ptr, err_ptr, ll_ptr, ll_deltas, rank, rows, H, stride,
-                       eps, spin_limit, ll_words, ll_pad,
+                       eps, spin_limit, ll_words,
                        W: tl.constexpr, G: tl.constexpr, STAGES: tl.constexpr,
                        BLOCK_H: tl.constexpr, LANES: tl.constexpr, WP: tl.constexpr,
                        RB: tl.constexpr, RBG: tl.constexpr, RELEASE: tl.constexpr = True, ACQUIRE: tl.constexpr = True,
@@ -319,18 +316,17 @@ def _fused_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, buf_ptr, buf
     if STAGES == LL_STAGE_:
         # LL (fused_norm_abi): 1-stage's rows, moved as flagged words; no signal, no barrier
         HW = stride.to(tl.int64) * 0 + H // 2     # words per row, int64 (offsets may pass 2**31)
-        pitch = HW + ll_pad                       # words per row in the LL area
         wcols = tl.arange(0, BLOCK_H // 2)
         wmask = wcols < HW
         r0, r1 = _split(0, rows, G, c)
         if FIRST_PART <= 0:
-            _ll_push(x_ptr, ll_ptr, ll_deltas, rank, e, p, r0, r1, HW, pitch, ll_words, wcols,
-                     wmask, W, WP, PTX)
+            _ll_push(x_ptr, ll_ptr, ll_deltas, rank, e, p, r0, r1, HW, ll_words, wcols, wmask,
+                     W, WP, PTX)
         if LAST_PART >= 1:
             if FIRST_PART <= 1:
                 _ll_reduce(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, ll_ptr, rank, e, p, r0,
-                           r1, H, HW, pitch, eps, ll_words, wcols, wmask, spin_limit, err_ptr, c,
-                           W, WP, FMT, PTX)
+                           r1, H, HW, eps, ll_words, wcols, wmask, spin_limit, err_ptr, c, W,
+                           WP, FMT, PTX)
             tl.store(epoch_ptr + c, e)
         return
     lanes = tl.arange(0, LANES)
@@ -443,8 +439,7 @@ def launch(state: FusedNormState, x: torch.Tensor, residual: torch.Tensor, weigh
     ptx = uses_ptx(interpret)
     args = (x, residual, weight, out, res_out, state.buf, state.buf_deltas, state.sig,
             state.sig_deltas, state.epoch, state.err, state.ll, state.ll_deltas, state.rank, rows,
-            hidden, state.stride, float(eps), spin_limit, LL_WORDS, ll_row_pad(), state.world,
-            state.grid,
+            hidden, state.stride, float(eps), spin_limit, LL_WORDS, state.world, state.grid,
             stages, block_h, 32 * NUM_WARPS, wp, rb, rbg, ordering.release, ordering.acquire,
             ordering.acquire_all_threads, parts[0], parts[1], ptx,
             _FMT.get(x.dtype, 0) if ll else 0)
@@ -481,12 +476,12 @@ def _shape_constants(hidden: int, world: int) -> tuple[int, int, int, int]:
 def _binary_key(args: tuple[Any, ...]) -> tuple[object, ...]:
     """What the JIT specialises `args` on (`launch`'s argument order): every tensor's device,
     dtype and 16-byte alignment, the do-not-specialise integers' width (int32 or int64), and by
-    value `hidden` and everything after `ll_pad` (world, grid and the constexprs); `eps` is
+    value `hidden` and everything after `ll_words` (world, grid and the constexprs); `eps` is
     a float the JIT does not specialise."""
     tensors = args[:_TENSORS]
-    rank, rows, hidden, stride, _eps, spin, ll_words, ll_pad = args[_TENSORS:_TENSORS + 8]
+    rank, rows, hidden, stride, _eps, spin, ll_words = args[_TENSORS:_TENSORS + 7]
     x = tensors[0]      # the binary's device (the JIT compiles for the current one)
     return (torch.cuda.current_device() if x.is_cuda else -1,
             tuple((t.device, t.dtype, t.data_ptr() % 16 == 0) for t in tensors),
             rank in _INT32, rows in _INT32, stride in _INT32, spin in _INT32,
-            ll_words in _INT32, ll_pad in _INT32, hidden, *args[_TENSORS + 8:])
+            ll_words in _INT32, hidden, *args[_TENSORS + 7:])

@@ -40,8 +40,6 @@ phase-1 signal says so; the 1-stage kernel needs both, see the emulator's test.)
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass
 
 
@@ -93,25 +91,10 @@ def num_slots(grid: int, world: int) -> int:
 REGIONS = 4         # X[2], S[2]
 LL_STAGE = 3        # the LL form of 1-stage (`stage=3`)
 LL_MAX_ELEMENTS = 1 << 17   # the largest x (elements) the LL form takes
-LL_WORDS = LL_MAX_ELEMENTS // 2 + 4096   # 8-byte words of one (parity, source) region: x's
-#                                          words, and room for the rows' padding
-LL_ROW_PAD = 0      # words between a row's last word and the next row's first in the LL area
-
-
-@functools.cache
-def ll_row_pad() -> int:
-    """Words of padding after each row in the LL area (HIERCOLL_FUSED_LL_PAD overrides
-    LL_ROW_PAD, for A/B runs; every rank must see the same value). Suspected after one 4 x H200
-    run (M = 8, 16 at hidden 4096: 13.0 / 12.9 us, rows 16 KiB apart, against 9.8 at M = 16 of
-    hidden 2880) and measured in the next, one run with both (bench/results/gpu/fused_norm_multi/
-    ll-w4/pad-ab): 32 words did not help (M = 1..16: 9.9-11.2 us padded, 8.2-10.3 not), and the
-    slow M = 8, 16 did not come back unpadded: that run's spread, not the layout. Default none."""
-    return int(os.environ.get("HIERCOLL_FUSED_LL_PAD", LL_ROW_PAD))
-
-
-def ll_pitch(hidden: int) -> int:
-    """Words from one row's start to the next's in the LL area."""
-    return hidden // 2 + ll_row_pad()
+LL_WORDS = LL_MAX_ELEMENTS // 2     # 8-byte words of one (parity, source) region
+# No padding between rows in the LL area: 32 words a row were tried on 4 x H200 (one run, both
+# ways, e6db7cc, bench/results/gpu/fused_norm_multi/ll-w4/pad-ab) and made every shape slower
+# (M = 1..16 at hidden 4096: 9.3-11.2 us padded, 8.2-10.3 not).
 
 
 def parts(stages: int) -> int:
@@ -128,14 +111,18 @@ def ll_area_words(world: int) -> int:
 def ll_word(parity: int, src: int, row: int, col: int, hidden: int, world: int) -> int:
     """Index (8-byte words) in the receiver's LL area of the word holding elements `col` (even)
     and `col + 1` of row `row` of rank `src`'s x in a call of parity `parity`."""
-    return (parity * world + src) * LL_WORDS + row * ll_pitch(hidden) + col // 2
+    return (parity * world + src) * LL_WORDS + (row * hidden + col) // 2
+
+
+def ll_max_rows(hidden: int) -> int:
+    """The most rows of `hidden` elements the LL form takes (x within LL_MAX_ELEMENTS)."""
+    return LL_MAX_ELEMENTS // max(hidden, 1)
 
 
 def ll_applies(rows: int, hidden: int, itemsize: int) -> bool:
     """Whether the LL form can run a call: 16-bit elements (two to a word), whole words per row,
-    and x (its rows padded) within the LL area."""
-    return (itemsize == 2 and hidden % 2 == 0 and rows * hidden <= LL_MAX_ELEMENTS
-            and rows * ll_pitch(hidden) <= LL_WORDS)
+    and at most `ll_max_rows` rows."""
+    return itemsize == 2 and hidden % 2 == 0 and rows <= ll_max_rows(hidden)
 
 
 @dataclass(frozen=True)

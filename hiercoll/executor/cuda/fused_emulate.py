@@ -289,7 +289,7 @@ class _Emulator:
 
 def _ll_index(parity: int, src: int, row: int, col: int, hidden: int, world: int) -> int:
     """An element's LL slot (one word per element here: the model has no packing)."""
-    return ll_word(parity, src, row, 2 * col, 2 * hidden, world)
+    return ll_word(parity, src, row, 2 * col, 2 * hidden, world)   # two elements a word there
 
 
 def _span(rows: tuple[int, int]) -> tuple[int, int]:

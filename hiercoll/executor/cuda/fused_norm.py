@@ -28,15 +28,13 @@ from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, torch
 from hiercoll.kernels.fused_norm import FusedNormState, launch
 from hiercoll.kernels.fused_norm_abi import (
     ERR_WORDS,
-    LL_MAX_ELEMENTS,
     LL_STAGE,
-    LL_WORDS,
     REGIONS,
     SAFE,
     Ordering,
     ll_applies,
     ll_area_words,
-    ll_pitch,
+    ll_max_rows,
     num_slots,
     parts,
 )
@@ -241,7 +239,7 @@ def fused_add_rms_norm(ctx: FusedNormContext, x: torch.Tensor, residual: torch.T
         return unfused(ctx, x, residual, weight, eps, out, res_out)
     out = torch.empty_like(x) if out is None else out
     res_out = torch.empty_like(x) if res_out is None else res_out
-    state = reserve(ctx, rows, hidden, x.dtype)
+    state = reserve(ctx, rows, hidden, x.dtype, stages)
     launch(state, x, residual, weight.to(x.dtype).contiguous(), out, res_out, eps, stages,
            spin_limit=spin_limit, ordering=ordering)
     return out, res_out
@@ -261,11 +259,6 @@ def check_ll(rows: int, hidden: int, itemsize: int) -> None:
         raise HiercollError(f"fused_add_rms_norm: stage {LL_STAGE} (LL) runs bf16/fp16 with an "
                             f"even hidden and at most {ll_max_rows(hidden)} rows of {hidden}; "
                             f"got [{rows}, {hidden}] of {8 * itemsize}-bit elements: use stage 1")
-
-
-def ll_max_rows(hidden: int) -> int:
-    """The most rows of `hidden` the LL form takes (`ll_applies`)."""
-    return min(LL_MAX_ELEMENTS // max(hidden, 1), LL_WORDS // ll_pitch(hidden))
 
 
 def unfused(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -308,18 +301,17 @@ def _two_shot_buffer(ctx: FusedNormContext, numel: int, dtype: torch.dtype) -> t
     first use: collective, every rank takes the fallback for the same shape), or None where
     torch's kernel does not take the call or a buffer cannot be made now (inside a graph
     capture: the NCCL path then)."""
-    if ctx.device.type != "cuda" or not hasattr(torch.ops, "symm_mem"):
-        return None
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if numel * itemsize > TWO_SHOT_MAX_BYTES or not torch_symm_fits(numel * itemsize, dtype,
-                                                                     ctx.world_size):
-        return None
     f = _fused_for(ctx)
     buf = f.two_shot.get((numel, dtype))
-    if buf is None:
-        if torch.cuda.is_current_stream_capturing():
-            return None
-        buf = f.two_shot[(numel, dtype)] = allocate(numel, dtype, ctx.device, ctx.group).tensor
+    if buf is not None:          # a call's fallback after its first: one dict lookup
+        return buf
+    if ctx.device.type != "cuda" or not hasattr(torch.ops, "symm_mem"):
+        return None
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if (nbytes > TWO_SHOT_MAX_BYTES or not torch_symm_fits(nbytes, dtype, ctx.world_size)
+            or torch.cuda.is_current_stream_capturing()):
+        return None
+    buf = f.two_shot[(numel, dtype)] = allocate(numel, dtype, ctx.device, ctx.group).tensor
     return buf
 
 
