@@ -10,7 +10,7 @@ every candidate set of costs (`simulate(..., costs_from=...)`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from hiercoll.calibration.measurements import Measurement
 from hiercoll.collectives import CollectiveSpec, valid_nbytes
@@ -159,11 +159,9 @@ def timed(schedule: Schedule, topology: Topology, knobs: Mapping[str, object]) -
         return Merged(schedule, 0)
     # rows of kernels before the merge (they carry no `max_ctas`: both came with cb2728e) ran
     # every copy as a row of its own
-    ran = merged_rows(lowered(schedule, topology, knobs), _ce_threshold(topology, knobs),
-                      _inter_peer(knobs), merge="max_ctas" in knobs)
-    if not (knobs.get("fuse", True) and knobs.get("single_stream", True)):
-        return replace(ran, barrier_rows=0)     # barriers are launches of their own there
-    return ran
+    return merged_rows(lowered(schedule, topology, knobs), _ce_threshold(topology, knobs),
+                       _inter_peer(knobs), merge="max_ctas" in knobs,
+                       one_kernel=bool(knobs.get("fuse", True) and knobs.get("single_stream", True)))
 
 
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:

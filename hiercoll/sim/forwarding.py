@@ -184,7 +184,7 @@ def as_timed(schedule: Schedule, ce_threshold_bytes: int, inter_peer: bool = Fal
 
 
 def merged_rows(lowered: Schedule, ce_threshold_bytes: int, inter_peer: bool = False,
-                merge: bool = True) -> Merged:
+                merge: bool = True, one_kernel: bool = True) -> Merged:
     """A lowered schedule with the result copies its rows take as more destinations moved
     beside those rows (`row_merge`, timing only), and how many rows the busiest rank's kernel
     walks. Rows are the ops the lowering runs on SMs over peer mappings; `merge` off: a
@@ -192,7 +192,8 @@ def merged_rows(lowered: Schedule, ce_threshold_bytes: int, inter_peer: bool = F
     from hiercoll.sim.engine import on_copy_engine
     itemsize = lowered.spec.dtype.itemsize
     return merge_result_copies(lowered, lambda op: merge and _over_peer_mappings(op, inter_peer)
-                               and not on_copy_engine(op, itemsize, ce_threshold_bytes))
+                               and not on_copy_engine(op, itemsize, ce_threshold_bytes),
+                               one_kernel)
 
 
 def as_timed_ll(schedule: Schedule) -> Schedule:

@@ -39,15 +39,18 @@ class Merged:
     #                         rows of their own (`barrier_rows`), on the rank with the most
 
 
-def merge_result_copies(schedule: Schedule, on_sms: Callable[[Op], bool]) -> Merged:
+def merge_result_copies(schedule: Schedule, on_sms: Callable[[Op], bool],
+                        one_kernel: bool = True) -> Merged:
     """`schedule` with every result copy the lowering folds into its row moved beside it
-    (above); `on_sms(op)`: whether the lowering runs `op` as a row of its kernel."""
+    (above); `on_sms(op)`: whether the lowering runs `op` as a row of its kernel;
+    `one_kernel`: whether the lowering's knobs fuse a call into one kernel where every op is a
+    row (its barriers then are rows too: `barrier_rows`)."""
     isz = schedule.spec.dtype.itemsize
     depth = _depths(schedule)
     out: list[tuple[Op, ...]] = []
     rows = 0
     moved = False
-    fused = all(on_sms(op) for op in schedule.ops())
+    fused = one_kernel and all(on_sms(op) for op in schedule.ops())
     barriers = 0
     for r in range(schedule.world_size):
         ops = schedule.rank_ops(r)
