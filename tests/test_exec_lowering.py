@@ -489,3 +489,37 @@ def test_a_copy_folds_into_a_row_only_where_its_stores_meet_nothing_else_of_the_
     out = push(big, Addr(0, 0), Addr(1, 0))
     assert [len(_merge_result_copies([p, out], 2, 0)) for p in (local, pulled, bigred)] == [1, 2, 2]
 
+
+
+def test_the_nccl_transport_warms_up_one_exchange_with_every_net_peer(monkeypatch):
+    """Before any call, each rank exchanges a few bytes with every rank its net stream sends to
+    or receives from, in one batch (NCCL's send/recv kernel loaded before the row kernels spin
+    on a receive: without it every nccl-transport call hung on 4 x H200)."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from hiercoll.executor.cuda import backend
+    s = plan(_topo(2, 2), _spec("reduce_scatter", 4, 8), "hier").expand()
+    posted: list[tuple[object, int]] = []
+
+    class Work:
+        def wait(self) -> None:
+            pass
+
+    def batch(ops):  # type: ignore[no-untyped-def]
+        posted.extend((op.op, op.peer) for op in ops)
+        return [Work() for _ in ops]
+    monkeypatch.setattr(dist, "batch_isend_irecv", batch)
+    monkeypatch.setattr(dist, "P2POp", lambda op, tensor, peer, group: SimpleNamespace(
+        op=op, peer=peer))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    for rank in range(4):
+        posted.clear()
+        program = lower(s, rank, NET)
+        peers = {x.peer for x in program.net if isinstance(x, (SendLaunch, RecvLaunch))}
+        assert peers == {rank ^ 2}           # the same local rank on the other node
+        backend._warm_up_net(program, torch.device("cpu"), None)
+        assert sorted(posted, key=lambda p: p[0] is dist.irecv) == [
+            (dist.isend, rank ^ 2), (dist.irecv, rank ^ 2)]
