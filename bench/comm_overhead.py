@@ -7,7 +7,10 @@ over `--reps` replays, slowest rank:
 - `comm`: `comm.all_reduce(x)`, in place, with the communicator's own choice of plan (copy into
   its pool, the plan, copy out; or the library call on the caller's tensor);
 - `plan`: the same prepared plan run on its own symmetric buffers (no copies): the floor;
-- `comm - plan`: the communicator's overhead per call (the issue asks <= 1 us below 1 MiB).
+- `comm - plan`: the communicator's overhead per call (the issue asks <= 1 us below 1 MiB);
+- `empty`: `comm.all_reduce(y)` on `y = comm.empty(...)` (zero-copy: the plan rebased onto `y`,
+  in place where the kernels are safe so; `path` says which ran: rebased, LL (any tensor is
+  zero-copy), or copies), and `empty - plan`.
 
     torchrun --nproc-per-node 2 bench/comm_overhead.py --topology bench/gpu/topologies/h200x2.yaml \\
         --out DIR
@@ -53,12 +56,27 @@ def _plan_alone(comm: Any) -> tuple[Any, str]:
     return (lambda: entry.backend.run(prepared, inp, out)), entry.algorithm
 
 
-def _check(comm: Any, size: int, calls: int = 20) -> dict[str, Any]:
+def _empty_path(comm: Any) -> str:
+    """How the last call on an empty() tensor ran: rebased onto it, LL, or with copies."""
+    entry = list(comm.plans.values())[-1]
+    if not entry.pooled:
+        return "library"
+    if entry.prepared.program.ll_half:
+        return "LL"
+    twins = [t for (prepared, t) in comm._rebased.values() if prepared is entry.prepared]
+    return "rebased" if twins and twins[-1] is not None else "copies"
+
+
+def _check(comm: Any, size: int, calls: int = 20, into: Any = None) -> dict[str, Any]:
     """The communicator's in-place result against an fp32 all-reduce of the same inputs, fresh
-    random inputs each call (timing runs reuse one tensor, so they prove nothing)."""
+    random inputs each call (timing runs reuse one tensor, so they prove nothing). `into`: the
+    empty() tensor the inputs are written to (the zero-copy path), else a fresh tensor."""
     worst, bound = 0.0, 0.0
     for _ in range(calls):
         x = torch.randn(size // 2, dtype=torch.bfloat16, device="cuda")
+        if into is not None:
+            into.copy_(x)
+            x = into
         want = x.float()
         dist.all_reduce(want)
         comm.all_reduce(x)
@@ -96,6 +114,15 @@ def main() -> None:
             row["plan_us"] = _time_graph(run_plan, args.calls, args.reps)
             row["overhead_us"] = round(row["comm_us"] - row["plan_us"], 2)
         row.update(_check(comm, size))
+        y = comm.empty(size // 2, dtype=torch.bfloat16)
+        y.copy_(x)
+        comm.all_reduce(y)                       # its plan and rebased call, before capture
+        torch.cuda.synchronize()
+        row["empty_path"] = _empty_path(comm)
+        row["empty_us"] = _time_graph(lambda t=y: comm.all_reduce(t), args.calls, args.reps)
+        if run_plan is not None:
+            row["empty_overhead_us"] = round(row["empty_us"] - row["plan_us"], 2)
+        row["empty_ok"] = _check(comm, size, into=y)["ok"]
         rows.append(row)
         if dist.get_rank() == 0:
             print(json.dumps(row), flush=True)
@@ -106,11 +133,14 @@ def main() -> None:
                  f"`{meta['command']}`, {meta['date']}, git {meta['git_sha']}. Graph of "
                  f"{args.calls} calls, p50 per call over {args.reps} replays, slowest rank.", "",
                  "| size | plan | NCCL us | comm.all_reduce us | plan alone us | overhead us | "
-                 "right (20 fresh calls) |", "|---|---|---|---|---|---|---|"]
+                 "on comm.empty us (path) | its overhead us | right (20 fresh calls each) |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {format_size(r['bytes'])} | {r['algorithm']} | {r['nccl_us']} | "
                          f"{r['comm_us']} | {r.get('plan_us', '-')} | {r.get('overhead_us', '-')} | "
-                         f"{r['ok']} (max err {r['max_err']:.3g}) |")
+                         f"{r['empty_us']} ({r['empty_path']}) | "
+                         f"{r.get('empty_overhead_us', '-')} | "
+                         f"{r['ok'] and r['empty_ok']} (max err {r['max_err']:.3g}) |")
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "comm_overhead.json", json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -128,15 +128,17 @@ def random_group_reduce(world: int, seed: int, max_size: int = 6) -> GroupSplits
     return transpose(random_group_cast(world, seed, max_size))
 
 
-def check_emulation(schedule: Any, opts: Any, seed: int, calls: int = 3) -> None:
+def check_emulation(schedule: Any, opts: Any, seed: int, calls: int = 3,
+                    in_place: bool = False) -> None:
     """Every rank's lowered cuda program run by the CPU emulator (random interleavings) over
-    `calls` calls with fresh random inputs, each output within the dtype's bound of numpy's."""
+    `calls` calls with fresh random inputs, each output within the dtype's bound of numpy's.
+    `in_place`: each rank's output is its input (one tensor)."""
     from hiercoll.executor.cuda import emulate as emu
     spec = schedule.spec
     rng = np.random.default_rng(seed)
     ins = [random_inputs(spec, rng) for _ in range(calls)]
     before = [initial_outputs(spec, rng) for _ in range(calls)]
-    outs = emu.emulate(schedule, ins, before, opts, seed=seed)
+    outs = emu.emulate(schedule, ins, before, opts, seed=seed, in_place=in_place)
     for c in range(calls):
         exp = reference(spec, ins[c], before[c])
         for r in range(spec.world_size):

@@ -479,6 +479,50 @@ def test_a_topology_of_another_size_is_refused_in_one_line(w2: list[dict[str, An
 
 
 # ---- GPUs (the lead runs these; skipped on CPU) ----------------------------------------------
+def _zero_copy(dev: Any, world: int) -> list[list[Any]]:
+    """Calls on comm.empty tensors: (case, right against NCCL on fresh inputs eager and from a
+    replayed graph, ran rebased onto the tensors) for plans safe in place and not."""
+    import torch.distributed as dist
+
+    from hiercoll.torch import Communicator
+    results = []
+    n = 1 << 19
+    for algo in ("ring", "two_shot", "direct"):
+        scatter = algo != "two_shot"            # two_shot is an all_reduce plan only
+        with Communicator(algorithm=algo, cuda_options={"protocol": "simple"}) as comm:
+            y = comm.empty(n, dtype=torch.bfloat16)
+            rs_in, rs_out = comm.empty(world, n // world), comm.empty(n // world)
+            ok = True
+            graph = None
+            for call in range(4):
+                x = torch.randn(n, device=dev).bfloat16()
+                xs = torch.randn(world * (n // world), device=dev).bfloat16()
+                y.copy_(x)
+                rs_in.view(-1).copy_(xs)
+                if call == 2:                 # capture after eager calls prepared everything
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
+                        comm.all_reduce(y)
+                        if scatter:
+                            comm.reduce_scatter_tensor(rs_out, rs_in)
+                    y.copy_(x)
+                if graph is None:
+                    comm.all_reduce(y)
+                    if scatter:
+                        comm.reduce_scatter_tensor(rs_out, rs_in)
+                else:
+                    graph.replay()
+                want, want_rs = x.float(), torch.empty(n // world, device=dev)
+                dist.all_reduce(want)
+                dist.reduce_scatter_tensor(want_rs, xs.float())
+                torch.cuda.synchronize()
+                ok = ok and _close(y, want.bfloat16(), torch.bfloat16) and (
+                    not scatter or _close(rs_out, want_rs.bfloat16(), torch.bfloat16))
+            twins = [t is not None for _, t in comm._rebased.values()]
+            results.append([algo, ok, twins])
+    return results
+
+
 def _gpu_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     from hiercoll.harness.launch import set_safe_cuda_env
     set_safe_cuda_env()
@@ -520,6 +564,7 @@ def _gpu_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
             work.wait()
             torch.cuda.synchronize()
             out["async"] = work.is_completed()
+        out["empty"] = _zero_copy(dev, world)
         if world == 4:
             tps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
             with Communicator(group=tps[rank // 2]) as sub:
@@ -570,4 +615,9 @@ def test_gpu_communicator_on_every_visible_gpu() -> None:
         assert _failures(ranks, "tp") == []
     for r in ranks:
         assert r["graph"] is True and r["async"] is True
+        # ring and two_shot run rebased onto the empty() tensors (all_reduce in place,
+        # reduce_scatter in and out); direct's all_reduce is not safe in place (copies), its
+        # reduce_scatter is rebased
+        assert r["empty"] == [["ring", True, [True, True]], ["two_shot", True, [True]],
+                              ["direct", True, [False, True]]], r["empty"]
         assert r["pool"][0] == r["pool"][1] and r["pool"][2] == r["pool"][3]

@@ -16,13 +16,23 @@
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from hiercoll.errors import ScheduleError
-from hiercoll.schedule import OUTPUT, Op, OpRef, Schedule, predecessor_map, topological_order
+from hiercoll.schedule import (
+    INPUT,
+    OUTPUT,
+    ExpandedOps,
+    Op,
+    OpRef,
+    Region,
+    Schedule,
+    predecessor_map,
+    topological_order,
+)
 from hiercoll.sim.reduction_order import check_reduction_order
 from hiercoll.sim.symbolic import Content, SymbolicMemory, expected_output
 
@@ -243,26 +253,61 @@ class _AccessMap:
             self.reads[k] = (*kept, acc)
 
 
+# ---- in place --------------------------------------------------------------------------------
+def in_place_problems(schedule: Schedule) -> list[str]:
+    """Why the plan is not right when each rank's output IS its input (the caller's one tensor,
+    e.g. `Communicator.all_reduce(t)` on a `comm.empty` tensor run without copies), or [] when it
+    is. Checked on the schedule with every output region renamed onto the input: no race there
+    (a peer's read of an input element ordered before this rank overwrites it) and the input
+    ends holding the collective's output. A lowering that honours every dependency then runs it
+    right in place too (the emulator's `in_place` checks the lowered program the same way)."""
+    spec, w = schedule.spec, schedule.world_size
+    if spec.accumulates_output:
+        return [f"{spec.kind.value}: adds into the output's prior values, which in place are "
+                "the input"]
+    for r in range(w):
+        if spec.input_count(r) != spec.output_count(r):
+            return [f"rank {r}: input {spec.input_count(r)} and output {spec.output_count(r)} "
+                    "elements differ"]
+
+    def onto_input(reg: Region) -> Region:
+        return reg if reg.buffer != OUTPUT else Region(reg.rank, INPUT, reg.offset, reg.count)
+    ops = tuple(tuple(replace(op, dst=onto_input(op.dst), srcs=tuple(map(onto_input, op.srcs)))
+                      for op in schedule.rank_ops(r)) for r in range(w))
+    bufs = tuple({k: v for k, v in schedule.buffers(r).items() if k != OUTPUT} for r in range(w))
+    aliased = Schedule(schedule.meta, ExpandedOps(ops, bufs))
+    try:
+        order = topological_order(aliased)
+    except ScheduleError as exc:
+        return [f"deadlock: {exc}"]
+    notes: list[str] = []
+    problems = find_races(aliased, order, notes)
+    if notes:
+        return notes
+    return problems or check_postcondition(aliased, order, result=INPUT)
+
+
 # ---- postcondition ----------------------------------------------------------------------------
-def check_postcondition(schedule: Schedule, order: list[Op]) -> list[str]:
+def check_postcondition(schedule: Schedule, order: list[Op], result: str = OUTPUT) -> list[str]:
+    """`result`: the buffer that must end holding the output (INPUT for an in-place check)."""
     spec = schedule.spec
     mem: SymbolicMemory[Content] = SymbolicMemory(
         spec, [schedule.buffers(r) for r in range(schedule.world_size)])
     last_writer: dict[tuple[int, str], list[tuple[int, int, str]]] = {}
     for op in order:
         mem.run(op)
-        if op.dst.buffer == OUTPUT:
-            last_writer.setdefault((op.dst.rank, OUTPUT), []).append(
+        if op.dst.buffer == result:
+            last_writer.setdefault((op.dst.rank, result), []).append(
                 (op.dst.offset, op.dst.offset + op.dst.count, op.id))
     problems = []
     for r in range(schedule.world_size):
         want = expected_output(spec, r)
-        got = mem.bufs[r][OUTPUT]
+        got = mem.bufs[r][result]
         for lo, hi, g in got.read(0, got.size):
             for a, b, w in want.read(lo, hi):
                 if g != w:
                     problems.append(_describe(r, a, b, got=g, want=w,
-                                              writers=last_writer.get((r, OUTPUT), [])))
+                                              writers=last_writer.get((r, result), [])))
                     break
             if problems and len(problems) >= MAX_PROBLEMS:
                 return problems

@@ -128,6 +128,9 @@ class Communicator:
         self.plans: PlanCache[_Entry] = PlanCache(max_plans)
         self._stream: Any = torch.cuda.Stream(device=self._device) if on_gpu else None
         self._extra: list[Any] = []       # allocations made through symmetric() (fused kernel)
+        self._user: list[Any] = []        # the ones empty() handed out (zero-copy calls)
+        # (plan key, where input and output live) -> (the plan's prepared call, its rebased twin)
+        self._rebased: dict[Any, tuple[Any, Any]] = {}
         self._direct_calls: dict[Any, Callable[[torch.Tensor, torch.Tensor], None]] = {}
         self._closed = False
 
@@ -168,13 +171,35 @@ class Communicator:
         self._extra.append(alloc)
         return alloc
 
+    def empty(self, *size: int | tuple[int, ...], dtype: torch.dtype = torch.bfloat16
+              ) -> torch.Tensor:
+        """A tensor in this communicator's symmetric memory, like torch's `symm_mem.empty`
+        (collective: every rank of the group, same order, same size). Collectives on it skip the
+        copies into and out of the plans' buffers: the plan's rows read and write it where it
+        is (`all_reduce(t)` in place where the plan's kernels are safe so, which
+        `lowering.runs_in_place` checks; else it copies as for any tensor). Every rank must pass
+        the same tensor of its allocation (the same offset), as with torch's symmetric memory.
+        Freed at close(). On gloo (or the library backend) a plain tensor: nothing to skip."""
+        self._check_open()
+        shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) \
+            else tuple(int(x) for x in size)          # type: ignore[arg-type]
+        if not self._symmetric:
+            return torch.empty(shape, dtype=dtype, device=self._device)
+        numel = 1
+        for x in shape:
+            numel *= int(x)
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        alloc = self.symmetric(align(max(nbytes, 16)))
+        self._user.append(alloc)
+        return alloc.tensor[:nbytes].view(dtype).view(shape)
+
     # ---- collectives ----------------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, op: Any = ReduceOp.SUM,
                    async_op: bool = False) -> Work | None:
         """In place, like dist.all_reduce."""
         flat = self._flat(tensor, "tensor")
         n = flat.numel()
-        b = self._bucket(n)
+        b = self._bucket(n, flat)
 
         def pack(inp: torch.Tensor, out: torch.Tensor) -> None:
             inp[:n].copy_(flat)
@@ -194,7 +219,7 @@ class Communicator:
         if in_flat.numel() != w * m:
             raise HiercollError(f"input: {in_flat.numel()} elements, needs world_size x output "
                                 f"= {w} x {m}")
-        b = self._bucket(m)
+        b = self._bucket(m, in_flat, out_flat)
 
         def pack(inp: torch.Tensor, out: torch.Tensor) -> None:
             inp.view(w, b)[:, :m].copy_(in_flat.view(w, m))
@@ -214,7 +239,7 @@ class Communicator:
         if out_flat.numel() != w * m:
             raise HiercollError(f"output: {out_flat.numel()} elements, needs world_size x input "
                                 f"= {w} x {m}")
-        b = self._bucket(m)
+        b = self._bucket(m, in_flat, out_flat)
 
         def pack(inp: torch.Tensor, out: torch.Tensor) -> None:
             inp[:m].copy_(in_flat)
@@ -240,7 +265,7 @@ class Communicator:
             raise HiercollError(f"input/output: {in_flat.numel()} and {out_flat.numel()} elements; "
                                 f"equal splits need the same count, a multiple of {w}")
         m = in_flat.numel() // w
-        b = self._bucket(m)
+        b = self._bucket(m, in_flat, out_flat)
 
         def pack(inp: torch.Tensor, out: torch.Tensor) -> None:
             inp.view(w, b)[:, :m].copy_(in_flat.view(w, m))
@@ -321,6 +346,8 @@ class Communicator:
         if self._device.type == "cuda" and (forget := _fused_forget()) is not None:
             forget(self)        # the fused kernel's state holds views of the pool freed below
         self.plans.clear()
+        self._rebased.clear()
+        self._user.clear()
         self.pool.close()
         self.signal_pool.close()
         self._extra.clear()
@@ -337,7 +364,12 @@ class Communicator:
         if self._closed:
             raise HiercollError("communicator: closed; make a new Communicator")
 
-    def _bucket(self, count: int) -> int:
+    def _bucket(self, count: int, *tensors: torch.Tensor) -> int:
+        """The plan size a call of `count` elements (a rank's unit) runs at: exact where a
+        tensor of the call is an empty() one (its plan runs on it, no padding, no copy), else
+        rounded up to the size bucket."""
+        if any(self._placement(t) is not None for t in tensors):
+            return max(int(count), 1)
         return size_bucket(count, self._min_bucket)
 
     def _flat(self, t: torch.Tensor, name: str) -> torch.Tensor:
@@ -382,9 +414,11 @@ class Communicator:
             return self._library_direct((kind, dtype, op, count), inp, out, async_op)
         if direct is not None and entry.pooled and not async_op and self._fits(entry, direct):
             # the plan runs on the caller's tensors, on the current stream: an LL plan reads
-            # and writes them in place (no copy at all), others copy in and out themselves
+            # and writes them in place (no copy at all), a plan rebased onto empty() tensors
+            # too, others copy in and out themselves
+            prepared = self._on_user_memory(entry, direct[0], direct[1]) or entry.prepared
             with _patch.inside():
-                entry.backend.run(entry.prepared, direct[0], direct[1])
+                entry.backend.run(prepared, direct[0], direct[1])
             return None
         return self._launch(entry, pack, unpack, async_op, user)
 
@@ -393,6 +427,45 @@ class Communicator:
         spec = entry.schedule.spec
         return (direct[0].numel() == spec.input_count(self._rank)
                 and direct[1].numel() == spec.output_count(self._rank))
+
+    def _placement(self, t: torch.Tensor) -> Any:
+        """`t` as a view of the empty() allocation it lies in (SymmetricView), or None."""
+        if not self._user or not t.numel():
+            return None
+        from hiercoll.executor.cuda.symm import SymmetricView
+        ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
+        for alloc in self._user:
+            base = alloc.tensor.data_ptr()
+            if base <= ptr and ptr + nbytes <= base + alloc.tensor.numel():
+                return SymmetricView(alloc, ptr - base, t.numel(), t.dtype)
+        return None
+
+    def _on_user_memory(self, entry: _Entry, inp: torch.Tensor, out: torch.Tensor) -> Any:
+        """The entry's call rebased onto the caller's empty() tensors (backend.rebased), made
+        once per placement; None where they are not empty() tensors or it cannot (then the call
+        copies). One tensor as input and output only where the kernels are safe in place."""
+        at_in, at_out = self._placement(inp), self._placement(out)
+        if at_in is None and at_out is None:
+            return None
+        prepared: Any = entry.prepared           # a CudaPrepared: the entry is pooled
+        same = inp.data_ptr() == out.data_ptr()
+        lo, hi = sorted(((inp.data_ptr(), inp.numel() * inp.element_size()),
+                         (out.data_ptr(), out.numel() * out.element_size())))
+        if (same and not prepared.in_place_ok) or (not same and lo[0] + lo[1] > hi[0]):
+            return None
+
+        def where(at: Any) -> tuple[int, int] | None:
+            return None if at is None else (id(at.parent), at.byte_offset)
+        key = (entry.key, where(at_in), where(at_out))
+        hit = self._rebased.get(key)
+        if hit is not None and hit[0] is prepared:
+            return hit[1]
+        from hiercoll.executor.cuda.backend import rebased
+        if len(self._rebased) >= 64:
+            self._rebased.clear()
+        twin = rebased(prepared, at_in, at_out)
+        self._rebased[key] = (prepared, twin)
+        return twin
 
     def _library_direct(self, key: tuple[Kind, DType, ReduceOp, int], inp: torch.Tensor,
                         out: torch.Tensor, async_op: bool) -> Work | None:

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from hiercoll.errors import HiercollError, VerificationError
 from hiercoll.executor.cuda.kernel_trace import err_words, trace_enabled
 from hiercoll.executor.cuda.lowering import (
+    Addr,
     CallStep,
     CopyLaunch,
     CudaOptions,
@@ -33,11 +34,12 @@ from hiercoll.executor.cuda.lowering import (
     lower,
     put_chunk_bytes,
     put_launches,
+    runs_in_place,
     spin_limit_for,
     warm_slot,
 )
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, use_nvshmem
-from hiercoll.executor.cuda.table import Table, encode
+from hiercoll.executor.cuda.table import Moved, Table, encode
 from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.kernels.abi import F_NWAIT, ROW_WORDS
@@ -97,6 +99,16 @@ class CudaPrepared(Prepared):
     # order is the same; the fork and join, two cross-stream waits, cost host time per call)
     inline_channel: int | None = None
     group: Any = None                         # the process group (None: WORLD)
+    # INPUT/OUTPUT -> the caller's symmetric tensor the region lives in (`rebased`); else the
+    # region is in `data`
+    placed: dict[str, torch.Tensor] = field(default_factory=dict)
+    options: CudaOptions = field(default_factory=CudaOptions)    # what it was lowered with
+
+    @functools.cached_property
+    def in_place_ok(self) -> bool:
+        """Whether a call may pass one tensor as input and output with no copies between
+        (lowering.runs_in_place on what this rank's kernels run)."""
+        return runs_in_place(self.schedule, self.options)
 
     @functools.cached_property
     def input_view(self) -> torch.Tensor:
@@ -111,6 +123,8 @@ class CudaPrepared(Prepared):
         off = self.program.layout.offsets[name]
         spec = self.schedule.spec
         n = spec.input_count(self.rank) if name == INPUT else spec.output_count(self.rank)
+        if name in self.placed:
+            return self.placed[name][:n]
         return self.data.tensor[off:off + n]
 
 
@@ -249,7 +263,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
                    device: torch.device, group: Any = None) -> CudaPrepared:
     """Everything after the allocations: the row table on the device, streams, copy-engine views,
     net views, and the kernels compiled (so no rank sits in the JIT while its peers spin)."""
-    from hiercoll.kernels.program import KernelState, bind_launch, warm_up
+    from hiercoll.kernels.program import KernelState
     rank = program.rank
     dtype = torch_dtype(schedule.spec.dtype)
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -264,10 +278,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
                          trace=trace, ll_half=program.ll_half,
                          in_delta=program.layout.offsets[INPUT],
                          out_delta=program.layout.offsets[OUTPUT])
-    copies = {id(item): _Copy(data.peer_view(item.dst.rank, item.dst.offset, item.count),
-                              data.peer_view(item.src.rank, item.src.offset, item.count))
-              for items in program.streams.values() for item in items
-              if isinstance(item, CopyLaunch)}
+    copies = _copy_views(program, lambda a, n: data.peer_view(a.rank, a.offset, n))
     net_views: dict[int, torch.Tensor] = {}
     for item in program.net:
         if isinstance(item, SendLaunch):
@@ -294,6 +305,7 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         net_views=net_views,
         puts=puts,
         group=group,
+        options=options,
         spin_limit=spin_limit,
         reduce_op=schedule.spec.reduce_op.value,
         mixed_channels=frozenset(ch for ch, items in program.streams.items()
@@ -305,8 +317,24 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
         _warm_up_put(program, data, signals, kernel, device, group)
     if any(isinstance(x, (SendLaunch, RecvLaunch)) for x in program.net):
         _warm_up_net(program, device, group)
+    _bind(prepared)
+    return prepared
+
+
+def _copy_views(program: RankProgram, view: Callable[[Addr, int], torch.Tensor]
+                ) -> dict[int, _Copy]:
+    """id(CopyLaunch) -> the (dst, src) tensors its copy-engine copy moves between."""
+    return {id(item): _Copy(view(item.dst, item.count), view(item.src, item.count))
+            for items in program.streams.values() for item in items
+            if isinstance(item, CopyLaunch)}
+
+
+def _bind(prepared: CudaPrepared) -> None:
+    """Compile every kernel variant the call launches and bind each launch to its rows."""
+    from hiercoll.kernels.program import bind_launch, warm_up
+    kernel, table = prepared.kernel, prepared.table
     launches = [(launch, table.launches[id(launch)], bump, fused)
-                for launch, bump, fused in _kernel_launches(program)]
+                for launch, bump, fused in _kernel_launches(prepared.program)]
     compiled = warm_up(kernel, prepared.reduce_op, prepared.spin_limit,
                        {(span.aligned, bump, fused, span.also) for _, span, bump, fused in launches})
     for launch, span, bump, fused in launches:
@@ -314,7 +342,52 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
                             spin_limit=prepared.spin_limit, bump_epoch=bump, fused=fused)
         if bound is not None:
             prepared.bound[id(launch)] = bound
-    return prepared
+
+
+def rebased(prepared: CudaPrepared, input_at: SymmetricBuffer | None,
+            output_at: SymmetricBuffer | None) -> CudaPrepared | None:
+    """`prepared` with its input and/or output living in the caller's symmetric tensors
+    (`*_at`: element 0 is the region's first; the same allocation and offset on every rank),
+    so a call copies nothing in or out: peers' rows read and write the caller's memory. Local
+    work only (no collective): every rank must ask with the same placements. Shares the call
+    counter, signals, scratch and streams with `prepared` (calls of either run one after the
+    other on one stream, as calls of one plan do). Both at one tensor (in place) only where the
+    caller checked `lowering.runs_in_place`.
+
+    None where it cannot: an LL program (it runs on any tensor already: `zero_copy_io`), NVSHMEM
+    puts or NCCL sends (their views and warm-ups are bound to the data allocation), or a
+    placement not 16-byte aligned (the rows' vector width assumes the layout's alignment)."""
+    p = prepared.program
+    if p.ll_half or prepared.puts or p.net:
+        return None
+    isz = prepared.data.tensor.element_size()
+    mine = prepared.data.base_ptrs[prepared.rank]
+    regions: list[tuple[int, int, SymmetricBuffer]] = []
+    moved: list[Moved] = []
+    placed: dict[str, torch.Tensor] = {}
+    for name, at in ((INPUT, input_at), (OUTPUT, output_at)):
+        if at is None:
+            continue
+        if any(b % 16 for b in at.base_ptrs):
+            return None
+        start, size = p.layout.offsets[name], p.layout.sizes.get(name, 0)
+        regions.append((start, size, at))
+        moved.append(Moved(start, size, tuple((b - mine) // isz for b in at.base_ptrs)))
+        placed[name] = at.tensor
+
+    def view(a: Addr, n: int) -> torch.Tensor:
+        for start, size, at in regions:
+            if start <= a.offset < start + size:
+                return at.peer_view(a.rank, a.offset - start, n)
+        return prepared.data.peer_view(a.rank, a.offset, n)
+    table = encode(p, deltas(prepared.data, prepared.rank, isz),
+                   deltas(prepared.signals, prepared.rank, 4), tuple(moved))
+    kernel = replace(prepared.kernel, table=torch.tensor(table.words, dtype=torch.int64,
+                                                         device=prepared.kernel.table.device))
+    out = replace(prepared, table=table, kernel=kernel, copies=_copy_views(p, view), bound={},
+                  placed=placed)
+    _bind(out)
+    return out
 
 
 def _kernel_launches(program: RankProgram) -> list[tuple[KernelLaunch, bool, bool]]:

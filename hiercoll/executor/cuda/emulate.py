@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from hiercoll.executor.cuda.lowering import (
     RecvLaunch,
     Row,
     SendLaunch,
+    SymmetricLayout,
     Wait,
     call_steps,
     fused_launch,
@@ -40,10 +42,33 @@ EMU_BLOCK = 3   # elements per CTA step: small and odd, so CTAs interleave insid
 NET = -1        # stream key of the net stream (channels are >= 0)
 
 
+class _Memory:
+    """A rank's data allocation. In place, the output region's cells are the input's (the
+    caller's one tensor, as `Communicator` runs a `comm.empty` tensor without copies): every
+    access goes through the layout-offset -> cell map."""
+
+    def __init__(self, layout: SymmetricLayout, in_place: bool) -> None:
+        self.cells = np.full(layout.total, np.nan)
+        self.index: np.ndarray | None = None
+        if in_place:
+            self.index = np.arange(layout.total)
+            n, o = layout.sizes.get(OUTPUT, 0), layout.offsets[OUTPUT]
+            self.index[o:o + n] = np.arange(layout.offsets[INPUT], layout.offsets[INPUT] + n)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self.cells[key] if self.index is None else self.cells[self.index[key]]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self.index is None:
+            self.cells[key] = value
+        else:
+            self.cells[self.index[key]] = value
+
+
 @dataclass
 class _Rank:
     program: RankProgram
-    data: np.ndarray
+    data: _Memory
     sig: np.ndarray
     epoch: int = 0
     main_pc: int = 0             # index into the main-stream action list of the current call
@@ -62,7 +87,8 @@ class _Rank:
 
 class _Emulator:
     def __init__(self, schedule: Schedule, opts: CudaOptions, calls: Sequence[Sequence[np.ndarray]],
-                 outputs_before: Sequence[Sequence[np.ndarray]], seed: int) -> None:
+                 outputs_before: Sequence[Sequence[np.ndarray]], seed: int,
+                 in_place: bool = False) -> None:
         self.schedule, self.spec = schedule, schedule.spec
         self.calls, self.before = calls, outputs_before
         self.rng = np.random.default_rng(seed)
@@ -70,7 +96,7 @@ class _Emulator:
         for r in range(schedule.world_size):
             p = lower(schedule, r, opts)
             keys = self._streams_of(p)
-            self.ranks.append(_Rank(p, np.full(p.layout.total, np.nan), np.zeros(p.num_slots, np.int64),
+            self.ranks.append(_Rank(p, _Memory(p.layout, in_place), np.zeros(p.num_slots, np.int64),
                                     stream_pos={ch: 0 for ch in keys},
                                     stream_call={ch: 0 for ch in keys},
                                     ctas={},
@@ -280,9 +306,12 @@ class _Emulator:
 
 def emulate(schedule: Schedule, calls: Sequence[Sequence[np.ndarray]],
             outputs_before: Sequence[Sequence[np.ndarray]], opts: CudaOptions | None = None,
-            seed: int = 0) -> list[list[np.ndarray]]:
-    """Outputs of every rank for every call (`calls[k][r]`: rank r's input of call k)."""
-    return _Emulator(schedule, opts or CudaOptions(), calls, outputs_before, seed).run()
+            seed: int = 0, in_place: bool = False) -> list[list[np.ndarray]]:
+    """Outputs of every rank for every call (`calls[k][r]`: rank r's input of call k).
+    `in_place`: each rank's output region is its input region (sim.check.in_place_problems says
+    which plans may run so)."""
+    return _Emulator(schedule, opts or CudaOptions(), calls, outputs_before, seed,
+                     in_place).run()
 
 
 def _waits_met(rk: _Rank, waits: Sequence[Wait], epoch: int) -> bool:

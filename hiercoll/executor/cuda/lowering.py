@@ -753,6 +753,22 @@ def _per_schedule(cache: dict[tuple[int, Any], tuple[Schedule, Any]], key: Any,
 
 _FORWARDED: dict[tuple[int, Any], tuple[Schedule, Any]] = {}
 _GLOBALS: dict[tuple[int, Any], tuple[Schedule, Any]] = {}
+_IN_PLACE: dict[tuple[int, Any], tuple[Schedule, Any]] = {}
+
+
+def runs_in_place(schedule: Schedule, opts: CudaOptions) -> bool:
+    """Whether the lowered program is right with every rank's output where its input is (one
+    tensor, the caller's: `Communicator` then runs it with no copy at all). Asked of what the
+    kernels run, not of the plan: forwarding turns a peer's copy of my input into a later pull
+    of it, which in place may read what I already overwrote (`rd` is safe as planned and not
+    as forwarded). LL programs answer from their own protocol (ll_protocol.py)."""
+    def decide() -> bool:
+        plan = ll_applies(schedule, opts)
+        if plan is not None:
+            return plan.in_place
+        from hiercoll.sim.check import in_place_problems
+        return not in_place_problems(lowered_schedule(schedule, opts))
+    return bool(_per_schedule(_IN_PLACE, opts, schedule, decide))
 
 
 def effective_options(schedule: Schedule, opts: CudaOptions) -> CudaOptions:

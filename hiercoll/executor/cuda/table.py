@@ -28,7 +28,22 @@ def float_bits(x: float) -> int:
     return struct.unpack("<i", struct.pack("<f", x))[0]
 
 
-def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) -> Table:
+@dataclass(frozen=True)
+class Moved:
+    """A region of the layout (the plan's input or output: `size` elements at `start`) that
+    lives elsewhere: on rank r its first element is `delta[r]` elements from this rank's data
+    base (a caller's tensor in another symmetric allocation, the same offset on every rank)."""
+
+    start: int
+    size: int
+    delta: tuple[int, ...]
+
+
+def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int],
+           moved: tuple[Moved, ...] = ()) -> Table:
+    """`moved`: regions whose addresses go to the caller's tensors (backend.rebased); not for
+    LL programs, whose own input and output are tagged instead."""
+    assert not (moved and program.ll_half), "LL programs read the caller's tensors by tag"
     launches: list[KernelLaunch] = []
     if program.start_barrier is not None:
         launches.append(program.start_barrier)
@@ -53,6 +68,9 @@ def encode(program: RankProgram, data_delta: list[int], sig_delta: list[int]) ->
             for start, size, tag in own:
                 if start <= a.offset < start + size:
                     return (tag << abi.TAG_SHIFT) | (a.offset - start)
+        for m in moved:
+            if m.start <= a.offset < m.start + m.size:
+                return m.delta[a.rank] + a.offset - m.start
         return data_delta[a.rank] + a.offset
 
     for i, row in enumerate(rows):
