@@ -115,7 +115,10 @@ def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str
         x = rnd(500)
         mine, ref = x.clone(), x.clone()
         work = comm.all_reduce(mine, async_op=True)
-        ok = work is not None and work.wait() and work.is_completed()
+        ok = work is not None and work.wait()
+        if dev.type == "cuda":     # wait() orders the current stream (as NCCL's): no host sync
+            torch.cuda.current_stream().synchronize()
+        ok = ok and work is not None and work.is_completed()
         dist.all_reduce(ref, group=group)
         return bool(ok) and _close(mine, ref, torch.bfloat16)
 
