@@ -6,7 +6,10 @@ three ways on the same inputs, every step:
 - `fused`: the same weights, each all-reduce + add + RMSNorm one
   `Communicator.fused_add_rms_norm` call (the fused kernel on cuda, or its measured fallback);
 - `patched`: the unedited `nccl` model after `hiercoll.torch.patch(comm)`: its `dist.all_reduce`
-  calls go through the communicator's plans.
+  calls go through the communicator's plans;
+- `empty`: the row-parallel matmuls write into one `comm.empty` buffer, all-reduced in place by
+  `comm.all_reduce` (the plan rebased onto it: no copy), then torch's add and `rms_norm` (the
+  unfused hiercoll path as a user who allocates from the communicator writes it).
 
 Each layer is pre-norm attention (column-parallel QKV, causal SDPA over this rank's heads,
 row-parallel output projection) and a SwiGLU MLP (column-parallel gate/up, row-parallel down):
@@ -68,32 +71,43 @@ class TPLayer(torch.nn.Module):
         self.mlp_norm = torch.nn.Parameter(1 + 0.1 * torch.randn(hidden, generator=gen))
         assert hl * tp == heads and fl * tp == ffn
 
-    def attention_partial(self, h: torch.Tensor) -> torch.Tensor:
+    def attention_partial(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         t = h.shape[0]
         q, k, v = (F.linear(h, w).view(t, self.heads, self.hd).transpose(0, 1) for w in self.qkv)
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.linear(a.transpose(0, 1).reshape(t, self.heads * self.hd), self.o)
+        return _row_parallel(a.transpose(0, 1).reshape(t, self.heads * self.hd), self.o, out)
 
-    def mlp_partial(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(F.silu(F.linear(h, self.gate)) * F.linear(h, self.up), self.down)
+    def mlp_partial(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return _row_parallel(F.silu(F.linear(h, self.gate)) * F.linear(h, self.up), self.down,
+                             out)
+
+
+def _row_parallel(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The row-parallel matmul's partial sum, into `out` when given (a comm.empty buffer)."""
+    return F.linear(a, w) if out is None else torch.matmul(a, w.t(), out=out)
 
 
 class TPModel(torch.nn.Module):
     """Layers whose row-parallel outputs are all-reduced, then added to the residual and
-    normalised: by torch.distributed (`comm` None: the unedited model) or by
-    `comm.fused_add_rms_norm`."""
+    normalised: by torch.distributed (`comm` None: the unedited model), by
+    `comm.fused_add_rms_norm`, or (`buffer`: a comm.empty tensor the partial sums are written
+    into) by `comm.all_reduce` in place on it and torch's add and norm."""
 
     def __init__(self, layers: list[TPLayer], final_norm: torch.nn.Parameter, eps: float,
-                 group: Any, comm: Any = None) -> None:
+                 group: Any, comm: Any = None, buffer: torch.Tensor | None = None) -> None:
         super().__init__()
         self.layers = torch.nn.ModuleList(layers)
         self.final_norm, self.eps, self.group, self.comm = final_norm, eps, group, comm
+        self.buffer = buffer
 
     def _reduce_add_norm(self, partial: torch.Tensor, residual: torch.Tensor,
                          weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.comm is not None:
+        if self.buffer is not None:
+            self.comm.all_reduce(partial)
+        elif self.comm is not None:
             return self.comm.fused_add_rms_norm(partial, residual, weight, self.eps)
-        dist.all_reduce(partial, group=self.group)
+        else:
+            dist.all_reduce(partial, group=self.group)
         residual = partial + residual
         return F.rms_norm(residual, (residual.shape[-1],), weight, self.eps), residual
 
@@ -101,11 +115,11 @@ class TPModel(torch.nn.Module):
         residual = x
         h = F.rms_norm(x, (x.shape[-1],), self.layers[0].attn_norm, self.eps)
         for i, layer in enumerate(self.layers):
-            h, residual = self._reduce_add_norm(layer.attention_partial(h), residual,
-                                                layer.mlp_norm)
+            h, residual = self._reduce_add_norm(layer.attention_partial(h, self.buffer),
+                                                residual, layer.mlp_norm)
             nxt = (self.layers[i + 1].attn_norm if i + 1 < len(self.layers)
                    else self.final_norm)
-            h, residual = self._reduce_add_norm(layer.mlp_partial(h), residual, nxt)
+            h, residual = self._reduce_add_norm(layer.mlp_partial(h, self.buffer), residual, nxt)
         return h
 
 
@@ -188,8 +202,10 @@ def main() -> int:
     layers, final = build(args, rank, tp, dev, dtype)
     nccl_model = TPModel(layers, final, 1e-6, None)
     fused_model = TPModel(layers, final, 1e-6, None, comm)
+    empty_model = TPModel(layers, final, 1e-6, None, comm,
+                          comm.empty(args.tokens, args.hidden, dtype=dtype))
     gen = torch.Generator().manual_seed(args.seed + 1)
-    worst = {"fused": 0.0} | ({} if args.skip_patched else {"patched": 0.0})
+    worst = {"fused": 0.0, "empty": 0.0} | ({} if args.skip_patched else {"patched": 0.0})
     first_over: dict[str, int] = {}       # the first step whose output broke the bound, per path
     ranks_identical = True
     routed = []          # all-reduces the communicator ran per patched forward (proof it routed)
@@ -197,7 +213,7 @@ def main() -> int:
         for step in range(args.steps):
             x = torch.randn(args.tokens, args.hidden, generator=gen).to(dev, dtype)
             ref = nccl_model(x.clone())
-            outs = {"fused": fused_model(x.clone())}
+            outs = {"fused": fused_model(x.clone()), "empty": empty_model(x.clone())}
             calls = _comm_calls(comm)
             if not args.skip_patched:
                 patch(comm)
@@ -221,7 +237,8 @@ def main() -> int:
         times: dict[str, Any] = {}
         for mode in (("graph", "eager") if cuda else ("eager",)):
             raw = {"nccl": time_forward(nccl_model, x, args.reps, mode == "graph"),
-                   "fused": time_forward(fused_model, x, args.reps, mode == "graph")}
+                   "fused": time_forward(fused_model, x, args.reps, mode == "graph"),
+                   "empty": time_forward(empty_model, x, args.reps, mode == "graph")}
             if not args.skip_patched:
                 patch(comm)
                 try:
@@ -262,15 +279,19 @@ def markdown(meta: dict[str, Any], r: dict[str, Any]) -> str:
              f"- model: {c['layers']} layers, hidden {c['hidden']}, ffn {c['ffn']}, {c['heads']} "
              f"heads, {c['tokens']} tokens, {c['dtype']}, random weights (seed {c['seed']})",
              f"- {c['steps']} steps, fresh inputs each: max |output - NCCL path| fused "
-             f"{r['max_abs_diff_vs_nccl']['fused']}, patched "
+             f"{r['max_abs_diff_vs_nccl']['fused']}, comm.empty "
+             f"{r['max_abs_diff_vs_nccl'].get('empty', 'not run')}, patched "
              f"{r['max_abs_diff_vs_nccl'].get('patched', 'not run')} (bound {r['bound']}); ranks "
              f"identical: {r['ranks_identical']}; first step over the bound: "
              f"{r['first_step_over_bound'] or 'none'}", "",
-             "| mode | NCCL path p50 us | fused p50 us | patched p50 us | fused / NCCL |",
-             "|---|---|---|---|---|"]
+             "| mode | NCCL path p50 us | fused p50 us | comm.empty + all_reduce p50 us | "
+             "patched p50 us | fused / NCCL | comm.empty / NCCL |", "|---|---|---|---|---|---|---|"]
     for mode, t in r["us_per_forward"].items():
-        lines.append(f"| {mode} | {t['nccl']['p50']} | {t['fused']['p50']} | "
-                     f"{t.get('patched', {}).get('p50', '-')} | {t['fused']['p50'] / t['nccl']['p50']:.2f} |")
+        empty, base = t.get("empty", {}).get("p50"), t["nccl"]["p50"]
+        ratio = "-" if empty is None else f"{empty / base:.2f}"
+        lines.append(f"| {mode} | {base} | {t['fused']['p50']} | {empty or '-'} | "
+                     f"{t.get('patched', {}).get('p50', '-')} | "
+                     f"{t['fused']['p50'] / base:.2f} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 

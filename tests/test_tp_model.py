@@ -31,5 +31,5 @@ def test_tp_model_on_gloo_matches_the_nccl_path_and_patch_routes(tmp_path, world
     assert got["ok"] and got["ranks_identical"]
     assert got["patched_all_reduces_per_forward"] == [6]          # 2 per layer, 3 layers
     assert max(got["max_abs_diff_vs_nccl"].values()) <= got["bound"]
-    assert set(got["us_per_forward"]["eager"]) == {"nccl", "fused", "patched"}
+    assert set(got["us_per_forward"]["eager"]) == {"nccl", "fused", "empty", "patched"}
     assert "TP " + str(world) in (tmp_path / f"tp_model_gloo_tp{world}.md").read_text()
