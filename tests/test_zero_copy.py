@@ -99,3 +99,21 @@ def test_ll_programs_keep_their_own_zero_copy():
     assert prog.ll_half
     with pytest.raises(AssertionError, match="by tag"):
         encode(prog, [0, 1], [0, 1], (Moved(0, 1, (0, 0)),))
+
+
+def test_the_library_substitution_counts_copies_only_where_a_call_makes_them():
+    """The communicator gives a plan's call to NCCL where the plan wins by less than its copies
+    (torch/staging.py); a call on comm.empty tensors makes none, unless one tensor is input and
+    output and the kernels are not safe in place."""
+    pytest.importorskip("torch")
+    from hiercoll.torch.communicator import Communicator
+    simple = CudaOptions(protocol="simple")
+    spec = bf16_spec("all_reduce", 4, 1 << 20)
+    ring = plan(h200_topology(1, 4), spec, "ring").expand()
+    direct = plan(h200_topology(1, 4), spec, "direct").expand()
+    assert Communicator._copies_nothing(ring, simple, placed=True, in_place=True)
+    assert not Communicator._copies_nothing(direct, simple, placed=True, in_place=True)
+    assert Communicator._copies_nothing(direct, simple, placed=True, in_place=False)
+    assert not Communicator._copies_nothing(ring, simple, placed=False, in_place=False)
+    assert Communicator._copies_nothing(direct, CudaOptions(), placed=False, in_place=False) \
+        == (lower(direct, 0, CudaOptions()).ll_half > 0)

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from hiercoll.collectives import CollectiveSpec, DType, GroupSplits, Kind, ReduceOp
 from hiercoll.errors import HiercollError
 from hiercoll.executor.backends import get_backend
-from hiercoll.executor.cuda.lowering import CudaOptions, ll_applies
+from hiercoll.executor.cuda.lowering import CudaOptions, ll_applies, runs_in_place
 from hiercoll.executor.interface import Backend, BackendName, Prepared
 from hiercoll.executor.library import all_gather_single, library_call
 from hiercoll.executor.torch_dtypes import torch_dtype
@@ -400,7 +400,10 @@ class Communicator:
         call's exact element count (S as the spec counts it): where the plan is the library's
         call, it runs on them (no copy into or out of the pool, no padding to the bucket)."""
         dtype = dtype_of(like, "input")
-        key = PlanKey(kind.value, dtype.value, op.value, 0 if splits else bucket, digest)
+        placed = direct is not None and (self._placement(direct[0]) is not None
+                                         or self._placement(direct[1]) is not None)
+        in_place = placed and direct is not None and direct[0].data_ptr() == direct[1].data_ptr()
+        key = PlanKey(kind.value, dtype.value, op.value, 0 if splits else bucket, digest, placed)
 
         def spec() -> CollectiveSpec:
             if splits is not None:
@@ -408,7 +411,7 @@ class Communicator:
                                       reduce_op=op, splits=splits)
             return CollectiveSpec(kind=kind, world_size=self._world, dtype=dtype, reduce_op=op,
                                   nbytes=nbytes_elems * dtype.itemsize)
-        entry = self._entry(key, spec, library_direct=direct is not None)
+        entry = self._entry(key, spec, library_direct=direct is not None, in_place=in_place)
         if direct is not None and entry.schedule.meta.algorithm == LIBRARY_ALGORITHM:
             inp, out, count = direct
             return self._library_direct((kind, dtype, op, count), inp, out, async_op)
@@ -492,7 +495,10 @@ class Communicator:
         return Work(done)
 
     def _entry(self, key: PlanKey, make_spec: Callable[[], CollectiveSpec],
-               library_direct: bool = False) -> _Entry:
+               library_direct: bool = False, in_place: bool = False) -> _Entry:
+        """The prepared plan for `key`, made on a miss. `key.placed`: the call's tensors are
+        comm.empty ones (a plan then copies nothing, unless `in_place` and its kernels are not
+        safe so), which decides whether the library's call beats the plan with its copies."""
         entry = self.plans.get(key)
         if entry is not None and (not entry.pooled or entry.generation == self._generation()):
             return entry
@@ -512,7 +518,7 @@ class Communicator:
         opts = choice.options("eager") if name == choice.name else {}   # a library call: none
         if name == BackendName.CUDA and library_beats_staged(
                 *measured, spec.input_count(self._rank) * spec.dtype.itemsize,
-                ll_applies(schedule, CudaOptions(**opts)) is not None):
+                self._copies_nothing(schedule, CudaOptions(**opts), key.placed, in_place)):
             # measured faster than NCCL on its own buffers, slower with our copies added
             schedule = library_schedule(self._topology, spec)
             how, executor = f"{how}; the library (faster than the plan with its copies)", {}
@@ -532,6 +538,15 @@ class Communicator:
         entry = _Entry(key, schedule, how, executor, backend, prepared, pooled, self._generation())
         self.plans.put(key, entry)
         return entry
+
+    @staticmethod
+    def _copies_nothing(schedule: Schedule, opts: CudaOptions, placed: bool,
+                        in_place: bool) -> bool:
+        """A call of `schedule` adds no copies: an LL plan (any tensor), or comm.empty tensors
+        the plan is rebased onto (one tensor only where the kernels are safe in place)."""
+        if ll_applies(schedule, opts) is not None:
+            return True
+        return placed and (not in_place or runs_in_place(schedule, opts))
 
     def _reserve_staging(self, spec: CollectiveSpec) -> None:
         isz = spec.dtype.itemsize

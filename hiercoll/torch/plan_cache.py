@@ -31,10 +31,14 @@ class PlanKey:
     reduce_op: str
     bucket: int               # elements per unit (rank's shard/chunk) after rounding; 0: exact
     splits: str = ""          # grouped kinds: digest of the splits
+    # on comm.empty tensors: the plan runs on them (no copies), which can change the choice
+    # between a plan and the library's call (torch/staging.py)
+    placed: bool = False
 
     def __str__(self) -> str:
         tail = f" splits {self.splits[:8]}" if self.splits else f" bucket {self.bucket}"
-        return f"{self.collective} {self.dtype} {self.reduce_op}{tail}"
+        return f"{self.collective} {self.dtype} {self.reduce_op}{tail}" + (
+            " (comm.empty)" if self.placed else "")
 
 
 V = TypeVar("V")
