@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from hiercoll.collectives import CollectiveSpec, DType, Kind
 from hiercoll.errors import HiercollError
 from hiercoll.planner.search.candidates import Candidate, rank_key
 from hiercoll.planner.search.library import LIBRARY, shipped_table
-from hiercoll.schedule import Op, OpKind, Region
+from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Region
 from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
 
@@ -105,21 +105,33 @@ def _program(case: Case) -> str:
     for it."""
     if case.measurement.algorithm == LIBRARY:
         return LIBRARY
+    s = case.schedule
     parts = [repr(case.protocol)]
-    for r in range(case.schedule.world_size):
+    names: dict[str, str] = {INPUT: INPUT, OUTPUT: OUTPUT}
+
+    def named(g: Region) -> Region:
+        """Scratch buffers by order of first use (`direct_recv` and `hier_scatter` hold the
+        same bytes at the same place of the layout when the plans are otherwise equal: the
+        2-GPU `direct`, `hier` and `hier_2d` reduce-scatters lower to the same rows)."""
+        return replace(g, buffer=names.setdefault(g.buffer, f"scratch{len(names) - 2}"))
+    for r in range(s.world_size):
         number: dict[int, int] = {}
-        parts.append(repr(tuple(replace(op, channel=number.setdefault(op.channel, len(number)),
-                                        srcs=_source_order(op))
-                                for op in case.schedule.rank_ops(r))))
+        ops = tuple(replace(op, channel=number.setdefault(op.channel, len(number)),
+                            dst=named(op.dst), srcs=_source_order(op, named))
+                    for op in s.rank_ops(r))
+        parts.append(repr(ops))
+    parts += [repr(sorted((names[b], n) for b, n in s.buffers(r).items() if b in names))
+              for r in range(s.world_size)]      # buffers no op touches (forwarded) time nothing
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _source_order(op: Op) -> tuple[Region, ...]:
-    """A reduce's sources in a canonical order (a sum's order changes no row's timing); any
-    other op's as written."""
+def _source_order(op: Op, named: Callable[[Region], Region]) -> tuple[Region, ...]:
+    """A reduce's sources (buffers `named` canonically) in a canonical order (a sum's order
+    changes no row's timing); any other op's as written."""
+    srcs = tuple(map(named, op.srcs))
     if op.kind != OpKind.REDUCE:
-        return op.srcs
-    return tuple(sorted(op.srcs, key=lambda g: (g.rank, g.buffer, g.offset, g.count)))
+        return srcs
+    return tuple(sorted(srcs, key=lambda g: (g.rank, g.buffer, g.offset, g.count)))
 
 
 def regret_points(topology: Topology, points: dict[Point, list[Measurement]], mode: CallMode,
