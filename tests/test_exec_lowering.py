@@ -445,8 +445,9 @@ def test_a_level_with_more_ops_than_ctas_keeps_the_whole_grid():
 
 
 def test_the_auto_grid_leaves_sms_free_only_where_other_work_runs_beside_it():
-    """Every SM (`max_ctas`) where every op is a row kernel's; SIDE_WORK_SMS fewer where NCCL's
-    kernels or the one-CTA launches around copy-engine copies must run beside spinning rows."""
+    """Every SM (`max_ctas`) where every op is a row kernel's; SIDE_WORK_SMS fewer where the
+    one-CTA launches around copy-engine copies must run beside spinning rows; half beside NCCL's
+    send/recv kernels."""
     from hiercoll.executor.cuda.lowering import DEFAULT_MAX_CTAS, SIDE_WORK_SMS
     s = plan(_topo(2, 2), _spec("all_reduce", 4, 64 << 20), "hier").expand()
 
@@ -454,7 +455,9 @@ def test_the_auto_grid_leaves_sms_free_only_where_other_work_runs_beside_it():
         p = lower(s, 0, CudaOptions(**kw))
         return {x.grid for v in p.streams.values() for x in v if isinstance(x, KernelLaunch)}
     assert grids(single_stream=True) == {DEFAULT_MAX_CTAS}
-    assert grids(single_stream=True, inter_transport="nccl") == {DEFAULT_MAX_CTAS - SIDE_WORK_SMS}
+    # beside NCCL's send/recv kernel, half the SMs: its channels' CTAs must all find one
+    assert grids(single_stream=True, inter_transport="nccl") == {DEFAULT_MAX_CTAS // 2}
+    assert grids(single_stream=True, inter_transport="nccl", max_ctas=40) == {20}
     assert max(grids(ce_threshold_bytes=1 << 20)) <= DEFAULT_MAX_CTAS - SIDE_WORK_SMS
     assert grids(single_stream=True, max_ctas=40) == {40}
 

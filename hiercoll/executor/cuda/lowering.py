@@ -589,10 +589,18 @@ SIDE_WORK_SMS = 12
 def _grid_cap(engines: dict[OpRef, Engine], opts: CudaOptions) -> int:
     """The most CTAs of an auto grid: every SM (`max_ctas`) where every op is a row of the row
     kernel (the kernels of a call then fit the GPU together: their grids sum to at most
-    `max_ctas`); SIDE_WORK_SMS fewer where copy-engine or net ops run beside them."""
+    `max_ctas`); SIDE_WORK_SMS fewer where copy-engine or net ops run beside them; at most half
+    the SMs beside NCCL's send/recv. NCCL's P2P kernel runs one CTA per channel (up to 64), and a
+    channel's CTA on one rank waits for the same channel's CTA on its peer: with fewer SMs free
+    than it has channels, two ranks can run different channels and wait for each other forever
+    (4 x H200, 2 nodes x 2, `hier` reduce-scatter: hung at 4 and 16 MiB with 12 SMs free; ran
+    with 68 free, or with NCCL_MAX_NCHANNELS=4)."""
     if all(e == Engine.SM for e in engines.values()):
         return opts.max_ctas
-    return max(1, opts.max_ctas - SIDE_WORK_SMS)
+    cap = opts.max_ctas - SIDE_WORK_SMS
+    if opts.inter_transport == InterTransport.NCCL and Engine.NET in engines.values():
+        cap = min(cap, opts.max_ctas // 2)
+    return max(1, cap)
 
 
 def _global(schedule: Schedule, opts: CudaOptions) -> _Global:
