@@ -526,3 +526,55 @@ def test_the_nccl_transport_warms_up_one_exchange_with_every_net_peer(monkeypatc
         backend._warm_up_net(program, torch.device("cpu"), None)
         assert sorted(posted, key=lambda p: p[0] is dist.irecv) == [
             (dist.isend, rank ^ 2), (dist.irecv, rank ^ 2)]
+
+
+def test_the_nccl_transport_posts_back_to_back_sends_and_receives_as_one_group(monkeypatch):
+    """The net stream's sends and receives with no kernel between them go to NCCL as one
+    `batch_isend_irecv` (each unbatched op is a collective of its own to torch), in the
+    program's order, between the wait kernel before them and the signal kernel after."""
+    torch = pytest.importorskip("torch")
+    import contextlib
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from hiercoll.executor.cuda import backend
+    s = plan(_topo(2, 2), _spec("reduce_scatter", 4, 4096), "hier").expand()
+    events: list[object] = []
+
+    class Work:
+        def wait(self) -> None:
+            events.append("wait")
+
+    def batch(ops):  # type: ignore[no-untyped-def]
+        events.append(("group", [(op.op, op.peer) for op in ops]))
+        return [Work() for _ in ops]
+    monkeypatch.setattr(dist, "batch_isend_irecv", batch)
+    monkeypatch.setattr(dist, "P2POp", lambda op, tensor, peer, group: SimpleNamespace(
+        op=op, peer=peer))
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(backend, "_kernel", lambda prepared, item, stream, **kw: events.append(
+        ("kernel", item.rows[0].op.split(":")[-1])))
+    stream = SimpleNamespace(wait_stream=lambda other: None)
+    sizes = []
+    for rank in range(4):
+        events.clear()
+        program = lower(s, rank, NET)
+        prepared = SimpleNamespace(net_stream=stream, program=program, group=None, puts={},
+                                   net_views=defaultdict(lambda: None))
+        backend.CudaBackend.net_hook(prepared, stream)  # type: ignore[arg-type]
+        want: list[object] = []          # the program's net items, runs of p2p ops grouped
+        for x in program.net:
+            if isinstance(x, (SendLaunch, RecvLaunch)):
+                op = (dist.isend if isinstance(x, SendLaunch) else dist.irecv, x.peer)
+                if want and isinstance(want[-1], tuple) and want[-1][0] == "group":
+                    want[-1][1].append(op)
+                else:
+                    want.append(("group", [op]))
+            else:
+                want.append(("kernel", x.rows[0].op.split(":")[-1]))
+        assert [e for e in events if e != "wait"] == want
+        assert events.count("wait") == 2          # one per op, after its group is posted
+        sizes += [len(e[1]) for e in want if isinstance(e, tuple) and e[0] == "group"]
+    assert max(sizes) == 2      # ranks whose send and receive are adjacent post them together
