@@ -178,20 +178,17 @@ class CudaBackend:
         net = prepared.net_stream
         net.wait_stream(main)
         with torch.cuda.stream(net):
-            p2p: list[Any] = []
             for item in prepared.program.net:
-                if isinstance(item, (SendLaunch, RecvLaunch)):
-                    p2p.append(dist.P2POp(dist.isend if isinstance(item, SendLaunch)
-                                          else dist.irecv, prepared.net_views[id(item)],
-                                          _global_rank(prepared.group, item.peer),
-                                          prepared.group))
-                    continue
-                _post(p2p)
                 if isinstance(item, KernelLaunch):
                     _kernel(prepared, item, net)
                 elif isinstance(item, PutLaunch):
                     _put(prepared.puts[id(item)])
-            _post(p2p)
+                elif isinstance(item, SendLaunch):
+                    _wait(dist.isend(prepared.net_views[id(item)],
+                                     _global_rank(prepared.group, item.peer), prepared.group))
+                elif isinstance(item, RecvLaunch):
+                    _wait(dist.irecv(prepared.net_views[id(item)],
+                                     _global_rank(prepared.group, item.peer), prepared.group))
         main.wait_stream(net)
 
 
@@ -248,18 +245,6 @@ class LaunchTimer:
 def _global_rank(group: Any, group_rank: int) -> int:
     """send/recv name peers by global rank; plans name them by rank in the group."""
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
-
-
-def _post(p2p: list[Any]) -> None:
-    """The sends and receives the net stream holds back to back, as one NCCL group (one
-    `batch_isend_irecv`: torch serialises each unbatched op as a collective of its own), then
-    empties the list. Per-peer order is kept, which is all NCCL's
-    matching needs; the stream waits for them before the next kernel."""
-    if not p2p:
-        return
-    for work in dist.batch_isend_irecv(p2p):
-        _wait(work)
-    p2p.clear()
 
 
 def _wait(work: Any) -> None:
