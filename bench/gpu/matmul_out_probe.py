@@ -1,24 +1,49 @@
-import torch, torch.nn.functional as F
-torch.manual_seed(0)
-dev = "cuda"
-for k in (2048, 7168, 1024, 3584):
-    a = torch.randn(128, k, device=dev, dtype=torch.bfloat16)
-    w = torch.randn(4096, k, device=dev, dtype=torch.bfloat16)
-    buf = torch.empty(128, 4096, device=dev, dtype=torch.bfloat16)
-    def lin(): return F.linear(a, w)
-    def mm_out(): return torch.matmul(a, w.t(), out=buf)
-    def mm_out2(): return torch.mm(a, w.t(), out=buf)
-    res = {}
-    for name, fn in (("linear", lin), ("matmul_out", mm_out), ("mm_out", mm_out2)):
-        for _ in range(10): fn()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(20): fn()
+"""Does writing the row-parallel matmul into a given buffer (`torch.matmul(a, w.t(), out=buf)`,
+how bench/tp_model.py's comm.empty path fills its communicator tensor) cost more than
+`F.linear`? One GPU, the TP 2/4 shapes of that model (128 tokens, hidden 4096, K = the rank's
+slice), a CUDA graph of 20 calls, p50 us per call over 20 replays.
+
+    python3 bench/gpu/matmul_out_probe.py
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def per_call_us(fn: Callable[[], object], calls: int = 20, reps: int = 20) -> float:
+    for _ in range(10):
+        fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
         torch.cuda.synchronize()
-        ts = []
-        for _ in range(20):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); g.replay(); e.record(); torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e) * 1000 / 20)
-        ts.sort(); res[name] = round(ts[len(ts)//2], 2)
-    print(k, res, flush=True)
+        times.append(start.elapsed_time(end) * 1000 / calls)
+    return round(sorted(times)[len(times) // 2], 2)
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    for k in (2048, 7168, 1024, 3584):
+        a = torch.randn(128, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(4096, k, device="cuda", dtype=torch.bfloat16)
+        buf = torch.empty(128, 4096, device="cuda", dtype=torch.bfloat16)
+        print(k, {"linear": per_call_us(lambda a=a, w=w: F.linear(a, w)),
+                  "matmul_out": per_call_us(lambda a=a, w=w, b=buf: torch.matmul(a, w.t(), out=b)),
+                  "mm_out": per_call_us(lambda a=a, w=w, b=buf: torch.mm(a, w.t(), out=b))},
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
