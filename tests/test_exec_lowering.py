@@ -526,3 +526,111 @@ def test_the_nccl_transport_warms_up_one_exchange_with_every_net_peer(monkeypatc
         backend._warm_up_net(program, torch.device("cpu"), None)
         assert sorted(posted, key=lambda p: p[0] is dist.irecv) == [
             (dist.isend, rank ^ 2), (dist.irecv, rank ^ 2)]
+
+
+class _FakeNccl:
+    """cupy.cuda.nccl's surface that nccl_p2p uses, recording the calls."""
+
+    NCCL_UINT8 = 7
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        outer = self
+
+        class Comm:
+            def __init__(self, world: int, uid: object, rank: int) -> None:
+                outer.calls.append(("init", world, uid, rank))
+
+            def send(self, ptr: int, nbytes: int, dtype: int, peer: int, stream: int) -> None:
+                outer.calls.append(("send", nbytes, dtype, peer, stream))
+
+            def recv(self, ptr: int, nbytes: int, dtype: int, peer: int, stream: int) -> None:
+                outer.calls.append(("recv", nbytes, dtype, peer, stream))
+        self.NcclCommunicator = Comm
+
+    def get_unique_id(self) -> tuple:
+        return (1, 2, 3)
+
+    def groupStart(self) -> None:  # noqa: N802 (cupy's name)
+        self.calls.append(("groupStart",))
+
+    def groupEnd(self) -> None:  # noqa: N802
+        self.calls.append(("groupEnd",))
+
+
+def _fake_cupy(monkeypatch) -> _FakeNccl:  # type: ignore[no-untyped-def]
+    import sys
+    import types
+    fake = _FakeNccl()
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.nccl = fake  # type: ignore[attr-defined]
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = cuda  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", fake)
+    return fake
+
+
+def _fake_group(monkeypatch, rank: int, able: int = 1):  # type: ignore[no-untyped-def]
+    """torch.distributed as nccl_p2p sees it on `rank` of 4: the availability vote's minimum is
+    `able`, the unique id broadcast is a no-op (rank 0's stands)."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    group = SimpleNamespace(group_name=f"fake{rank}-{able}")
+    monkeypatch.setattr(dist, "get_rank", lambda g=None: rank)
+    monkeypatch.setattr(dist, "get_world_size", lambda g=None: 4)
+    monkeypatch.setattr(dist, "get_global_rank", lambda g, r: r)
+    monkeypatch.setattr(dist, "all_reduce", lambda t, op=None, group=None: t.fill_(
+        min(int(t.item()), able)))
+    monkeypatch.setattr(dist, "broadcast_object_list", lambda objs, src=0, group=None: objs.__setitem__(
+        0, objs[0] if objs[0] is not None else (1, 2, 3)))
+    return group
+
+
+def test_the_nccl_transport_calls_nccl_itself_where_every_rank_can(monkeypatch):
+    """With cupy's NCCL bindings on every rank, sends and receives go to a NCCL communicator of
+    the group's own on the net stream (group ranks, bytes), not through torch's P2P path; the
+    warm-up exchanges a few bytes with each net peer in one NCCL group. One rank without the
+    bindings (the vote's minimum) or HIERCOLL_NCCL_DIRECT=0: torch's path for everyone."""
+    torch = pytest.importorskip("torch")
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from hiercoll.executor.cuda import backend, nccl_p2p
+    fake = _fake_cupy(monkeypatch)
+    s = plan(_topo(2, 2), _spec("reduce_scatter", 4, 4096), "hier").expand()
+    program = lower(s, 0, NET)
+    direct = nccl_p2p.direct_nccl(_fake_group(monkeypatch, 0), torch.device("cpu"))
+    assert isinstance(direct, nccl_p2p.DirectNccl)
+    assert fake.calls == [("init", 4, (1, 2, 3), 0)]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(
+        cuda_stream=11))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    backend._warm_up_net(program, torch.device("cpu"), None, direct)
+    assert fake.calls[1:] == [("groupStart",), ("send", 4, 7, 2, 11), ("recv", 4, 7, 2, 11),
+                              ("groupEnd",)]
+    fake.calls.clear()
+
+    def no_torch_p2p(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("torch's P2P path was taken")
+    monkeypatch.setattr(dist, "isend", no_torch_p2p)
+    monkeypatch.setattr(dist, "irecv", no_torch_p2p)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(backend, "_kernel", lambda *a, **k: None)
+    net = SimpleNamespace(wait_stream=lambda other: None, cuda_stream=22)
+    views = {id(x): torch.zeros(x.count, dtype=torch.bfloat16) for x in program.net
+             if isinstance(x, (SendLaunch, RecvLaunch))}
+    prepared = SimpleNamespace(net_stream=net, program=program, group=None, puts={},
+                               net_views=views, nccl=direct)
+    backend.CudaBackend.net_hook(prepared, net)  # type: ignore[arg-type]
+    moves = [x for x in program.net if isinstance(x, (SendLaunch, RecvLaunch))]
+    assert len(moves) == 2 and fake.calls == [
+        ("send" if isinstance(x, SendLaunch) else "recv", 2 * x.count, 7, x.peer, 22)
+        for x in moves]                      # bf16 bytes, on the net stream, in program order
+    assert nccl_p2p.direct_nccl(_fake_group(monkeypatch, 1, able=0), torch.device("cpu")) is None
+    monkeypatch.setenv("HIERCOLL_NCCL_DIRECT", "0")
+    assert not nccl_p2p._available()

@@ -38,6 +38,7 @@ from hiercoll.executor.cuda.lowering import (
     spin_limit_for,
     warm_slot,
 )
+from hiercoll.executor.cuda.nccl_p2p import DirectNccl, direct_nccl
 from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, use_nvshmem
 from hiercoll.executor.cuda.table import Moved, Table, encode
 from hiercoll.executor.interface import BackendName, Prepared, RunResult, check_launch, check_tensor
@@ -103,6 +104,7 @@ class CudaPrepared(Prepared):
     # region is in `data`
     placed: dict[str, torch.Tensor] = field(default_factory=dict)
     options: CudaOptions = field(default_factory=CudaOptions)    # what it was lowered with
+    nccl: DirectNccl | None = None   # sends/receives through NCCL itself (nccl_p2p.py), not torch
 
     @functools.cached_property
     def in_place_ok(self) -> bool:
@@ -183,6 +185,10 @@ class CudaBackend:
                     _kernel(prepared, item, net)
                 elif isinstance(item, PutLaunch):
                     _put(prepared.puts[id(item)])
+                elif prepared.nccl is not None and isinstance(item, SendLaunch):
+                    prepared.nccl.send(prepared.net_views[id(item)], item.peer, net)
+                elif prepared.nccl is not None and isinstance(item, RecvLaunch):
+                    prepared.nccl.recv(prepared.net_views[id(item)], item.peer, net)
                 elif isinstance(item, SendLaunch):
                     _wait(dist.isend(prepared.net_views[id(item)],
                                      _global_rank(prepared.group, item.peer), prepared.group))
@@ -316,7 +322,8 @@ def build_prepared(schedule: Schedule, program: RankProgram, data: SymmetricBuff
     if puts:
         _warm_up_put(program, data, signals, kernel, device, group)
     if any(isinstance(x, (SendLaunch, RecvLaunch)) for x in program.net):
-        _warm_up_net(program, device, group)
+        prepared.nccl = direct_nccl(group, device)
+        _warm_up_net(program, device, group, prepared.nccl)
     _bind(prepared)
     return prepared
 
@@ -547,22 +554,31 @@ def _warm_up_put(program: RankProgram, data: SymmetricBuffer, signals: Symmetric
     torch.cuda.synchronize(device)
 
 
-def _warm_up_net(program: RankProgram, device: torch.device, group: Any) -> None:
+def _warm_up_net(program: RankProgram, device: torch.device, group: Any,
+                 direct: DirectNccl | None = None) -> None:
     """One batched exchange of a few bytes with every net peer before any call: NCCL loads its
     send/recv kernel on first use, and CUDA's lazy module loading may wait for the device to
     go idle to load it. In a call that first use comes while this rank's row kernels spin
     waiting for the receive: on 4 x H200 every `--inter-transport nccl` call hung that way
     (its waits timed out after 4, 5 and 30 s alike, with 16 CTAs as with 120, and with 32
     stream connections: bench/results/gpu/nvshmem/nccl-transport-w4). Collective over each
-    pair (both ends of a send have the other as a net peer)."""
+    pair (both ends of a send have the other as a net peer). `direct`: through the calls'
+    own NCCL communicator (one NCCL group on the current stream) instead of torch's."""
     peers = sorted({x.peer for x in program.net if isinstance(x, (SendLaunch, RecvLaunch))})
     out = torch.zeros(len(peers), dtype=torch.float32, device=device)
     into = torch.empty(len(peers), dtype=torch.float32, device=device)
-    ops = [op for i, peer in enumerate(peers) for op in (
-        dist.P2POp(dist.isend, out[i:i + 1], _global_rank(group, peer), group),
-        dist.P2POp(dist.irecv, into[i:i + 1], _global_rank(group, peer), group))]
-    for work in dist.batch_isend_irecv(ops):
-        work.wait()
+    if direct is not None:
+        stream = torch.cuda.current_stream(device)
+        with direct.group():
+            for i, peer in enumerate(peers):
+                direct.send(out[i:i + 1], peer, stream)
+                direct.recv(into[i:i + 1], peer, stream)
+    else:
+        ops = [op for i, peer in enumerate(peers) for op in (
+            dist.P2POp(dist.isend, out[i:i + 1], _global_rank(group, peer), group),
+            dist.P2POp(dist.irecv, into[i:i + 1], _global_rank(group, peer), group))]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
     torch.cuda.synchronize(device)
 
 
