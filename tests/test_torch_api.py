@@ -171,11 +171,32 @@ def _collectives(comm: Any, group: Any, rank: int, out: dict[str, Any], tag: str
         return (_close(normed, want_n, torch.bfloat16) and _close(new_res, want_r, torch.bfloat16)
                 and _same_on_every_rank(normed, group))
 
+    def empty_tensors() -> bool:
+        """comm.empty: the shape and dtype asked, collectives on it right (a plain tensor on
+        gloo, nothing to skip: it counts no symmetric tensor there)."""
+        y = comm.empty(3, 333, dtype=torch.float32)
+        z = comm.empty((w, 50), dtype=torch.bfloat16)
+        ok = y.shape == (3, 333) and y.dtype == torch.float32 and y.device.type == dev.type
+        ok = ok and z.shape == (w, 50) and z.dtype == torch.bfloat16
+        x = rnd(3, 333, dtype=torch.float32)
+        y.copy_(x)
+        comm.all_reduce(y)
+        dist.all_reduce(x, group=group)
+        shard = torch.empty(50, dtype=torch.bfloat16, device=dev)
+        z.copy_(rnd(w, 50))
+        want = torch.empty_like(shard)
+        comm.reduce_scatter_tensor(shard, z)
+        dist.reduce_scatter_tensor(want, z.clone().view(-1), group=group)
+        counted = comm.stats()["empty_tensors"] == (2 if dev.type == "cuda" else 0)
+        return (ok and counted and _close(y, x, torch.float32)
+                and _close(shard, want, torch.bfloat16))
+
     for name, fn in [("all_reduce", all_reduce), ("all_reduce_max_fp32", all_reduce_max_fp32),
                      ("all_reduce_avg", all_reduce_avg), ("reduce_scatter", reduce_scatter),
                      ("all_gather", all_gather), ("all_to_all", all_to_all),
                      ("all_to_all_uneven", all_to_all_uneven), ("async", async_handle),
-                     ("group_cast_reduce", group_cast_and_reduce), ("fused_norm", fused_norm)]:
+                     ("group_cast_reduce", group_cast_and_reduce), ("fused_norm", fused_norm),
+                     ("empty", empty_tensors)]:
         check(name, fn)
 
 
@@ -408,7 +429,7 @@ def w4() -> list[dict[str, Any]]:
 
 
 NAMES = ("all_reduce", "all_reduce_max_fp32", "all_reduce_avg", "reduce_scatter", "all_gather",
-         "all_to_all", "all_to_all_uneven", "async", "group_cast_reduce", "fused_norm")
+         "all_to_all", "all_to_all_uneven", "async", "group_cast_reduce", "fused_norm", "empty")
 
 
 def _failures(ranks: list[dict[str, Any]], tag: str) -> list[Any]:

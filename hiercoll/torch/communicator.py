@@ -332,7 +332,14 @@ class Communicator:
                 "plan_evictions": self.plans.evictions,
                 "pool_bytes": self.pool.capacity, "pool_allocations": self.pool.allocations,
                 "signal_bytes": self.signal_pool.capacity,
-                "signal_allocations": self.signal_pool.allocations}
+                "signal_allocations": self.signal_pool.allocations,
+                # comm.empty: tensors handed out, and placements whose plan runs rebased onto
+                # them (no copy) or could not be rebased (backend.rebased: NCCL sends, NVSHMEM
+                # puts, odd alignment); an in-place call whose kernels are unsafe so copies
+                # without a placement
+                "empty_tensors": len(self._user),
+                "rebased_calls": sum(t is not None for _, t in self._rebased.values()),
+                "copying_placements": sum(t is None for _, t in self._rebased.values())}
 
     def close(self) -> None:
         """Collective: every rank of the group calls it. Frees the pools and the plans."""
@@ -440,6 +447,8 @@ class Communicator:
         for alloc in self._user:
             base = alloc.tensor.data_ptr()
             if base <= ptr and ptr + nbytes <= base + alloc.tensor.numel():
+                if (ptr - base) % t.element_size():    # a view at an odd byte: copies
+                    return None
                 return SymmetricView(alloc, ptr - base, t.numel(), t.dtype)
         return None
 
