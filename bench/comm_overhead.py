@@ -14,6 +14,7 @@ over `--reps` replays, slowest rank:
 
     torchrun --nproc-per-node 2 bench/comm_overhead.py --topology bench/gpu/topologies/h200x2.yaml \\
         --out DIR
+    python bench/comm_overhead.py --replot DIR/comm_overhead.json    # the PNG again, no GPU
 """
 
 from __future__ import annotations
@@ -86,7 +87,42 @@ def _check(comm: Any, size: int, calls: int = 20, into: Any = None) -> dict[str,
     return {"max_err": worst, "bound": bound, "ok": worst <= bound}
 
 
+def plot(rows: list[dict[str, Any]], title: str, path: Path) -> None:
+    """Per size: NCCL, comm.all_reduce through the pool, on a comm.empty tensor, and the plan
+    alone (the floor), p50 us per call."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hiercoll.files import save_figure
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    x = [r["bytes"] for r in rows]
+    for key, label, style in (("nccl_us", "NCCL (dist.all_reduce)", "s-"),
+                              ("comm_us", "comm.all_reduce(x), copies through the pool", "o-"),
+                              ("empty_us", "comm.all_reduce on comm.empty (no copy)", "^-"),
+                              ("plan_us", "the plan alone", "k--")):
+        have = [(b, r[key]) for b, r in zip(x, rows, strict=True) if r.get(key) is not None]
+        if have:
+            ax.plot(*zip(*have, strict=True), style, label=label, ms=4)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(x, [format_size(b) for b in x])
+    ax.set_xlabel("all_reduce bytes (bf16)")
+    ax.set_ylabel("p50 us per call (graph of 10 calls)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--replot":
+        src = Path(sys.argv[2])
+        data = json.loads(src.read_text())
+        plot(data["rows"], f"Communicator overhead, {data['meta']['gpus']}",
+             src.with_suffix(".png"))
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topology", default="auto")
     ap.add_argument("--sizes", default="8KiB,64KiB,256KiB,1MiB,16MiB")
@@ -145,6 +181,7 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "comm_overhead.json", json.dumps({"meta": meta, "rows": rows}, indent=1))
         write_atomic(out / "comm_overhead.md", "\n".join(lines) + "\n")
+        plot(rows, f"Communicator overhead, {meta['gpus']}", out / "comm_overhead.png")
     comm.close()
     dist.destroy_process_group()
 

@@ -117,3 +117,22 @@ def test_the_library_substitution_counts_copies_only_where_a_call_makes_them():
     assert not Communicator._copies_nothing(ring, simple, placed=False, in_place=False)
     assert Communicator._copies_nothing(direct, CudaOptions(), placed=False, in_place=False) \
         == (lower(direct, 0, CudaOptions()).ll_half > 0)
+
+
+def test_the_overhead_bench_replots_its_committed_json(tmp_path):
+    """`bench/comm_overhead.py --replot` draws the PNG of a committed run without a GPU."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("matplotlib")
+    root = Path(__file__).resolve().parents[1]
+    src = tmp_path / "comm_overhead.json"
+    shutil.copy(root / "bench/results/gpu/zero-copy-w4/comm_overhead.json", src)
+    proc = subprocess.run([sys.executable, str(root / "bench/comm_overhead.py"), "--replot",
+                           str(src)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    png = src.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(src.read_text())["rows"][3]["empty_path"] == "rebased"
