@@ -8,29 +8,25 @@ slice), a CUDA graph of 20 calls, p50 us per call over 20 replays.
 
 from __future__ import annotations
 
+import statistics
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def per_call_us(fn: Callable[[], object], calls: int = 20, reps: int = 20) -> float:
-    for _ in range(10):
-        fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+    """p50 us per call of a graph of `calls` calls (the harness's own capture and events)."""
+    from hiercoll.executor.graphs import capture_calls
+    from hiercoll.harness.bench import event_times_us
+    graph = capture_calls(fn, calls, warmup=10)
+    graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
-    return round(sorted(times)[len(times) // 2], 2)
+    return round(statistics.median(event_times_us(graph.replay, reps)) / calls, 2)
 
 
 def main() -> None:
