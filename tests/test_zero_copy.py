@@ -136,3 +136,48 @@ def test_the_overhead_bench_replots_its_committed_json(tmp_path):
     png = src.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(src.read_text())["rows"][3]["empty_path"] == "rebased"
+
+
+def test_rebased_copy_engine_copies_move_the_callers_memory(monkeypatch):
+    """`backend.rebased` on a program with copy-engine copies: a copy from or to the input or
+    output region moves the caller's tensors (their peer views), scratch stays in the plan's
+    data, and the row table is re-encoded with the moved regions. CPU: the slabs of the
+    one-GPU cluster stand in for symmetric memory; kernel binding is stubbed."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from hiercoll.executor.cuda import backend
+    from hiercoll.executor.cuda.lowering import CopyLaunch
+    from hiercoll.executor.cuda.one_gpu import slabs
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: SimpleNamespace())
+    monkeypatch.setattr(backend, "_bind", lambda prepared: None)
+    s = plan(h200_topology(1, 4), bf16_spec("all_gather", 4, 1 << 20), "ring").expand()
+    opts = CudaOptions(ce_threshold_bytes=1024, protocol="simple", forward=False)
+    prog = lower(s, 0, opts)
+    copies = [x for v in prog.streams.values() for x in v if isinstance(x, CopyLaunch)]
+    assert copies, "the plan has copy-engine copies at this threshold"
+    dev = torch.device("cpu")
+    data = slabs(4, prog.layout.total, torch.bfloat16, dev)
+    sigs = slabs(4, prog.num_slots, torch.int32, dev)
+    base = backend.build_prepared(s, prog, data[0], sigs[0], 4, opts, dev)
+    n_in, n_out = s.spec.input_count(0), s.spec.output_count(0)
+    src, dst = slabs(4, n_in, torch.bfloat16, dev), slabs(4, n_out, torch.bfloat16, dev)
+    twin = backend.rebased(base, src[0], dst[0])
+    assert twin is not None and twin.kernel.epoch is base.kernel.epoch
+    assert twin.input_view.data_ptr() == src[0].tensor.data_ptr()
+    assert twin.output_view.data_ptr() == dst[0].tensor.data_ptr()
+    lay = prog.layout
+    moved = 0
+    for item in copies:
+        got = twin.copies[id(item)]
+        for addr, view in ((item.src, got.src), (item.dst, got.dst)):
+            for name, user in ((INPUT, src), (OUTPUT, dst)):
+                start = lay.offsets[name]
+                if start <= addr.offset < start + lay.sizes[name]:
+                    want = user[0].peer_view(addr.rank, addr.offset - start, item.count)
+                    moved += 1
+                    break
+            else:
+                want = data[0].peer_view(addr.rank, addr.offset, item.count)
+            assert view.data_ptr() == want.data_ptr() and view.numel() == item.count
+    assert moved and twin.table.words != base.table.words
