@@ -38,6 +38,21 @@ def test_plan_then_verify(tmp_path, capsys):
     assert code == 0 and json.loads(out)["ok"] is True
 
 
+def test_verify_in_place_tells_plans_that_may_share_one_tensor(tmp_path, capsys):
+    """`--in-place`: a ring all_reduce is right with each rank's output where its input is; a
+    direct all_reduce (each rank reduces into its output while peers still read its input) is
+    not, named in one line, exit 1."""
+    for algo, want in (("ring", 0), ("direct", 1)):
+        plan = tmp_path / f"{algo}.json"
+        run(capsys, "plan", "-t", "h200x4", "-c", "all_reduce", "-b", "64KiB", "-a", algo,
+            "-o", str(plan))
+        code, out, _ = run(capsys, "verify", str(plan), "--in-place", "--trials", "1")
+        assert code == want, out
+        assert ("in place: right" in out) if want == 0 else ("in place: WRONG: race" in out)
+        code, out, _ = run(capsys, "verify", str(plan), "--in-place", "--trials", "1", "--json")
+        assert (json.loads(out)["in_place_problems"] == []) == (want == 0)
+
+
 def test_verify_reports_a_wrong_plan(tmp_path, capsys):
     plan = tmp_path / "p.json"
     run(capsys, "plan", "-t", "h200x4", "-c", "all_gather", "-b", "64", "-a", "direct", "-o", str(plan))

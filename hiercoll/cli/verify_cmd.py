@@ -16,6 +16,7 @@ from hiercoll.errors import ReferenceTooLarge
 from hiercoll.executor.reference import DEFAULT_MAX_MEMORY, verify
 from hiercoll.plan_file import load_plan
 from hiercoll.sim import check
+from hiercoll.sim.check import in_place_problems
 from hiercoll.units import format_size, parse_size
 
 EXIT_SKIPPED = 3
@@ -33,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-memory", type=parse_size, default=DEFAULT_MAX_MEMORY,
                    help="largest plan the reference executor runs on data, e.g. 512MiB (larger "
                    f"plans run as a size-reduced copy; default {format_size(DEFAULT_MAX_MEMORY)})")
+    p.add_argument("--in-place", action="store_true",
+                   help="also require the plan to be right with every rank's output where its "
+                   "input is (one tensor, as an in-place all_reduce runs): no race and the right "
+                   "result with the output renamed onto the input")
     p.add_argument("--allow-skip", action="store_true",
                    help="exit 0 when a check was skipped (the reference executor or the race check) and "
                    "the checks that ran passed")
@@ -43,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     static = check(plan.schedule)
+    in_place = in_place_problems(plan.schedule) if args.in_place else None
     report, skipped = None, None
     try:
         report = verify(plan.schedule, trials=args.trials, seed=args.seed, max_memory=args.max_memory)
@@ -50,13 +56,16 @@ def _run(args: argparse.Namespace) -> int:
         skipped = f"reference executor SKIPPED: {exc}"
     if static.unchecked:
         skipped = "; ".join([*static.unchecked, *([skipped] if skipped else [])])
-    ok = static.ok and (report is None or report.ok)
+    ok = static.ok and (report is None or report.ok) and not in_place
     code = (0 if ok else 1) if (skipped is None or args.allow_skip or not ok) else EXIT_SKIPPED
     if args.json:
         print_json({"ok": ok, "check": static.to_json(),
                     "reference": report.to_json() if report else None, "skipped": skipped,
-                    "exit": code})
+                    "in_place_problems": in_place, "exit": code})
         return code
+    if in_place is not None:
+        console.print(escape("in place: right (no race, the input ends holding the output)"
+                             if not in_place else f"in place: WRONG: {in_place[0]}"))
     for problem in static.problems[:10]:
         console.print(escape(f"problem: {problem}"))
     if static.ok:
