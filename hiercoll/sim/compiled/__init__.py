@@ -167,6 +167,7 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     (ch_i, ch_d, ch_op, ch_shape, fl_ver, fl_stamp, fl_rated, fl_in, fl_bot,
      ch_nl) = (np.zeros(n_ch, i64) for _ in range(10))
     ch_wait_next = np.full(n_ch, -1, i64)
+    ch_next, ch_nkey, ch_ndep = (np.full(n_ch, -1, i64) for _ in range(3))   # the next op's (look)
     op_start, op_end = np.zeros(n, f64), np.zeros(n, f64)
     op_wait = np.full(n, -1, np.int32)     # per op: the last channel parked on it, or ENDED
     dirty_list = np.zeros(n_links, i64)
@@ -199,7 +200,7 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
                         ws, rem, left, at, hk, hp, hv, rounds, fk, fs,
                         ready, lstack, act, comp_flows, comp_links, full, used, extra, started,
                         seeds, seedmark, fl_in, lseen, lcount, pcap, lold, mixed, fl_bot, lhead, ltail, lnext,
-                        nd_lid, nd_w, ch_nl,
+                        nd_lid, nd_w, ch_nl, ch_next, ch_nkey, ch_ndep,
                         st, tnow, t.ch_identity, stop)
         if status == DONE:
             break

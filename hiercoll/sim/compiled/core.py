@@ -21,6 +21,13 @@ shape's rows into the channel's nodes, `nd_lid` / `nd_w`, `ch_nl` of them): the 
 a 33M-op run and the shape rows of a 2M-pair `hier` are read once an op, not at every visit of
 its flow (each visit a cache miss: 117 -> 101 CPU s on the 4096-GPU `hier` replay).
 
+An instant ahead, the loop prefetches what the heap's next events will read (`look`): a
+channel's next event comes thousands of instants after its last, so its op's rows, key and shape
+rows and its next op's first dependency are in no cache by then (on the 4096-GPU `hier`, chains
+of DRAM misses were half of the events' cost: 127 -> 93 CPU s of replay). A transfer keeps the
+next op's row, key and dependencies' row per channel (`ch_next`, `ch_nkey`, `ch_ndep`), so the
+prefetches at its end start from channel state. Prefetches are hints: nothing else changes.
+
 With the local re-solve on (`fluid.local_resolve()`), a stale wake-up is dropped when it reaches
 the top of the heap instead of opening an instant (`EventClock.void` in the Python engine).
 
@@ -36,6 +43,10 @@ from typing import Any, TypeVar, cast
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
 from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, INSTANT_RTOL, LOCAL_ROUNDS, QUIET_MARGIN, SLACK_MARGIN
@@ -85,11 +96,41 @@ def _jit(fn: F) -> F:
         return cast(F, numba.njit(**NO_NRT)(fn))
 
 
+def _llvm_major() -> int:
+    from llvmlite import binding
+    return int(binding.llvm_version_info[0])
+
+
 def _inline(fn: F) -> F:
     """numba.njit inlined into its callers' IR (compiled with the caller's options: no
     reference counting; a call of a separately compiled function would hold a reference to
     each array it passes)."""
     return cast(F, numba.njit(inline="always", nogil=True)(fn))
+
+
+# the intrinsic's name is mangled by its pointer type: opaque pointers from LLVM 15 (numba 0.6x
+# with llvmlite >= 0.44), typed i8* before (numba 0.60's LLVM 14)
+_PREFETCH = ("llvm.prefetch.p0" if _llvm_major() >= 15 else "llvm.prefetch.p0i8")
+
+
+def _prefetch_typer(typingctx: Any, arr: Any, idx: Any) -> Any:
+    """_prefetch(arr, idx): start loading arr[idx]'s cache line (llvm.prefetch: a hint, never
+    a fault, so an index past the end is harmless); the loop reads it an instant later."""
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(  # type: ignore[no-untyped-call]
+            context, builder, aryty, ary, [args[1]], wraparound=False)
+        ptr = builder.bitcast(ptr, ir.IntType(8).as_pointer())     # one declaration, any array
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
+            builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]), _PREFETCH)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])       # read, every cache level, data
+        return context.get_dummy_value()
+    return types.void(arr, idx), codegen
+
+
+_prefetch = cast(Callable[[Any, int], None], intrinsic(_prefetch_typer))
 
 
 @_inline
@@ -217,7 +258,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             ready: Any, lstack: Any, act: Any, comp_flows: Any, comp_links: Any, full: Any,
             used: Any, extra: Any, started: Any, seeds: Any, seedmark: Any, fl_in: Any, lseen: Any, lcount: Any,
             pcap: Any, lold: Any, mixed: Any, fl_bot: Any, lhead: Any, ltail: Any, lnext: Any,
-            nd_lid: Any, nd_w: Any, ch_nl: Any,
+            nd_lid: Any, nd_w: Any, ch_nl: Any, ch_next: Any, ch_nkey: Any, ch_ndep: Any,
             st: Any, tnow: Any, ch_identity: bool, stop_instants: int, rate_scale: float = 1.0) -> int:
     """Run the event loop until the heap is empty (DONE), `stop_instants` instants have run
     (PAUSED) or the heap might overflow this instant (GROW). numba compiles it on first call
@@ -228,12 +269,80 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
     size moves the times); left out, it is 1.0, which leaves every rate as it is."""
     n_ch = len(ch_i)
 
-    def cur_op(c: int) -> int:
-        """Channel c's next op; with `ch_identity` (one channel a rank) its position is its row,
+    def op_at(c: int, j: int) -> int:
+        """Channel c's j-th op; with `ch_identity` (one channel a rank) its position is its row,
         so the per-op ch_ops is not read at all."""
         if ch_identity:
-            return int(ch_ptr[c] + ch_i[c])
-        return int(ch_ops[ch_ptr[c] + ch_i[c]])
+            return int(ch_ptr[c] + j)
+        return int(ch_ops[ch_ptr[c] + j])
+
+    def cur_op(c: int) -> int:
+        """Channel c's next op."""
+        return op_at(c, ch_i[c])
+
+    def next_op(c: int) -> int:
+        """The op after channel c's current one, -1 where it is the last."""
+        j = ch_i[c] + 1
+        return op_at(c, j) if j < ch_ptr[c + 1] - ch_ptr[c] else -1
+
+    def look(j: int, deep: bool) -> None:
+        """Prefetch what heap entry j's event will read. A channel's next event comes thousands
+        of instants after its last, so its op's rows, key and links are in no cache by then
+        (on the 4096-GPU `hier`, chains of DRAM misses were half of an event's cost); an
+        instant ahead (the heap's top and its children: the next instants' likely first
+        events), every miss but the first of a chain is hidden. `deep`: the top, whose first
+        misses were prefetched an instant ago as a child: the rows they point to."""
+        if j >= st[HSIZE]:
+            return
+        p = hp[j]
+        c = p >> 1
+        if p & 1 == BEGIN:                      # transfer: the op's bytes and links, the
+            s = ch_shape[c]                     # next op's rows (for the stash)
+            if deep:
+                a, b = sh_ptr[s], sh_ptr[s + 1]
+                if a < b:
+                    _prefetch(sh_lid, a)
+                    _prefetch(sh_w, a)
+                    _prefetch(sh_lid, b - 1)
+                    _prefetch(sh_w, b - 1)
+                nxt = next_op(c)
+                if nxt >= 0:
+                    _prefetch(dep_ptr, nxt)
+                    _prefetch(op_key, nxt)
+            else:
+                _prefetch(sh_ptr, s)
+                _prefetch(op_nbytes, ch_op[c])
+                if not ch_identity:
+                    _prefetch(ch_ops, ch_ptr[c] + ch_i[c] + 1)
+        elif fl_ver[c] == hv[j] and ch_nl[c] > 0:     # finish: the op's rows, the next op's
+            key, dp = ch_nkey[c], ch_ndep[c]          # rows, key and first dependency
+            if deep:
+                if dp >= 0 and dep_idx[dp] >= 0:
+                    _prefetch(op_wait, dep_idx[dp])
+                if key >= 0:
+                    _prefetch(sh_ptr, key_shape[key])
+            else:
+                op = ch_op[c]
+                _prefetch(op_wait, op)
+                _prefetch(op_end, op)
+                nxt = ch_next[c]
+                if nxt >= 0:
+                    _prefetch(dep_ptr, nxt)
+                    _prefetch(op_key, nxt)
+                if dp >= 0:
+                    _prefetch(dep_idx, dp)
+                if key >= 0:
+                    _prefetch(key_shape, key)
+                    _prefetch(key_delay, key)
+
+    def drop_stale() -> bool:
+        """With the local re-solve on, a stale wake-up on top of the heap is dropped (it opens
+        no instant); True where one was."""
+        if st[HSIZE] > 0 and st[LOCAL_ON] != 0 and hp[0] & 1 == FINISH and fl_ver[hp[0] >> 1] != hv[0]:
+            st[HSIZE] = _epop(hk, hp, hv, st[HSIZE])
+            st[N_STALE] += 1
+            return True
+        return False
 
     def push_event(t: float, kind: int, c: int, ver: int) -> None:
         st[HSIZE] = _epush(hk, hp, hv, st[HSIZE], t, c * 2 + kind, ver)
@@ -318,6 +427,11 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         nbytes = op_nbytes[ch_op[c]]
         s = ch_shape[c]
         a, b = sh_ptr[s], sh_ptr[s + 1]
+        nxt = next_op(c)                     # the next op's key and dependencies' row, for
+        ch_next[c] = nxt                     # `look` when this op's end nears
+        if nxt >= 0:
+            ch_nkey[c] = op_key[nxt]
+            ch_ndep[c] = dep_ptr[nxt] if dep_ptr[nxt] < dep_ptr[nxt + 1] else -1
         if nbytes <= EPS_BYTES or a == b:
             return False
         now = tnow[0]
@@ -884,9 +998,7 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             return PAUSED
         if st[HSIZE] + 2 * n_ch + 2 > len(hk):
             return GROW
-        if st[LOCAL_ON] != 0 and hp[0] & 1 == FINISH and fl_ver[hp[0] >> 1] != hv[0]:
-            st[HSIZE] = _epop(hk, hp, hv, st[HSIZE])      # a stale wake-up opens no instant
-            st[N_STALE] += 1
+        if drop_stale():
             continue
         t = hk[0]
         tnow[0] = t
@@ -912,4 +1024,9 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                     st[N_STALE] += 1
         settle()
         st[INSTANTS] += 1
+        while drop_stale():             # before `look`, which would find a stale top
+            pass
+        look(0, True)
+        look(1, False)
+        look(2, False)
     return DONE
