@@ -56,6 +56,10 @@ def test_barrier_rows_of_their_own_cost_a_row_start_each_in_simple_calls_only() 
     assert build_case(m, topo).protocol == SIMPLE.with_barrier_rows(2)
     unfused = Measurement(**(m.model_dump() | {"lowering": dict(m.lowering, fuse=False)}))
     assert build_case(unfused, topo).protocol == SIMPLE
+    # the knob's default (off): the lowering still makes this all-SM plan one kernel
+    default = Measurement(**(m.model_dump() | {"lowering": dict(m.lowering,
+                                                                single_stream=False)}))
+    assert build_case(default, topo).protocol == SIMPLE.with_barrier_rows(2)
 
 
 def test_ll_puts_twice_the_bytes_on_the_wire_and_unpacking_costs_its_pass() -> None:

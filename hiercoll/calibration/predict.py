@@ -159,9 +159,11 @@ def timed(schedule: Schedule, topology: Topology, knobs: Mapping[str, object]) -
         return Merged(schedule, 0)
     # rows of kernels before the merge (they carry no `max_ctas`: both came with cb2728e) ran
     # every copy as a row of its own
+    # one kernel a call wherever `fuse` is on: the lowering makes an all-SM plan single-stream
+    # itself (`lowering.effective_options`), whatever the row's `single_stream` knob says
     return merged_rows(lowered(schedule, topology, knobs), _ce_threshold(topology, knobs),
                        _inter_peer(knobs), merge="max_ctas" in knobs,
-                       one_kernel=bool(knobs.get("fuse", True) and knobs.get("single_stream", True)))
+                       one_kernel=bool(knobs.get("fuse", True)))
 
 
 def predict_us(case: Case, timed_on: Topology, base: Topology) -> float:
