@@ -89,9 +89,7 @@ def _nccl(spec: CollectiveSpec, device: torch.device, dtype: torch.dtype, group:
 
 def _symmetric(numel: int, dtype: torch.dtype, device: torch.device,
                group: Any) -> tuple[torch.Tensor, str]:
-    from hiercoll.executor.cuda.symm import allocate
+    from hiercoll.executor.cuda.symm import allocate, process_group
     sym = allocate(numel, dtype, device, group)
     sym.tensor.normal_()
-    pg = group or dist.group.WORLD
-    assert pg is not None, "peers: needs an initialised process group"
-    return sym.tensor, pg.group_name
+    return sym.tensor, process_group(group).group_name

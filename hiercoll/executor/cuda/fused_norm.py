@@ -24,7 +24,13 @@ import torch
 
 from hiercoll.errors import HiercollError
 from hiercoll.executor.cuda.one_gpu import Slab, slabs
-from hiercoll.executor.cuda.symm import SymmetricBuffer, allocate, deltas, torch_symm_fits
+from hiercoll.executor.cuda.symm import (
+    SymmetricBuffer,
+    allocate,
+    deltas,
+    process_group,
+    torch_symm_fits,
+)
 from hiercoll.kernels.fused_norm import FusedNormState, launch
 from hiercoll.kernels.fused_norm_abi import (
     ERR_WORDS,
@@ -280,7 +286,7 @@ def unfused(ctx: FusedNormContext, x: torch.Tensor, residual: torch.Tensor, weig
         res_out.add_(residual)
     else:
         buf.view_as(x).copy_(x)
-        torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", _group_name(ctx))
+        torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", process_group(ctx.group).group_name)
         torch.add(buf.view_as(x), residual, out=res_out)
     normed = torch.nn.functional.rms_norm(res_out, (x.shape[1],), weight.to(x.dtype), eps)
     if out is None:
@@ -313,13 +319,6 @@ def _two_shot_buffer(ctx: FusedNormContext, numel: int, dtype: torch.dtype) -> t
         return None
     buf = f.two_shot[(numel, dtype)] = allocate(numel, dtype, ctx.device, ctx.group).tensor
     return buf
-
-
-def _group_name(ctx: FusedNormContext) -> str:
-    import torch.distributed as dist
-    pg = ctx.group or dist.group.WORLD
-    assert pg is not None, "fused norm: needs an initialised process group"
-    return str(pg.group_name)
 
 
 def check_timeout(err: torch.Tensor, rank: int) -> None:

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hiercoll.executor.cuda.symm import process_group
+
 _COMMS: dict[str, Any] = {}     # process-group name -> DirectNccl (or None: torch's path)
 
 
@@ -35,7 +37,7 @@ class DirectNccl:
         self._nccl = nccl
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         uid = [nccl.get_unique_id() if rank == 0 else None]
-        dist.broadcast_object_list(uid, src=dist.get_global_rank(_pg(group), 0), group=group)
+        dist.broadcast_object_list(uid, src=dist.get_global_rank(process_group(group), 0), group=group)
         self._comm = nccl.NcclCommunicator(world, uid[0], rank)
 
     def send(self, t: torch.Tensor, peer: int, stream: torch.cuda.Stream) -> None:
@@ -65,7 +67,7 @@ class _Group:
 def direct_nccl(group: Any, device: torch.device) -> DirectNccl | None:
     """The group's DirectNccl, made on first use (collective: every rank of `group`), or None
     where any rank lacks cupy's NCCL bindings or HIERCOLL_NCCL_DIRECT=0: torch's path then."""
-    key = str(_pg(group).group_name)
+    key = str(process_group(group).group_name)
     if key in _COMMS:
         return _COMMS[key]
     able = torch.tensor([1 if _available() else 0], dtype=torch.int32, device=device)
@@ -83,9 +85,3 @@ def _available() -> bool:
         return False
     return True
 
-
-def _pg(group: Any) -> Any:
-    """The process group itself (None means WORLD)."""
-    pg = group or dist.group.WORLD
-    assert pg is not None, "nccl p2p: needs an initialised process group"
-    return pg

@@ -85,6 +85,14 @@ def torch_symm_fits(nbytes: int, dtype: torch.dtype, world: int) -> bool:
             and nbytes % (16 * world) == 0)
 
 
+def process_group(group: Any) -> Any:
+    """The process group itself (None means WORLD): what torch's symmetric-memory ops and
+    NCCL's own communicators are named by."""
+    pg = group or dist.group.WORLD
+    assert pg is not None, "needs an initialised process group (dist.init_process_group)"
+    return pg
+
+
 def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any,
              keep_alive: bool = True) -> SymmetricTensor:
     """Collective over `group` (WORLD or a subgroup): call in the same order on every rank, and
@@ -99,10 +107,7 @@ def allocate(numel: int, dtype: torch.dtype, device: torch.device, group: Any,
     _ALLOCATIONS += 1
     tensor = symm_mem.empty(numel, dtype=dtype, device=device)
     tensor.zero_()
-    pg = group or dist.group.WORLD
-    assert pg is not None, "allocate: needs an initialised process group"
-    name = pg.group_name
-    handle = symm_mem.rendezvous(tensor, group=name)
+    handle = symm_mem.rendezvous(tensor, group=process_group(group).group_name)
     if keep_alive:
         _KEEP_ALIVE.append((tensor, handle))
     if int(getattr(handle, "multicast_ptr", 0) or 0) != 0:
