@@ -181,3 +181,35 @@ def test_rebased_copy_engine_copies_move_the_callers_memory(monkeypatch):
                 want = data[0].peer_view(addr.rank, addr.offset, item.count)
             assert view.data_ptr() == want.data_ptr() and view.numel() == item.count
     assert moved and twin.table.words != base.table.words
+
+
+def test_the_communicator_rebases_a_plan_once_per_placement_and_only_where_it_may(monkeypatch):
+    """`Communicator._on_user_memory` on fakes (no GPU): one tensor as input and output is
+    rebased only where the kernels are safe in place; overlapping distinct tensors copy; a
+    placement's twin is made once and reused while its plan stands, made again for a new
+    prepared plan (the pool grew)."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from hiercoll.executor.cuda import backend
+    from hiercoll.torch.communicator import Communicator
+    made: list[tuple] = []
+
+    def fake_rebased(prepared, at_in, at_out):  # type: ignore[no-untyped-def]
+        made.append((prepared, at_in, at_out))
+        return ("twin", len(made))
+    monkeypatch.setattr(backend, "rebased", fake_rebased)
+    comm = SimpleNamespace(_rebased={})
+    t = torch.zeros(64)
+    at = SimpleNamespace(parent=object(), byte_offset=0)
+
+    def call(prepared, inp, out, a_in=at, a_out=at):  # type: ignore[no-untyped-def]
+        entry = SimpleNamespace(key="k", prepared=prepared)
+        return Communicator._on_user_memory(comm, entry, inp, out, a_in, a_out)  # type: ignore[arg-type]
+    unsafe, safe = SimpleNamespace(in_place_ok=False), SimpleNamespace(in_place_ok=True)
+    assert call(unsafe, t, t) is None and made == []
+    assert call(safe, t[:40], t[20:], a_out=SimpleNamespace(parent=at.parent, byte_offset=80)) \
+        is None and made == []
+    assert call(safe, t, t) == ("twin", 1) and call(safe, t, t) == ("twin", 1)
+    assert call(SimpleNamespace(in_place_ok=True), t, t) == ("twin", 2)    # a new prepared plan
+    assert call(safe, t, t, None, None) is None and len(made) == 2

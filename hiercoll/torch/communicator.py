@@ -407,9 +407,10 @@ class Communicator:
         call's exact element count (S as the spec counts it): where the plan is the library's
         call, it runs on them (no copy into or out of the pool, no padding to the bucket)."""
         dtype = dtype_of(like, "input")
-        placed = direct is not None and (self._placement(direct[0]) is not None
-                                         or self._placement(direct[1]) is not None)
-        in_place = placed and direct is not None and direct[0].data_ptr() == direct[1].data_ptr()
+        at = (None, None) if direct is None else (self._placement(direct[0]),
+                                                   self._placement(direct[1]))
+        placed = at != (None, None)
+        in_place = direct is not None and placed and direct[0].data_ptr() == direct[1].data_ptr()
         key = PlanKey(kind.value, dtype.value, op.value, 0 if splits else bucket, digest, placed)
 
         def spec() -> CollectiveSpec:
@@ -426,7 +427,7 @@ class Communicator:
             # the plan runs on the caller's tensors, on the current stream: an LL plan reads
             # and writes them in place (no copy at all), a plan rebased onto empty() tensors
             # too, others copy in and out themselves
-            prepared = self._on_user_memory(entry, direct[0], direct[1]) or entry.prepared
+            prepared = self._on_user_memory(entry, direct[0], direct[1], *at) or entry.prepared
             with _patch.inside():
                 entry.backend.run(prepared, direct[0], direct[1])
             return None
@@ -452,11 +453,12 @@ class Communicator:
                 return SymmetricView(alloc, ptr - base, t.numel(), t.dtype)
         return None
 
-    def _on_user_memory(self, entry: _Entry, inp: torch.Tensor, out: torch.Tensor) -> Any:
-        """The entry's call rebased onto the caller's empty() tensors (backend.rebased), made
-        once per placement; None where they are not empty() tensors or it cannot (then the call
-        copies). One tensor as input and output only where the kernels are safe in place."""
-        at_in, at_out = self._placement(inp), self._placement(out)
+    def _on_user_memory(self, entry: _Entry, inp: torch.Tensor, out: torch.Tensor,
+                        at_in: Any, at_out: Any) -> Any:
+        """The entry's call rebased onto the caller's empty() tensors (`at_*`: their
+        placements, `_placement`; backend.rebased), made once per placement; None where they
+        are not empty() tensors or it cannot (then the call copies). One tensor as input and
+        output only where the kernels are safe in place."""
         if at_in is None and at_out is None:
             return None
         prepared: Any = entry.prepared           # a CudaPrepared: the entry is pooled
