@@ -24,9 +24,10 @@ its flow (each visit a cache miss: 117 -> 101 CPU s on the 4096-GPU `hier` repla
 An instant ahead, the loop prefetches what the heap's next events will read (`look`): a
 channel's next event comes thousands of instants after its last, so its op's rows, key and shape
 rows and its next op's first dependency are in no cache by then (on the 4096-GPU `hier`, chains
-of DRAM misses were half of the events' cost: 127 -> 93 CPU s of replay). A transfer keeps the
-next op's row, key and dependencies' row per channel (`ch_next`, `ch_nkey`, `ch_ndep`), so the
-prefetches at its end start from channel state. Prefetches are hints: nothing else changes.
+of DRAM misses were half of the events' cost; replay 121.6 / 131.4 -> 111.8 / 107.9 CPU s in
+alternating runs, the bench row 147.3 -> 138.8: bench/results/sim_scale.md). A transfer keeps
+the next op's row, key and dependencies' row per channel (`ch_next`, `ch_nkey`, `ch_ndep`), so
+the prefetches at its end start from channel state. Prefetches are hints: nothing else changes.
 
 With the local re-solve on (`fluid.local_resolve()`), a stale wake-up is dropped when it reaches
 the top of the heap instead of opening an instant (`EventClock.void` in the Python engine).
