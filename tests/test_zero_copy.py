@@ -181,6 +181,19 @@ def test_rebased_copy_engine_copies_move_the_callers_memory(monkeypatch):
                 want = data[0].peer_view(addr.rank, addr.offset, item.count)
             assert view.data_ptr() == want.data_ptr() and view.numel() == item.count
     assert moved and twin.table.words != base.table.words
+    # a placement off the 16-byte grid (the rows' vector width assumes it) is not rebased
+    odd = SimpleNamespace(base_ptrs=[b + 2 for b in src[0].base_ptrs], tensor=src[0].tensor,
+                          peer_view=src[0].peer_view)
+    assert backend.rebased(base, odd, None) is None
+    # nor an LL program: it runs on any tensor already (its own and peers' areas by tag)
+    ll = plan(h200_topology(1, 4), bf16_spec("all_reduce", 4, 8192), "direct").expand()
+    ll_prog = lower(ll, 0, CudaOptions())
+    assert ll_prog.ll_half
+    ll_base = backend.build_prepared(ll, ll_prog, slabs(4, ll_prog.layout.total, torch.bfloat16,
+                                                        dev)[0],
+                                     slabs(4, ll_prog.num_slots, torch.int32, dev)[0], 4,
+                                     CudaOptions(), dev)
+    assert backend.rebased(ll_base, src[0], src[0]) is None
 
 
 def test_the_communicator_rebases_a_plan_once_per_placement_and_only_where_it_may(monkeypatch):

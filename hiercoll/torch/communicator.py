@@ -448,8 +448,7 @@ class Communicator:
         for alloc in self._user:
             base = alloc.tensor.data_ptr()
             if base <= ptr and ptr + nbytes <= base + alloc.tensor.numel():
-                if (ptr - base) % t.element_size():    # a view at an odd byte: copies
-                    return None
+                # torch's views keep a tensor's offset a multiple of its element size
                 return SymmetricView(alloc, ptr - base, t.numel(), t.dtype)
         return None
 
