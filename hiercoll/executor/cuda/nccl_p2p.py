@@ -18,6 +18,8 @@ needed.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -48,20 +50,14 @@ class DirectNccl:
         self._comm.recv(t.data_ptr(), t.numel() * t.element_size(), self._nccl.NCCL_UINT8, peer,
                         stream.cuda_stream)
 
-    def group(self) -> Any:
-        """A context in which sends and receives are one NCCL group (ncclGroupStart/End)."""
-        return _Group(self._nccl)
-
-
-class _Group:
-    def __init__(self, nccl: Any) -> None:
-        self._nccl = nccl
-
-    def __enter__(self) -> None:
+    @contextmanager
+    def group(self) -> Iterator[None]:
+        """Sends and receives issued inside are one NCCL group (ncclGroupStart/End)."""
         self._nccl.groupStart()
-
-    def __exit__(self, *exc: object) -> None:
-        self._nccl.groupEnd()
+        try:
+            yield
+        finally:
+            self._nccl.groupEnd()
 
 
 def direct_nccl(group: Any, device: torch.device) -> DirectNccl | None:
