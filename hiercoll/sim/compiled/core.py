@@ -791,12 +791,16 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             set_rate(f, fl_ceil[f] * rate_scale, now)
         return True
 
-    def push(lid: int, sid: int, top: int) -> int:
-        if lseen[lid] != sid:
-            lseen[lid] = sid
+    def mark_push(marks: Any, lid: int, mark: int, top: int) -> int:
+        """Link `lid` onto lstack unless `marks` already holds this pass's `mark` for it."""
+        if marks[lid] != mark:
+            marks[lid] = mark
             lstack[top] = lid
             top += 1
         return top
+
+    def push(lid: int, sid: int, top: int) -> int:
+        return mark_push(lseen, lid, sid, top)
 
     def local(ns: int) -> bool:
         """FluidNetwork._local: re-solve only the flows whose rates can move (the set grows
@@ -951,10 +955,8 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                     s = f * max_links
                     for k in range(s, s + ch_nl[f]):
                         l2 = nd_lid[k]
-                        if seen[l2] != stamp and demand[l2] > slack_below[l2]:
-                            seen[l2] = stamp
-                            lstack[top] = l2
-                            top += 1
+                        if demand[l2] > slack_below[l2]:
+                            top = mark_push(seen, l2, stamp, top)
                 node = node_next[node]
         if nf == 0:
             return
