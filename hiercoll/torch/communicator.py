@@ -26,6 +26,7 @@ Every rank of the group must make the same calls in the same order (as with torc
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -185,10 +186,7 @@ class Communicator:
             else tuple(int(x) for x in size)          # type: ignore[arg-type]
         if not self._symmetric:
             return torch.empty(shape, dtype=dtype, device=self._device)
-        numel = 1
-        for x in shape:
-            numel *= int(x)
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
         alloc = self.symmetric(align(max(nbytes, 16)))
         self._user.append(alloc)
         return alloc.tensor[:nbytes].view(dtype).view(shape)
