@@ -13,20 +13,20 @@ run the table came from, and `shipped` says so per point.
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from hiercoll.calibration.measurement import Measurement
 from hiercoll.calibration.measurements import bench_measurement
-from hiercoll.calibration.predict import Case, build_case, predict_us
+from hiercoll.calibration.predict import build_case, predict_us
+from hiercoll.calibration.program import program_key
+from hiercoll.calibration.spread import Sample, Spread, spreads_of
 from hiercoll.collectives import CollectiveSpec, DType, Kind
 from hiercoll.errors import HiercollError
 from hiercoll.planner.search.candidates import Candidate, rank_key
 from hiercoll.planner.search.library import LIBRARY, shipped_table
-from hiercoll.schedule import INPUT, OUTPUT, Op, OpKind, Region
 from hiercoll.sim.simulate import CallMode
 from hiercoll.topology import Topology
 
@@ -90,55 +90,24 @@ def simulated(topology: Topology, m: Measurement) -> Timed | None:
     this topology cannot plan it."""
     try:
         case = build_case(m, topology)
-        return Timed(predict_us(case, topology, topology), case.rows, _program(case))
+        return Timed(predict_us(case, topology, topology), case.rows, program_key(case))
     except HiercollError:
         return None
-
-
-def _program(case: Case) -> str:
-    """What the row's kernel ran, as far as the simulator sees it: every rank's ops with their
-    channels numbered in order of first use (plans that lower to the same ops on other channel
-    numbers run the same rows: `direct` and `hier` all_to_all on one node), a reduce's sources
-    in one order (the kernel loads them together and adds them in registers: `direct` and
-    `hier` reduce-scatter on 2 GPUs differ only there, and measured 10.5 / 9.4 us in one run,
-    9.4 / 9.3 in another), and the protocol. The library has no ops of ours: its label stands
-    for it."""
-    if case.measurement.algorithm == LIBRARY:
-        return LIBRARY
-    s = case.schedule
-    parts = [repr(case.protocol)]
-    names: dict[str, str] = {INPUT: INPUT, OUTPUT: OUTPUT}
-
-    def named(g: Region) -> Region:
-        """Scratch buffers by order of first use (`direct_recv` and `hier_scatter` hold the
-        same bytes at the same place of the layout when the plans are otherwise equal: the
-        2-GPU `direct`, `hier` and `hier_2d` reduce-scatters lower to the same rows)."""
-        return replace(g, buffer=names.setdefault(g.buffer, f"scratch{len(names) - 2}"))
-    for r in range(s.world_size):
-        number: dict[int, int] = {}
-        ops = tuple(replace(op, channel=number.setdefault(op.channel, len(number)),
-                            dst=named(op.dst), srcs=_source_order(op, named))
-                    for op in s.rank_ops(r))
-        parts.append(repr(ops))
-    parts += [repr(sorted((names[b], n) for b, n in s.buffers(r).items() if b in names))
-              for r in range(s.world_size)]      # buffers no op touches (forwarded) time nothing
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
-def _source_order(op: Op, named: Callable[[Region], Region]) -> tuple[Region, ...]:
-    """A reduce's sources (buffers `named` canonically) in a canonical order (a sum's order
-    changes no row's timing); any other op's as written."""
-    srcs = tuple(map(named, op.srcs))
-    if op.kind != OpKind.REDUCE:
-        return srcs
-    return tuple(sorted(srcs, key=lambda g: (g.rank, g.buffer, g.offset, g.count)))
 
 
 def regret_points(topology: Topology, points: dict[Point, list[Measurement]], mode: CallMode,
                   ) -> list[RegretPoint]:
     """One RegretPoint per point with at least two candidates the simulator can time."""
+    return regret_run(topology, points, mode)[0]
+
+
+def regret_run(topology: Topology, points: dict[Point, list[Measurement]], mode: CallMode,
+               ) -> tuple[list[RegretPoint], list[Spread]]:
+    """`regret_points`, and the run's own spread where candidates of a point ran one program
+    (what a regret between two such is: `spread`)."""
     table = shipped_table(topology)
     out = []
+    samples = []
     for (kind, nbytes, dtype, world), cands in sorted(points.items(), key=lambda kv: (
             kv[0][0].value, kv[0][1])):
         if world != topology.world_size:
@@ -147,6 +116,8 @@ def regret_points(topology: Topology, points: dict[Point, list[Measurement]], mo
         got = {label(m): simulated(topology, m) for m in cands}
         sim = {k: v for k, v in got.items() if v is not None}
         timed = [m for m in cands if label(m) in sim]
+        samples += [Sample(mode, nbytes, (kind, nbytes, dtype, sim[label(m)].program), m.time_us)
+                    for m in timed]
         if len(timed) < 2:
             continue
         pick = min(timed, key=lambda m: rank_key(sim[label(m)].us, sim[label(m)].rows, label(m)))
@@ -164,7 +135,7 @@ def regret_points(topology: Topology, points: dict[Point, list[Measurement]], mo
                                sim[label(pick)].us, sim[label(best)].us,
                                len(timed), shipped,
                                sim[label(pick)].program == sim[label(best)].program))
-    return out
+    return out, spreads_of(samples)
 
 
 def summary(points: list[RegretPoint]) -> dict[str, Any]:

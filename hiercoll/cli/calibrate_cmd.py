@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     if args.folds is not None:
         from hiercoll.calibration.crossval import cross_validate
         cv = cross_validate(cases, topology, args.folds, fixed=fixed, jobs=jobs)
+    from hiercoll.calibration.spread import spreads
+    spread = spreads(cases)
     s = summary(result.rows)
     title = f"calibration of {topology.name} on {len(cases)} rows"
     flags = "".join([f" --fix {','.join(fixed)}" if fixed else "",
@@ -126,13 +128,18 @@ def run(args: argparse.Namespace) -> int:
     if cv:
         lines.append(f"{args.folds}-fold cross-validated held-out geomean error: "
                      + "; ".join(f.text() for f in cv))
+    if spread:
+        lines.append("the rows' own spread where one program was measured twice at a point "
+                     "(floor: no model is nearer on average): "
+                     + "; ".join(f.text() for f in spread))
     if args.md:
         write_atomic(args.md, markdown(title, lines, result.rows))
     if args.png:
         plot(result.rows, args.png, title)
     if args.json:
         print_json(result_json(result) | ({"cross_validation": {
-            "folds": args.folds, "figures": [vars(f) for f in cv]}} if cv else {}))
+            "folds": args.folds, "figures": [vars(f) for f in cv]}} if cv else {})
+            | {"spread": [vars(f) for f in spread]})
         return 0
     print_table(title, ["parameter", "value", "unit", "was"],
                 [[k, f"{v:.4g}", BY_PATH[k].unit, _fmt(BY_PATH[k].get(topology))]
@@ -151,6 +158,12 @@ def run(args: argparse.Namespace) -> int:
         print_table(f"{args.folds}-fold cross-validated held-out geomean error (each row held "
                     "out once)", ["rows", "count", "mean", "folds min-max"],
                     [[f.label, f.rows, f"{f.mean:.1%}", f"{f.low:.1%}-{f.high:.1%}"] for f in cv])
+    if spread:
+        print_table("the rows' own spread: one program measured twice at a point (floor: half "
+                    "the mean gap, no model is nearer on average)",
+                    ["rows", "pairs", "apart (geomean)", "worst pair", "floor"],
+                    [[f.label, f.pairs, f"{f.spread:.1%}", f"{f.worst:.1%}", f"{f.floor:.1%}"]
+                     for f in spread])
     for path in (args.output, args.md, args.png):
         if path:
             console.print(f"wrote {path}")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hiercoll.calibration.regret import RegretPoint, measured_points, regret_points, summary
+from hiercoll.calibration.regret import RegretPoint, measured_points, regret_run, summary
 from hiercoll.cli.common import console, print_json, print_table
 from hiercoll.errors import HiercollError
 from hiercoll.files import write_atomic
@@ -34,10 +34,11 @@ def validate(args: argparse.Namespace, topology: Topology) -> int:
     if not points:
         raise HiercollError(f"--validate: no {mode}-mode rows of hiercoll plans or the nccl "
                             "fallback in " + ", ".join(args.validate))
-    result = regret_points(topology, points, mode)
+    result, spread = regret_run(topology, points, mode)
     summ = summary(result)
     payload = {"topology": topology.name, "costs": topology.calibration_label(),
                "mode": mode, "files": list(args.validate), "summary": summ,
+               "spread": [s.text() for s in spread],
                "points": [p.to_json() for p in result]}
     if args.out:
         out = Path(args.out)
@@ -56,6 +57,8 @@ def validate(args: argparse.Namespace, topology: Topology) -> int:
                   f"{p.best} {p.best_us:.1f}", f"{p.regret:.3f}", p.shipped or "-"]
                  for p in result])
     console.print(f"simulated costs: {topology.calibration_label()}")
+    if spread:
+        console.print(_spread_line([s.text() for s in spread]), markup=False, highlight=False)
     if args.out:
         console.print(f"wrote {args.out}/regret.json, regret.md, regret.png")
     return 0
@@ -71,10 +74,16 @@ def _headline(summ: dict[str, Any]) -> str:
             f" ({summ.get('worst_other_program_at', '-')})")
 
 
+def _spread_line(spread: list[str]) -> str:
+    return ("the run's spread where candidates of a point ran one program (a regret between "
+            "such is noise): " + "; ".join(spread))
+
+
 def markdown(payload: dict[str, Any], points: list[RegretPoint]) -> str:
     lines = [f"# Regret of the simulator's choice on {payload['topology']} ({payload['mode']})", "",
              f"- measured: {', '.join(payload['files'])}", f"- simulated costs: {payload['costs']}",
              f"- {_headline(payload['summary'])}",
+             *([f"- {_spread_line(payload['spread'])}"] if payload.get("spread") else []),
              "- regret = measured time of the candidate the simulator ranks fastest (among those "
              "the run measured) / the fastest measured; `shipped pick`: what the shipped "
              "auto-pick ranks first where its measured table covers the size (in-sample when that "
