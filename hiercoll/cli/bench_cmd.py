@@ -29,7 +29,7 @@ from hiercoll.cli.backend_args import (
 from hiercoll.cli.common import add_json_flag, print_json, print_table
 from hiercoll.errors import HiercollError
 from hiercoll.executor.interface import BackendName, Mode
-from hiercoll.harness.defaults import GRAPH_CALLS, PEERS
+from hiercoll.harness.defaults import EAGER_CALLS, GRAPH_CALLS, PEERS
 from hiercoll.harness.results import row_label
 from hiercoll.units import format_size, parse_size_range
 
@@ -45,8 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_backend_arg(p, BackendName.CUDA)
     p.add_argument("--sizes", default="8KiB:1GiB", help="LOW:HIGH[:FACTOR] or a,b,c")
     p.add_argument("--modes", default="eager,graph",
-                   help="eager (back-to-back calls), graph (CUDA graph of --graph-calls calls), or both")
-    p.add_argument("--iters", type=int, default=None, help="timed calls per point (default by size)")
+                   help="eager (batches of --eager-calls back-to-back calls), graph (CUDA graph of "
+                   "--graph-calls calls), or both")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed samples per point: graph replays or eager batches (default by size)")
     p.add_argument("--out", default=None, help="directory for JSON/MD/PNG results (rank 0)")
     p.add_argument("--zero-copy", action="store_true",
                    help="cuda: run on the symmetric buffers (time the collective without the "
@@ -54,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--graph-calls", type=int, default=GRAPH_CALLS,
                    help="graph mode: calls captured in one graph, timed per call (as "
                    "nccl-tests' CUDA-graph mode)")
+    p.add_argument("--eager-calls", type=int, default=EAGER_CALLS,
+                   help="eager mode: back-to-back calls between two CUDA events, timed per call "
+                   "(1 times each call alone, with the events' host cost inside it)")
     p.add_argument("--peers", default="all",
                    help="rows of what users run instead, same harness and run: comma list of "
                    f"{', '.join(PEERS)}; 'all' (default) or 'none'")
@@ -74,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     peers = _peer_names(args.peers)      # a misspelt peer is refused before anything starts
     if args.graph_calls < 1:
         raise HiercollError(f"--graph-calls: {args.graph_calls}; give at least 1")
+    if args.eager_calls < 1:
+        raise HiercollError(f"--eager-calls: {args.eager_calls}; give at least 1")
     cases = cases_for(sweep_request(args, sizes))
     choice = backend_choice(args)
     if args.one_gpu:
@@ -142,7 +149,7 @@ def _bench_case(case: Case, modes: list[str], launch: Launch, choice: BackendCho
         backend, prepared = prepare_for_mode(case.schedule, choice, mode, cache)
         zero_copy = args.zero_copy and prepared.backend == BackendName.CUDA
         timing = time_run(backend, prepared, launch.device, Mode(mode), iters, zero_copy=zero_copy,
-                          graph_calls=args.graph_calls)
+                          graph_calls=args.graph_calls, eager_calls=args.eager_calls)
         options = choice.options(mode) if prepared.backend == BackendName.CUDA else {}
         rows.append(make_row(case.schedule, prepared.ran_on, Mode(mode),
                              case.topology_name, timing, zero_copy=zero_copy,
@@ -175,7 +182,7 @@ def _bench_peers(case: Case, names: tuple[str, ...], modes: list[str], launch: L
     for peer in peers_for(spec, names, launch.device, torch_dtype(spec.dtype)):
         for mode in modes:
             timing = time_call(peer.call, launch.device, Mode(mode), iters,
-                               graph_calls=args.graph_calls)
+                               graph_calls=args.graph_calls, eager_calls=args.eager_calls)
             rows.append(peer_row(spec, peer.name, Mode(mode), case.topology_name,
                                  timing).to_json())
     return rows

@@ -1,10 +1,13 @@
 """One benchmark harness, long-form rows (one per collective x algorithm x mode x size).
 
 Times are per call, p50/p90/p99 over iterations, then the max over ranks (the slowest rank
-finishes the collective). Eager: CUDA events around each of back-to-back calls. Graph: as
-nccl-tests' CUDA-graph mode, one graph holds `graph_calls` back-to-back calls and a replay's time
-is divided by them; a one-call graph would time the host's replay cost, which a model captured
-whole never pays per collective. On CPU (gloo) wall-clock time per call. Bandwidths follow
+finishes the collective). Eager: CUDA events around each batch of `eager_calls` back-to-back
+calls, its time divided by them (nccl-tests likewise averages over its iterations): events
+around every call would put two event records (~5 us of host each on the H200 machines,
+results/gpu/host_launch_gpu.md) into every host-bound call. Graph: as nccl-tests' CUDA-graph
+mode, one graph holds `graph_calls` back-to-back calls and a replay's time is divided by them; a
+one-call graph would time the host's replay cost, which a model captured whole never pays per
+collective. On CPU (gloo) wall-clock time per call. Bandwidths follow
 nccl-tests (CollectiveSpec).
 """
 
@@ -24,7 +27,7 @@ from hiercoll.executor.graphs import capture_calls
 from hiercoll.executor.interface import Backend, Mode, Prepared
 from hiercoll.executor.torch_dtypes import torch_dtype
 from hiercoll.gcpause import without_cyclic_gc
-from hiercoll.harness.defaults import GRAPH_CALLS
+from hiercoll.harness.defaults import EAGER_CALLS, GRAPH_CALLS
 from hiercoll.harness.inputs import device_inputs
 from hiercoll.schedule import Schedule
 
@@ -36,6 +39,7 @@ class Timing:
     p99_us: float
     iters: int
     graph_calls: int = 0    # calls per graph replay (graph mode), 0 for eager
+    eager_calls: int = 0    # calls per timed batch (eager mode), 0 for graph
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +69,9 @@ class BenchRow:
     zero_copy: bool = False      # cuda: the call worked on the symmetric buffers (no copy-in/out)
     one_gpu: bool = False        # every rank in one process on one GPU (bench --one-gpu)
     graph_calls: int = 0         # graph mode: back-to-back calls per replay (0: eager)
+    # eager mode: back-to-back calls per timed batch (0: graph mode, or a row from before
+    # 2026-11-29, whose eager calls were each timed alone, two event records inside each)
+    eager_calls: int = 0
     peer: bool = False           # not a hiercoll plan: a peer's call (harness.peers), same timer
     options: dict[str, Any] = field(default_factory=dict)   # cuda lowering knobs of the run
 
@@ -101,7 +108,7 @@ def _timed(spec: CollectiveSpec, timing: Timing) -> dict[str, Any]:
             "dtype": spec.dtype.value, "nbytes": spec.total_bytes, "reduce_op": spec.reduce_op.value,
             "p50_us": timing.p50_us, "p90_us": timing.p90_us, "p99_us": timing.p99_us,
             "algbw_gbps": algbw, "busbw_gbps": busbw, "iters": timing.iters,
-            "graph_calls": timing.graph_calls}
+            "graph_calls": timing.graph_calls, "eager_calls": timing.eager_calls}
 
 
 def plan_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +130,7 @@ def iterations_for(nbytes: int, budget_bytes: float = 8e9, lo: int = 5, hi: int 
 
 def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: Mode,
              iters: int, warmup: int = 3, group: Any = None, zero_copy: bool = False,
-             graph_calls: int = GRAPH_CALLS) -> Timing:
+             graph_calls: int = GRAPH_CALLS, eager_calls: int = EAGER_CALLS) -> Timing:
     """Collective: every rank must call it with the same arguments. `zero_copy` (cuda backend):
     pass the prepared symmetric input/output views, so no copy-in/copy-out is timed."""
     spec, rank = prepared.schedule.spec, prepared.rank
@@ -145,13 +152,15 @@ def time_run(backend: Backend, prepared: Prepared, device: torch.device, mode: M
                 times.append((time.perf_counter() - t0) * 1e6)
         return _summarise(times, device, group)
     return time_call(lambda: backend.run(prepared, inp, out), device, mode, iters, warmup,
-                     group, graph_calls)
+                     group, graph_calls, eager_calls)
 
 
 def time_call(call: Callable[[], object], device: torch.device, mode: Mode, iters: int,
-              warmup: int = 3, group: Any = None, graph_calls: int = GRAPH_CALLS) -> Timing:
+              warmup: int = 3, group: Any = None, graph_calls: int = GRAPH_CALLS,
+              eager_calls: int = EAGER_CALLS) -> Timing:
     """Per-call times of a capturable CUDA `call` (a plan's run or a peer's), collective over
-    `group`: eager back-to-back calls, or `iters` replays of one graph of `graph_calls` calls."""
+    `group`: `iters` batches of `eager_calls` back-to-back eager calls, or `iters` replays of one
+    graph of `graph_calls` calls."""
     if mode == Mode.GRAPH:
         graph = capture_calls(call, graph_calls, warmup)
         graph.replay()
@@ -160,12 +169,18 @@ def time_call(call: Callable[[], object], device: torch.device, mode: Mode, iter
     else:
         for _ in range(warmup):
             call()
-        run, per = call, 1
+
+        def run() -> None:
+            for _ in range(eager_calls):
+                call()
+        per = eager_calls
     torch.cuda.synchronize()
     dist.barrier(group)
     times = [t / per for t in event_times_us(run, iters)]
     timing = _summarise(times, device, group)
-    return replace(timing, graph_calls=graph_calls if mode == Mode.GRAPH else 0)
+    captured = mode == Mode.GRAPH
+    return replace(timing, graph_calls=graph_calls if captured else 0,
+                   eager_calls=0 if captured else eager_calls)
 
 
 def event_times_us(call: Callable[[], object], iters: int) -> list[float]:
