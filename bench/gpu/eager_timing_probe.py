@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,8 +51,9 @@ def main() -> int:
                              "p50_us": t.p50_us, "p90_us": t.p90_us, "samples": t.iters})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         check=False).stdout.strip() or open(".device_commit").read().strip()
+    git = os.environ.get("HIERCOLL_GIT_SHA") or subprocess.run(   # env.sh: the device's commit
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        check=False).stdout.strip()
     meta = {"command": "torchrun --nproc-per-node 1 bench/gpu/eager_timing_probe.py --out DIR",
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "git": git}
