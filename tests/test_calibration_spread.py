@@ -74,3 +74,17 @@ def test_regret_and_calibrate_report_the_spread(tmp_path, capsys):
 def _all_but(keep: str) -> list[str]:
     from hiercoll.calibration.params import BY_PATH
     return [p for p in BY_PATH if p != keep]
+
+
+def test_nccl_measured_twice_is_its_own_spread():
+    """A bench times NCCL twice per point (the library fallback's row and the `nccl` peer's): their
+    gap is NCCL's own spread, reported apart from hiercoll's plans."""
+    topo = load_topology("h200x4")
+    lib = dict(_row("nccl", 10.0), backend="nccl", params={}, options={})
+    peer = dict(_row("nccl", 12.0), backend="peer", peer=True, params={}, options={})
+    rows = [lib, peer, _row("direct", 10.0), _row("hier", 10.5)]
+    cases = [build_case(bench_measurement(r, f"rows[{i}]"), topo) for i, r in enumerate(rows)]
+    got = {s.label: s for s in spreads(cases)}
+    assert set(got) == {"graph, 1-64 MiB", "NCCL, graph, 1-64 MiB"}
+    assert got["NCCL, graph, 1-64 MiB"].spread == pytest.approx(0.2)
+    assert got["graph, 1-64 MiB"].spread == pytest.approx(0.05)

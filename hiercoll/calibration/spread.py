@@ -22,6 +22,7 @@ from hiercoll.calibration.crossval import BANDS
 from hiercoll.calibration.measurement import Measurement
 from hiercoll.calibration.predict import Case
 from hiercoll.calibration.program import program_key
+from hiercoll.schedule import LIBRARY_ALGORITHM
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class Spread:
 
 class Sample(NamedTuple):
     """One measured row as the spread sees it: rows with equal `key` ran one program at one
-    point (the mode and size are part of it)."""
+    point (the mode and size are part of it; its last item is the program, 'nccl' for the
+    library)."""
 
     mode: str
     nbytes: int
@@ -63,19 +65,23 @@ def point_of(m: Measurement) -> tuple[object, ...]:
 
 
 def spreads_of(samples: Iterable[Sample]) -> list[Spread]:
-    """`spreads` over samples whose program keys the caller has (regret's timed candidates)."""
+    """`spreads` over samples whose program keys the caller has (regret's timed candidates),
+    hiercoll's plans and NCCL's library calls (measured twice: the bench's library row and its
+    `nccl` peer) apart, as cross-validation reports them."""
     groups: dict[tuple[object, ...], list[float]] = {}
     where: dict[tuple[object, ...], tuple[str, int]] = {}
     for s in samples:
         groups.setdefault(s.key, []).append(math.log(s.time_us))
         where[s.key] = (s.mode, s.nbytes)
     out = []
-    for mode in ("graph", "eager"):
-        for name, lo, hi in BANDS:
-            sel = [logs for key, logs in groups.items()
-                   if len(logs) > 1 and where[key][0] == mode and lo <= where[key][1] < hi]
-            if sel:
-                out.append(_spread(f"{mode}, {name}", sel))
+    for owner, library in (("", False), ("NCCL, ", True)):
+        for mode in ("graph", "eager"):
+            for name, lo, hi in BANDS:
+                sel = [logs for key, logs in groups.items()
+                       if len(logs) > 1 and (key[-1] == LIBRARY_ALGORITHM) == library
+                       and where[key][0] == mode and lo <= where[key][1] < hi]
+                if sel:
+                    out.append(_spread(f"{owner}{mode}, {name}", sel))
     return out
 
 
