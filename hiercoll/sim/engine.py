@@ -64,12 +64,30 @@ def op_links(net: Network, op: Op) -> tuple[tuple[tuple[int, float], ...], float
     if ce_all is not None and on_copy_engine(op, net.itemsize, net.topology.costs.ce_threshold_bytes):
         links += ((net.copy_engines(op.rank, ce_all), 1.0),)
     cap = op_engine_cap(net, op)
-    if cap is not None:
-        # the cap is on what the engine loads and stores: a copy loads one byte per byte it
-        # stores (weight 1); a reduce loads every source (and the destination, accumulating)
-        traffic = 1.0 if op.kind == OpKind.COPY else (len(op.srcs) + op.accumulate + 1) / 2
-        links += ((net.engine(op.rank, op.channel, cap[0], cap[1]), traffic),)
+    far = engine_traffic(op, net.topology.shared_gpu)
+    if cap is not None and far:
+        links += ((net.engine(op.rank, op.channel, cap[0], cap[1]), far),)
     return links, latency
+
+
+def engine_traffic(op: Op, shared_gpu: bool = False) -> float:
+    """What an op puts through its engine's cap, per byte it stores. On GPUs of their own: one
+    unit per access to another rank's memory (each remote source read, a remote destination
+    written, and read first where it accumulates). The cap is what one kernel or copy engine
+    drives over the fabric (each remote access a round trip its CTAs keep in flight); its own
+    HBM it reads and writes at HBM rate, which the HBM links bound. Counting local loads too
+    priced a ring's local copy of 256 MiB at 401 GB/s, 670 us against ~150 measured: 4 x H200
+    ring all_gather / reduce_scatter of 1 GiB simulated 25-39 % slow, and our plans' error from
+    64 MiB on the loop-w4 run went 9.6 -> 4.8 % with the shipped costs
+    (bench/results/gpu/regret/README.md). Where every rank shares one GPU (`shared_gpu`: the
+    one-GPU harness) every access is to that GPU's HBM through the rank's share of its SMs, so
+    loads and stores all count, in copies' units: a copy 1, a reduce (sources + 1) / 2 (what
+    `one-gpu-h200x4` was fitted with: 7.1 % held out; 38 % with the remote-only count)."""
+    if shared_gpu:
+        return 1.0 if op.kind == OpKind.COPY else (len(op.srcs) + op.accumulate + 1) / 2
+    remote_dst = op.dst.rank != op.rank
+    return float(sum(s.rank != op.rank for s in op.srcs) + remote_dst
+                 + (remote_dst and op.accumulate))     # an accumulate reads it first
 
 
 def copy_links(net: Network, a: int, b: int) -> tuple[tuple[tuple[int, float], ...], float]:
