@@ -69,6 +69,24 @@ def summary(rows: Sequence[RowError], min_bytes: int = 1 << 20) -> dict[str, Any
             "min_bytes_large": min_bytes}
 
 
+def band_errors(rows: Sequence[RowError]) -> list[tuple[str, int, float]]:
+    """(label, rows, geomean error) per owner (hiercoll's plans, NCCL's library model), mode and
+    size band, as cross-validation reports its folds (`crossval.BANDS`): what a run the fit never
+    saw holds out, in the same cells."""
+    from hiercoll.calibration.crossval import BANDS
+    from hiercoll.schedule import LIBRARY_ALGORITHM
+    out = []
+    for owner, library in (("hiercoll plans", False), ("NCCL library model", True)):
+        for mode in ("graph", "eager"):
+            for name, lo, hi in BANDS:
+                sel = [r.ratio for r in rows if (r.case.measurement.algorithm == LIBRARY_ALGORITHM)
+                       == library and r.case.measurement.mode == mode
+                       and lo <= r.case.measurement.nbytes < hi]
+                if sel:
+                    out.append((f"{owner}, {mode}, {name}", len(sel), geomean_error(sel)))
+    return out
+
+
 def headline(s: dict[str, Any]) -> str:
     """One line of a `summary`: held-out error (split by size and mode), fit, worst row."""
     modes = "".join(f"; {k.removeprefix('held_out_')} mode {s[k]['geomean_error']:.1%}"

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hiercoll.calibration.report import by_plan, markdown, plot, row_json, summary
+    from hiercoll.calibration.report import band_errors, by_plan, markdown, plot, row_json, summary
     from hiercoll.calibration.workflow import compare
     from hiercoll.errors import HiercollError
     from hiercoll.files import write_atomic
@@ -45,12 +45,16 @@ def run(args: argparse.Namespace) -> int:
              f"geomean error {s['all']['geomean_error']:.1%} over {len(rows)} rows "
              f"(>= 1 MiB {_band(s['large'])}, smaller {_band(s['small'])}), "
              f"worst {s['all']['worst_error']:.1%}"]
+    bands = band_errors(rows)
+    lines.append("by band: " + "; ".join(f"{label} {err:.1%} ({n} rows)" for label, n, err in bands))
     if args.md:
         write_atomic(args.md, markdown(title, lines, rows))
     if args.png:
         plot(rows, args.png, title)
     if args.json:
         print_json({"calibration": topology.calibration_label(), "summary": s,
+                    "bands": [{"label": label, "rows": n, "geomean_error": err}
+                              for label, n, err in bands],
                     "plans": [vars(p) for p in by_plan(rows)],
                     "rows": [row_json(r) for r in rows]})
         return 0
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 [[p.collective, p.plan, p.mode, p.rows, f"{p.geomean_error:.1%}",
                   f"{p.worst_error:.1%}", f"{p.mean_ratio:.3f}"] for p in by_plan(rows)])
     console.print(lines[1])
+    console.print(lines[2], markup=False, highlight=False)
     for path in (args.md, args.png):
         if path:
             console.print(f"wrote {path}")
