@@ -391,3 +391,15 @@ def test_rows_measured_before_a_preset_was_calibrated_still_get_the_shape_check(
     two_nodes = str(Path(__file__).parents[1] / "bench/gpu/topologies/h200-2node-x2.yaml")
     proc = _hc("calibrate", str(path), "-t", two_nodes)
     assert proc.returncode == 2 and "shape differs" in proc.stderr
+
+
+def test_a_cap_raised_past_binding_keeps_its_fitted_value() -> None:
+    """The rows were timed with no per-op cap; the base caps SM ops at 50 GB/s. The fit raises
+    the cap until it stops binding, where its gradient is nil: going back to the prior would
+    bind again, so the fitted value stays (and the rows fit)."""
+    base = with_values(hc.load_topology("h200x4"), {"costs.ce_threshold_bytes": 1 << 40,
+                                                   "costs.sm_op_gbps": 50.0})
+    cases = _synthetic(base, {"costs.sm_op_gbps": 20000.0})
+    result = fit(cases, base, holdout=0.0, only=["costs.sm_op_gbps"])
+    assert result.fitted["costs.sm_op_gbps"] > 300.0
+    assert geomean_error(result.ratios()) < 0.02
