@@ -219,8 +219,11 @@ def _run_one_gpu(cases: list[Case], modes: list[str], choice: BackendChoice,
             if opts not in clusters:
                 clusters[opts] = OneGpuCluster(case.schedule.expand(), opts)
             timing = time_one_gpu(clusters[opts], Mode(mode), iters)
+            # the lowering's knobs, as multi-GPU rows carry them: calibrate times the rows the
+            # kernel ran (forwarded copies, merged rows), not the plan as written
             rows.append(make_row(case.schedule, BackendName.CUDA.value, Mode(mode),
-                                 case.topology_name, timing, one_gpu=True).to_json())
+                                 case.topology_name, timing, one_gpu=True,
+                                 options=choice.options(mode)).to_json())
             if not args.json:
                 _print_row(rows[-1])
         del clusters
