@@ -6,7 +6,7 @@
    2026-11-28 `h200x4` ships costs fitted on our own executor's rows
    (bench/results/calibration/ours-w4-h200-rows/, `hiercoll calibrate`); this script once wrote
    its NCCL-only fit over it.
-2. one-gpu-h200x4: the one-GPU bench on one H200 (bench/results/calibration/one_gpu_h200/,
+2. one-gpu-h200x4: the one-GPU bench on one H200 (bench/results/calibration/one_gpu_h200-2026-11-25/,
    made by bench/gpu/one_gpu_calibration.sh), eager and graph.
 
     python bench/calibration.py [--baseline ../shared/measurements/h200x4-baseline.json]
@@ -103,7 +103,7 @@ def main() -> int:
             "point-to-point all-to-all).")
     else:
         print(f"skipped h200x4: {args.baseline} not found", flush=True)
-    one_gpu = sorted(str(p) for p in (OUT / "one_gpu_h200").glob("r*/*-w4.json"))
+    one_gpu = sorted(str(p) for p in (OUT / "one_gpu_h200-2026-11-25").glob("r*/*-w4.json"))
     run("one_gpu_h200", one_gpu, "one-gpu-h200x4",
         ROOT / "hiercoll" / "data" / "one-gpu-h200x4.calibrated.yaml", meta,
         "hiercoll's cuda backend on ONE H200, every rank a slab of one allocation "
@@ -114,7 +114,7 @@ def main() -> int:
         "is the full eager+graph sweep, r1/r2 eager 8 KiB-4 MiB); each point is the median of "
         "its rounds. Before pinning and the GC pause, one plan's eager time stepped between "
         "about 210 and 350 us over neighbouring sizes; now a round's outlier (all-to-all 32 KiB "
-        "at 347 us against 203/207) is outvoted. one_gpu_h200/probe.log times four neighbouring points alternately: "
+        "at 347 us against 203/207) is outvoted. one_gpu_h200-2026-11-25/probe.log times four neighbouring points alternately: "
         "within a trial they agree within 4 %, and they move together between trials (203-226 "
         "us), so what remains is the host's speed of the moment, not a size effect.")
     return 0

@@ -1,6 +1,6 @@
 """`hiercoll compare MEAS... -t T`: each measurement beside the simulator's prediction for it.
 
-    hiercoll compare bench/results/calibration/one_gpu_h200/*.json -t one-gpu-h200x4 --png cmp.png
+    hiercoll compare bench/results/calibration/one_gpu_h200-2026-11-25/r0/*.json -t one-gpu-h200x4 --png cmp.png
 
 Per (collective, plan, size, mode): measured p50, predicted, their ratio; per plan the geomean
 and worst error. The topology's calibration (or "defaults, uncalibrated") is named, so a number
