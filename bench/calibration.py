@@ -114,7 +114,8 @@ def main() -> int:
         "is the full eager+graph sweep, r1/r2 eager 8 KiB-4 MiB); each point is the median of "
         "its rounds. Before pinning and the GC pause, one plan's eager time stepped between "
         "about 210 and 350 us over neighbouring sizes; now a round's outlier (all-to-all 32 KiB "
-        "at 347 us against 203/207) is outvoted. one_gpu_h200-2026-11-25/probe.log times four neighbouring points alternately: "
+        "at 347 us against 203/207) is outvoted. one_gpu_h200-2026-11-25/probe.log times four "
+        "neighbouring points alternately: "
         "within a trial they agree within 4 %, and they move together between trials (203-226 "
         "us), so what remains is the host's speed of the moment, not a size effect.")
     return 0
