@@ -335,10 +335,14 @@ def _fake_prepared(ll_half: int = 8, in_place: bool = True, n: int = 64):  # typ
     import types
 
     import torch
+
+    from hiercoll.executor.cuda.backend import CallFacts
     data = torch.zeros(4 * n, dtype=torch.bfloat16)
     program = types.SimpleNamespace(ll_half=ll_half, ll_in_place=in_place)
-    return types.SimpleNamespace(program=program, input_view=data[:n], output_view=data[n:2 * n],
-                                 kernel=types.SimpleNamespace(data=data)), data
+    views = data[:n], data[n:2 * n]
+    facts = CallFacts(n, n, data.dtype, views[0].data_ptr(), views[1].data_ptr(), data.data_ptr())
+    return types.SimpleNamespace(program=program, input_view=views[0], output_view=views[1],
+                                 kernel=types.SimpleNamespace(data=data), facts=facts), data
 
 
 def test_zero_copy_runs_an_ll_program_on_the_callers_tensors_only_where_it_may():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -78,6 +78,17 @@ class _Put:
     row: int                # what a timeout records as its row: -1 - its `put_launches` index
 
 
+class CallFacts(NamedTuple):
+    """A prepared call's fixed facts (`CudaPrepared.facts`)."""
+
+    in_count: int
+    out_count: int
+    dtype: torch.dtype
+    in_ptr: int            # the symmetric input's address (a caller passing it copies nothing)
+    out_ptr: int
+    base_ptr: int          # the data allocation's, which the kernel's deltas count from
+
+
 @dataclass(kw_only=True)
 class CudaPrepared(Prepared):
     """A rank's prepared call: everything `enqueue` needs, all present once built."""
@@ -111,6 +122,16 @@ class CudaPrepared(Prepared):
         """Whether a call may pass one tensor as input and output with no copies between
         (lowering.runs_in_place on what this rank's kernels run)."""
         return runs_in_place(self.schedule, self.options)
+
+    @functools.cached_property
+    def facts(self) -> CallFacts:
+        """What every call checks its tensors against, computed once: an eager call is host-bound
+        below a few MiB, and these cost a microsecond or two each per call (shape sums, dtype
+        conversion, data pointers of views; bench/gpu/host_profile.py)."""
+        spec = self.schedule.spec
+        return CallFacts(spec.input_count(self.rank), spec.output_count(self.rank),
+                         torch_dtype(spec.dtype), self.input_view.data_ptr(),
+                         self.output_view.data_ptr(), self.kernel.data.data_ptr())
 
     @functools.cached_property
     def input_view(self) -> torch.Tensor:
@@ -414,10 +435,9 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
     """Enqueue one call on the current stream (`main`, when the caller has it at hand), step by
     step of the call protocol (`lowering.call_steps`); channel streams fork from it and join
     back. Only enqueues: capturable into a CUDA graph."""
-    spec, rank, p = prepared.schedule.spec, prepared.rank, prepared.program
-    dtype = torch_dtype(spec.dtype)
-    check_tensor("input", input, spec.input_count(rank), dtype, "cuda")
-    check_tensor("output", output, spec.output_count(rank), dtype, "cuda")
+    p, f = prepared.program, prepared.facts
+    check_tensor("input", input, f.in_count, f.dtype, "cuda")
+    check_tensor("output", output, f.out_count, f.dtype, "cuda")
     if main is None:
         main = torch.cuda.current_stream()
     inline = prepared.inline_channel if timer is None else None
@@ -431,9 +451,9 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
         if step in (CallStep.COPY_IN, CallStep.COPY_OUT) and io is not None:
             continue
         if step == CallStep.COPY_IN:
-            if input.data_ptr() != sym_in.data_ptr() and input.numel():
+            if input.data_ptr() != f.in_ptr and f.in_count:
                 sym_in.copy_(input)
-            if p.copy_in_output and output.data_ptr() != sym_out.data_ptr() and output.numel():
+            if p.copy_in_output and output.data_ptr() != f.out_ptr and f.out_count:
                 sym_out.copy_(output)
         elif step == CallStep.EPOCH:
             prepared.kernel.epoch.add_(1)
@@ -454,7 +474,7 @@ def enqueue(prepared: CudaPrepared, input: torch.Tensor, output: torch.Tensor,
         elif step == CallStep.END_BARRIER:
             _kernel(prepared, p.end_barrier, main, timer=timer)
         elif step == CallStep.COPY_OUT:
-            if output.data_ptr() != sym_out.data_ptr() and output.numel():
+            if output.data_ptr() != f.out_ptr and f.out_count:
                 output.copy_(sym_out)
 
 
@@ -466,17 +486,19 @@ def zero_copy_io(prepared: CudaPrepared, input: torch.Tensor,
     (ll.py). Not where the caller's tensors are the symmetric buffers already, where a word would
     straddle (4-byte alignment), or where they overlap and the plan is not safe in place."""
     p = prepared.program
-    if not p.ll_half or (input.data_ptr() == prepared.input_view.data_ptr()
-                         and output.data_ptr() == prepared.output_view.data_ptr()):
+    if not p.ll_half:
         return None
-    base, isz = prepared.kernel.data.data_ptr(), input.element_size()
-    if (input.numel() and input.data_ptr() % 4) or (output.numel() and output.data_ptr() % 4):
+    f = prepared.facts
+    a0, b0 = input.data_ptr(), output.data_ptr()
+    if a0 == f.in_ptr and b0 == f.out_ptr:
         return None
-    a0, a1 = input.data_ptr(), input.data_ptr() + input.numel() * isz
-    b0, b1 = output.data_ptr(), output.data_ptr() + output.numel() * isz
+    na, nb, isz = input.numel(), output.numel(), input.element_size()
+    if (na and a0 % 4) or (nb and b0 % 4):
+        return None
+    a1, b1 = a0 + na * isz, b0 + nb * isz
     if a0 < b1 and b0 < a1 and not (a0 == b0 and p.ll_in_place):
         return None
-    return (a0 - base) // isz, (b0 - base) // isz
+    return (a0 - f.base_ptr) // isz, (b0 - f.base_ptr) // isz
 
 
 def _fork(prepared: CudaPrepared, main: torch.cuda.Stream, net: NetHook | None,
@@ -597,14 +619,16 @@ def _kernel(prepared: CudaPrepared, launch: KernelLaunch, stream: torch.cuda.Str
     """Launch on `stream`: bound (one call of Triton's launcher, `kernels.program.BoundLaunch`)
     where `build_prepared` bound it, else through the JIT, which launches on the current stream
     (callers without a bound launch run under `torch.cuda.stream(stream)`)."""
-    from hiercoll.kernels.program import launch_rows
-
     bound = prepared.bound.get(id(launch))
+    if bound is not None and timer is None:      # the eager hot path: one launcher call
+        bound(stream.cuda_stream, io)
+        return
 
     def go() -> None:
         if bound is not None:
             bound(stream.cuda_stream, io)
         else:
+            from hiercoll.kernels.program import launch_rows
             state = prepared.kernel if io is None else replace(
                 prepared.kernel, in_delta=io[0], out_delta=io[1])
             with torch.cuda.stream(stream):
