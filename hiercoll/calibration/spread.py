@@ -7,8 +7,8 @@ time p, so on such rows it cannot beat that noise: for two draws X, Y of one pro
 time, E|X - Y| <= E|X - p| + E|Y - p|, so no p is nearer on average than half the mean gap,
 whatever the noise's shape (`floor`; for Gaussian noise a perfect model sits at 1/sqrt(2) of
 the gap). A held-out error is read against it: issue 28 found eager calls on 4 GPUs measured
-bimodally (one program 45.7 and 59.2 us at reduce_scatter 32 KiB, up to 3x apart), where a 10 % target is below what the
-run repeats to."""
+bimodally (one program 45.7 and 59.2 us at reduce_scatter 32 KiB, up to 3x apart), where a 10 %
+target is below what the run repeats to."""
 
 from __future__ import annotations
 
