@@ -37,8 +37,9 @@ PROGRESS_EVERY = 1024      # instants between progress reports, as the Python en
 
 
 def heap_start(channels: int) -> int:
-    """The event heap's first size: a channel's next begin and its flow's wake-ups (stale ones
-    wait in the heap until popped); the loop asks for twice as much when it might overflow."""
+    """The first size of the heap of stale wake-ups' times (whole re-solves only: there, one
+    still opens an instant); the loop asks for twice as much when it might overflow. The event
+    heap holds a channel's one pending event (its next begin or its flow's wake-up) in place."""
     return 4 * channels + 64
 
 
@@ -163,19 +164,21 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
     head = np.full(n_links, -1, i64)
     (active, dirty, seen, incomp, lcount, lseen, seedmark, done, lhead,
      ltail) = (np.zeros(n_links, i64) for _ in range(10))
-    fl_rate, fl_rem, fl_tref, fl_ceil, fl_new = (np.zeros(n_ch, f64) for _ in range(5))
-    (ch_i, ch_d, ch_op, ch_shape, fl_ver, fl_stamp, fl_rated, fl_in, fl_bot,
-     ch_nl) = (np.zeros(n_ch, i64) for _ in range(10))
+    fl_rate, fl_rem, fl_tref, fl_ceil, fl_new, ch_nbytes = (np.zeros(n_ch, f64) for _ in range(6))
+    (ch_i, ch_d, ch_op, ch_shape, fl_stamp, fl_rated, fl_in, fl_bot,
+     ch_nl) = (np.zeros(n_ch, i64) for _ in range(9))
     ch_wait_next = np.full(n_ch, -1, i64)
-    ch_next, ch_nkey, ch_ndep = (np.full(n_ch, -1, i64) for _ in range(3))   # the next op's (look)
+    ch_next, ch_nkey, ch_ndep, ch_ndend = (np.full(n_ch, -1, i64) for _ in range(4))   # the next op's (stash)
     op_start, op_end = np.zeros(n, f64), np.zeros(n, f64)
     op_wait = np.full(n, -1, np.int32)     # per op: the last channel parked on it, or ENDED
     dirty_list = np.zeros(n_links, i64)
     nodes = n_ch * t.max_links
     node_next, node_prev = np.full(nodes, -1, i64), np.full(nodes, -1, i64)
-    size = heap_start(n_ch)
-    hk, hp, hv = np.zeros(size, f64), np.zeros(size, i64), np.zeros(size, i64)
-    rounds = np.zeros((4, size), i64)     # a round's events (channel * 2 + kind, version), scratch
+    # the event heap: a channel's pending event, kept in place (`pos`: its slot or -1); the
+    # slots past the end hold +inf, as do the stale wake-ups' heap's
+    hk, hp, pos = np.full(n_ch + 2, np.inf), np.zeros(n_ch + 2, i64), np.full(n_ch, -1, i64)
+    gk = np.full(heap_start(n_ch), np.inf)
+    rounds = np.zeros((2, n_ch + 1), i64)     # a round's events (channel * 2 + kind), scratch
     fk, fs = np.zeros(n_links + 1, f64), np.zeros(n_links + 1, i64)
     ready = np.zeros(n_ch + 1, i64)
     lstack, act, comp_links, full = (np.zeros(n_links + 1, i64) for _ in range(4))
@@ -193,20 +196,19 @@ def replay_tables(t: Tables, net: Network, progress: Progress | None = None) -> 
         status = replay(t.op_key, t.key_shape, t.key_delay, t.op_nbytes, t.dep_ptr, t.dep_idx,
                         op_start, op_end, op_wait,
                         t.ch_ptr, t.ch_ops, ch_i, ch_d, ch_wait_next, ch_op, ch_shape,
-                        fl_rate, fl_rem, fl_tref, fl_ceil, fl_ver, fl_stamp, fl_rated, fl_new,
+                        fl_rate, fl_rem, fl_tref, fl_ceil, fl_stamp, fl_rated, fl_new,
                         t.sh_ptr, t.sh_lid, t.sh_w, t.max_links,
                         alone, crowded, cap, slack, weight, demand, ubytes, busy_us, busy_since, active, head,
                         node_next, node_prev, dirty, dirty_list, seen, incomp, done,
-                        ws, rem, left, at, hk, hp, hv, rounds, fk, fs,
+                        ws, rem, left, at, hk, hp, pos, gk, rounds, fk, fs,
                         ready, lstack, act, comp_flows, comp_links, full, used, extra, started,
                         seeds, seedmark, fl_in, lseen, lcount, pcap, lold, mixed, fl_bot, lhead, ltail, lnext,
-                        nd_lid, nd_w, ch_nl, ch_next, ch_nkey, ch_ndep,
+                        nd_lid, nd_w, ch_nl, ch_next, ch_nkey, ch_nbytes, ch_ndep, ch_ndend,
                         st, tnow, t.ch_identity, stop)
         if status == DONE:
             break
         if status == GROW:
-            hk, hp, hv = (np.concatenate([h, np.zeros_like(h)]) for h in (hk, hp, hv))
-            rounds = np.zeros((4, len(hk)), i64)
+            gk = np.concatenate([gk, np.full_like(gk, np.inf)])
         elif status == PAUSED:
             assert progress is not None
             progress(int(st[NENDED]), n)

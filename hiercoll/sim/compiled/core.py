@@ -7,7 +7,7 @@ begin before end) order, every instant ends with one max-min re-solve of the com
 changes can reach, a link that cannot fill is left out, and a re-solved rate within RATE_RTOL
 keeps its pending wake-up. (The Python engine's heap breaks ties of time by a sequence number;
 that order is never seen: a round takes every event up to the instant's end and sorts them by
-(channel, kind), and of a channel's events of one kind only one is current.)
+(channel, kind), and a channel has one pending event.)
 
 What differs is only representation. A channel runs one op at a time, so it owns at most one
 flow: flow state is per channel, and a flow's place on a link's member list is the node
@@ -26,15 +26,19 @@ channel's next event comes thousands of instants after its last, so its op's row
 rows and its next op's first dependency are in no cache by then (on the 4096-GPU `hier`, chains
 of DRAM misses were half of the events' cost; replay 121.6 / 131.4 -> 111.8 / 107.9 CPU s in
 alternating runs, the bench row 147.3 -> 138.8: bench/results/sim_scale.md). A transfer keeps
-the next op's row, key and dependencies' row per channel (`ch_next`, `ch_nkey`, `ch_ndep`), so
-the prefetches at its end start from channel state. Prefetches are hints: nothing else changes.
+the next op's row, key and dependencies' rows per channel (`stash`), so the prefetches at its
+end, and the op's start, read channel state. Prefetches are hints: nothing else changes.
 
-With the local re-solve on (`fluid.local_resolve()`), a stale wake-up is dropped when it reaches
-the top of the heap instead of opening an instant (`EventClock.void` in the Python engine).
+The event heap holds a channel's one pending event (its op's begin or its flow's wake-up) in
+place (`pos`: its slot): a flow whose rate changes has its wake-up moved, where the Python
+engine pushes another and leaves the old one stale (on the 4096-GPU `hier`, 41M of 113M pops,
+and a heap twice as deep). A stale wake-up opens no instant with the local re-solve on
+(`EventClock.void`), so it is not kept; with whole re-solves it still opens one at its time, so
+its time goes to a second heap of times alone (`gk`) that instants open from too.
 
 Every piece of state lives in the arrays passed in, so the loop can return and be resumed: after
-`stop_instants` instants (the caller reports progress) or when the event heap might overflow
-(the caller doubles it).
+`stop_instants` instants (the caller reports progress) or when the heap of stale wake-ups might
+overflow (the caller doubles it).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from hiercoll.sim.config import EPS_BYTES, RATE_RTOL, SATURATED_RTOL
 from hiercoll.sim.fluid import HEAP_ABOVE_LINKS, INSTANT_RTOL, LOCAL_ROUNDS, QUIET_MARGIN, SLACK_MARGIN
 
 # st[] slots: the loop's scalars (closures may mutate arrays, not the variables they capture)
-HSIZE, SEQ, NDIRTY, NENDED, INSTANTS, STAMP, NREADY, INIT = range(8)   # SEQ: no longer used
+HSIZE, GSIZE, NDIRTY, NENDED, INSTANTS, STAMP, NREADY, INIT = range(8)   # GSIZE: stale wake-ups
 LOUD, NSTARTED = 8, 9     # this instant's changes may move a rate; flows started this instant
 NSEEDS, SID = 10, 11      # links near full an ended flow left (or re-capped); local solve's id
 LOCAL_ON = 12             # 1: quiet instants skipped, local re-solves (fluid.local_resolve())
@@ -135,44 +139,91 @@ _prefetch = cast(Callable[[Any, int], None], intrinsic(_prefetch_typer))
 
 
 @_inline
-def _epush(hk: Any, hp: Any, hv: Any, n: int, key: float, p: int, v: int) -> int:
-    """Push an event onto the binary min-heap ordered by time; returns the new size. Events of
-    one time come off in any order: a round takes every event of its instant and sorts them by
-    (channel, kind), and one (channel, kind) is never pending twice with the same version."""
-    _erise(hk, hp, hv, n, key, p, v)
-    return n + 1
+def _eplace(hk: Any, hp: Any, pos: Any, i: int, key: float, p: int) -> None:
+    """Entry (key, p) at slot i of the event heap; its channel's `pos` follows it."""
+    hk[i] = key
+    hp[i] = p
+    pos[p >> 1] = i
 
 
 @_inline
-def _erise(hk: Any, hp: Any, hv: Any, i: int, key: float, p: int, v: int) -> None:
-    """Put (key, p, v) in the hole at i, moving it up past larger parents."""
+def _erise(hk: Any, hp: Any, pos: Any, i: int, key: float, p: int) -> None:
+    """Put (key, p) in the hole at i, moving it up past larger parents."""
     while i > 0:
         parent = (i - 1) >> 1
         if hk[parent] <= key:
             break
-        hk[i], hp[i], hv[i] = hk[parent], hp[parent], hv[parent]
+        _eplace(hk, hp, pos, i, hk[parent], hp[parent])
         i = parent
-    hk[i], hp[i], hv[i] = key, p, v
+    _eplace(hk, hp, pos, i, key, p)
 
 
 @_inline
-def _epop(hk: Any, hp: Any, hv: Any, n: int) -> int:
-    """Drop the event heap's root (read it first); returns the new size. The hole goes down
-    to a leaf by the smaller child (one comparison a level), then the last entry rises from
-    there: most rise no step, so a pop costs half the comparisons of a sift-down."""
+def _emove(hk: Any, hp: Any, pos: Any, n: int, i: int, key: float, p: int) -> None:
+    """Put (key, p) in the hole at i of a heap of n entries, whose old key hk[i] still holds.
+    Moving down, the hole goes to a leaf by the smaller child (one comparison a level, without
+    a branch: hk[n] is +inf), then the entry rises from there: most rise no step, so it costs
+    half the comparisons of a sift-down."""
+    if key < hk[i]:
+        _erise(hk, hp, pos, i, key, p)
+        return
+    c = 2 * i + 1
+    while c < n:
+        c += int(hk[c + 1] < hk[c])
+        _eplace(hk, hp, pos, i, hk[c], hp[c])
+        i = c
+        c = 2 * i + 1
+    _erise(hk, hp, pos, i, key, p)
+
+
+@_inline
+def _eremove(hk: Any, hp: Any, pos: Any, n: int, i: int) -> int:
+    """Drop the event heap's entry at i (the root: a pop; read it first); returns the new
+    size. The slots past the end hold +inf."""
     n -= 1
+    pos[hp[i] >> 1] = -1
+    key, p = hk[n], hp[n]
+    hk[n] = np.inf
+    if i < n:
+        _emove(hk, hp, pos, n, i, key, p)
+    return n
+
+
+@_inline
+def _grise(gk: Any, i: int, key: float) -> None:
+    """Put `key` in the hole at i of the stale wake-ups' heap (times alone), moving it up."""
+    while i > 0:
+        parent = (i - 1) >> 1
+        if gk[parent] <= key:
+            break
+        gk[i] = gk[parent]
+        i = parent
+    gk[i] = key
+
+
+@_inline
+def _gpush(gk: Any, n: int, key: float) -> int:
+    """Push a stale wake-up's time; returns the new size."""
+    _grise(gk, n, key)
+    return n + 1
+
+
+@_inline
+def _gpop(gk: Any, n: int) -> int:
+    """Drop the stale wake-ups' heap's root; returns the new size (slots past the end: +inf)."""
+    n -= 1
+    key = gk[n]
+    gk[n] = np.inf
     if n == 0:
         return 0
-    key, p, v = hk[n], hp[n], hv[n]
     i = 0
     c = 1
     while c < n:
-        if c + 1 < n and hk[c + 1] < hk[c]:
-            c += 1
-        hk[i], hp[i], hv[i] = hk[c], hp[c], hv[c]
+        c += int(gk[c + 1] < gk[c])
+        gk[i] = gk[c]
         i = c
         c = 2 * i + 1
-    _erise(hk, hp, hv, i, key, p, v)
+    _grise(gk, i, key)
     return n
 
 
@@ -203,51 +254,51 @@ def _lpop(fk: Any, fs: Any, n: int) -> int:
 
 
 @_inline
-def _insertion_run(bp: Any, bv: Any, lo: int, hi: int) -> None:
-    """Sort bp[lo:hi] (carrying bv) stably in place."""
+def _insertion_run(bp: Any, lo: int, hi: int) -> None:
+    """Sort bp[lo:hi] in place."""
     for i in range(lo + 1, hi):
-        p, v = bp[i], bv[i]
+        p = bp[i]
         j = i - 1
         while j >= lo and bp[j] > p:
-            bp[j + 1], bv[j + 1] = bp[j], bv[j]
+            bp[j + 1] = bp[j]
             j -= 1
-        bp[j + 1], bv[j + 1] = p, v
+        bp[j + 1] = p
 
 
 @_inline
-def _sort_round(bp: Any, bv: Any, tp: Any, tv: Any, n: int) -> None:
-    """Sort a round's events (bp: channel * 2 + kind, bv: version) by bp, stably: insertion
-    sorted runs of 32, merged bottom-up through the scratch tp, tv (no allocation: the loop
-    runs without numba's reference counting)."""
+def _sort_round(bp: Any, tp: Any, n: int) -> None:
+    """Sort a round's events (channel * 2 + kind, each once) in place: insertion sorted runs
+    of 32, merged bottom-up through the scratch tp (no allocation: the loop runs without
+    numba's reference counting)."""
     for lo in range(0, n, 32):
-        _insertion_run(bp, bv, lo, min(lo + 32, n))
+        _insertion_run(bp, lo, min(lo + 32, n))
     width = 32
-    src_p, src_v, dst_p, dst_v = bp, bv, tp, tv
+    src, dst = bp, tp
     swapped = False
     while width < n:
         for lo in range(0, n, 2 * width):
             mid, hi = min(lo + width, n), min(lo + 2 * width, n)
             i, j = lo, mid
             for k in range(lo, hi):
-                if i < mid and (j >= hi or src_p[i] <= src_p[j]):
-                    dst_p[k], dst_v[k] = src_p[i], src_v[i]
+                if i < mid and (j >= hi or src[i] <= src[j]):
+                    dst[k] = src[i]
                     i += 1
                 else:
-                    dst_p[k], dst_v[k] = src_p[j], src_v[j]
+                    dst[k] = src[j]
                     j += 1
-        src_p, src_v, dst_p, dst_v = dst_p, dst_v, src_p, src_v
+        src, dst = dst, src
         swapped = not swapped
         width *= 2
     if swapped:
         for k in range(n):
-            bp[k], bv[k] = tp[k], tv[k]
+            bp[k] = tp[k]
 
 
 @_jit
 def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr: Any, dep_idx: Any,
             op_start: Any, op_end: Any, op_wait: Any,
             ch_ptr: Any, ch_ops: Any, ch_i: Any, ch_d: Any, ch_wait_next: Any, ch_op: Any, ch_shape: Any,
-            fl_rate: Any, fl_rem: Any, fl_tref: Any, fl_ceil: Any, fl_ver: Any,
+            fl_rate: Any, fl_rem: Any, fl_tref: Any, fl_ceil: Any,
             fl_stamp: Any, fl_rated: Any, fl_new: Any,
             sh_ptr: Any, sh_lid: Any, sh_w: Any, max_links: int,
             alone: Any, crowded: Any, cap: Any, slack_below: Any, weight: Any, demand: Any,
@@ -255,14 +306,15 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             node_next: Any, node_prev: Any,
             dirty: Any, dirty_list: Any, seen: Any, incomp: Any, done: Any,
             ws: Any, rem: Any, left: Any, at: Any,
-            hk: Any, hp: Any, hv: Any, rounds: Any, fk: Any, fs: Any,
+            hk: Any, hp: Any, pos: Any, gk: Any, rounds: Any, fk: Any, fs: Any,
             ready: Any, lstack: Any, act: Any, comp_flows: Any, comp_links: Any, full: Any,
             used: Any, extra: Any, started: Any, seeds: Any, seedmark: Any, fl_in: Any, lseen: Any, lcount: Any,
             pcap: Any, lold: Any, mixed: Any, fl_bot: Any, lhead: Any, ltail: Any, lnext: Any,
-            nd_lid: Any, nd_w: Any, ch_nl: Any, ch_next: Any, ch_nkey: Any, ch_ndep: Any,
+            nd_lid: Any, nd_w: Any, ch_nl: Any, ch_next: Any, ch_nkey: Any, ch_nbytes: Any,
+            ch_ndep: Any, ch_ndend: Any,
             st: Any, tnow: Any, ch_identity: bool, stop_instants: int, rate_scale: float = 1.0) -> int:
     """Run the event loop until the heap is empty (DONE), `stop_instants` instants have run
-    (PAUSED) or the heap might overflow this instant (GROW). numba compiles it on first call
+    (PAUSED) or the stale wake-ups' heap might overflow this instant (GROW). numba compiles it on first call
     (the closures are inlined).
 
     `rate_scale` multiplies every rate the max-min filling gives, as bench/sim_rounding.py's
@@ -277,14 +329,31 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             return int(ch_ptr[c] + j)
         return int(ch_ops[ch_ptr[c] + j])
 
-    def cur_op(c: int) -> int:
-        """Channel c's next op."""
-        return op_at(c, ch_i[c])
-
     def next_op(c: int) -> int:
         """The op after channel c's current one, -1 where it is the last."""
         j = ch_i[c] + 1
         return op_at(c, j) if j < ch_ptr[c + 1] - ch_ptr[c] else -1
+
+    def stash(c: int, j: int) -> None:
+        """Keep channel c's j-th op's row, key, bytes and dependencies' rows on the channel
+        (row -1: no such op); `drain` and `transfer` start it from there and `look` prefetches
+        from there. Its per-op rows are read once, here, where `look` has just prefetched them
+        (read again when the op started, thousands of instants later, they were cache misses
+        again). With the in-place event heap, the 4096-GPU `hier` replay went 77.4 / 72.4 ->
+        58.1 / 54.7 CPU s in alternating runs."""
+        if j < ch_ptr[c + 1] - ch_ptr[c]:
+            op = op_at(c, j)
+            ch_next[c] = op
+            ch_nkey[c] = op_key[op]
+            ch_nbytes[c] = op_nbytes[op]
+            ch_ndep[c] = dep_ptr[op]
+            ch_ndend[c] = dep_ptr[op + 1]
+        else:
+            ch_next[c] = -1
+            ch_nkey[c] = -1
+            ch_nbytes[c] = 0.0
+            ch_ndep[c] = 0
+            ch_ndend[c] = 0
 
     def look(j: int, deep: bool) -> None:
         """Prefetch what heap entry j's event will read. A channel's next event comes thousands
@@ -310,15 +379,15 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 if nxt >= 0:
                     _prefetch(dep_ptr, nxt)
                     _prefetch(op_key, nxt)
+                    _prefetch(op_nbytes, nxt)
             else:
                 _prefetch(sh_ptr, s)
-                _prefetch(op_nbytes, ch_op[c])
                 if not ch_identity:
                     _prefetch(ch_ops, ch_ptr[c] + ch_i[c] + 1)
-        elif fl_ver[c] == hv[j] and ch_nl[c] > 0:     # finish: the op's rows, the next op's
-            key, dp = ch_nkey[c], ch_ndep[c]          # rows, key and first dependency
+        else:                                   # finish: the op's rows, the next op's
+            key, dp = ch_nkey[c], ch_ndep[c]          # start, key and first dependency
             if deep:
-                if dp >= 0 and dep_idx[dp] >= 0:
+                if dp < ch_ndend[c] and dep_idx[dp] >= 0:
                     _prefetch(op_wait, dep_idx[dp])
                 if key >= 0:
                     _prefetch(sh_ptr, key_shape[key])
@@ -326,27 +395,15 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
                 op = ch_op[c]
                 _prefetch(op_wait, op)
                 _prefetch(op_end, op)
-                nxt = ch_next[c]
-                if nxt >= 0:
-                    _prefetch(dep_ptr, nxt)
-                    _prefetch(op_key, nxt)
-                if dp >= 0:
-                    _prefetch(dep_idx, dp)
+                _prefetch(op_start, ch_next[c])
+                _prefetch(dep_idx, dp)
                 if key >= 0:
                     _prefetch(key_shape, key)
                     _prefetch(key_delay, key)
 
-    def drop_stale() -> bool:
-        """With the local re-solve on, a stale wake-up on top of the heap is dropped (it opens
-        no instant); True where one was."""
-        if st[HSIZE] > 0 and st[LOCAL_ON] != 0 and hp[0] & 1 == FINISH and fl_ver[hp[0] >> 1] != hv[0]:
-            st[HSIZE] = _epop(hk, hp, hv, st[HSIZE])
-            st[N_STALE] += 1
-            return True
-        return False
-
-    def push_event(t: float, kind: int, c: int, ver: int) -> None:
-        st[HSIZE] = _epush(hk, hp, hv, st[HSIZE], t, c * 2 + kind, ver)
+    def push_event(t: float, kind: int, c: int) -> None:
+        _erise(hk, hp, pos, st[HSIZE], t, c * 2 + kind)
+        st[HSIZE] += 1
 
     def mark_dirty(lid: int) -> None:
         if dirty[lid] == 0:
@@ -374,12 +431,12 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
         while st[NREADY] > 0:
             st[NREADY] -= 1
             c = ready[st[NREADY]]
-            if ch_i[c] == ch_ptr[c + 1] - ch_ptr[c]:
+            op = ch_next[c]
+            if op < 0:
                 continue
-            op = cur_op(c)
             blocked = False
-            first = dep_ptr[op]
-            while ch_d[c] < dep_ptr[op + 1] - first:
+            first = ch_ndep[c]
+            while ch_d[c] < ch_ndend[c] - first:
                 d = dep_idx[first + ch_d[c]]
                 if d < 0:            # an op that does not exist: waits forever (a deadlock)
                     blocked = True
@@ -394,10 +451,10 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             if not blocked:
                 now = tnow[0]
                 op_start[op] = now
-                key = op_key[op]
+                key = ch_nkey[c]
                 ch_op[c] = op              # the running op and its shape, per channel: read
                 ch_shape[c] = key_shape[key]   # here once, not from the per-op rows each time
-                push_event(now + key_delay[key], BEGIN, c, 0)
+                push_event(now + key_delay[key], BEGIN, c)
 
     def finished(c: int) -> None:
         op = ch_op[c]
@@ -425,14 +482,10 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
 
     def transfer(c: int) -> bool:
         """FluidNetwork.transfer for channel c's current op; False: nothing to move."""
-        nbytes = op_nbytes[ch_op[c]]
+        nbytes = ch_nbytes[c]                # stashed with the op, as the rows below are
         s = ch_shape[c]
         a, b = sh_ptr[s], sh_ptr[s + 1]
-        nxt = next_op(c)                     # the next op's key and dependencies' row, for
-        ch_next[c] = nxt                     # `look` when this op's end nears
-        if nxt >= 0:
-            ch_nkey[c] = op_key[nxt]
-            ch_ndep[c] = dep_ptr[nxt] if dep_ptr[nxt] < dep_ptr[nxt + 1] else -1
+        stash(c, ch_i[c] + 1)
         if nbytes <= EPS_BYTES or a == b:
             return False
         now = tnow[0]
@@ -716,9 +769,17 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
             used[lid] += nd_w[k] * (rate - old)
         fl_rate[f] = rate
         st[N_SETRATE] += 1
-        fl_ver[f] += 1
-        if rate > 0:
-            push_event(now + max(fl_rem[f], 0.0) / rate, FINISH, f, fl_ver[f])
+        i = pos[f]
+        if i >= 0:                  # its pending wake-up moves (or goes): the old one is stale
+            st[N_STALE] += 1
+            if st[LOCAL_ON] == 0:   # ... and with whole re-solves still opens an instant
+                st[GSIZE] = _gpush(gk, st[GSIZE], hk[i])
+            if rate > 0:
+                _emove(hk, hp, pos, st[HSIZE], i, now + max(fl_rem[f], 0.0) / rate, f * 2 + FINISH)
+            else:
+                st[HSIZE] = _eremove(hk, hp, pos, st[HSIZE], i)
+        elif rate > 0:
+            push_event(now + max(fl_rem[f], 0.0) / rate, FINISH, f)
 
     def fill_rates(nl: int, nf: int, stamp: int, whole: bool) -> None:
         """The max-min problem of comp_links[:nl] over comp_flows[:nf] filled (by heap past
@@ -992,43 +1053,40 @@ def replay(op_key: Any, key_shape: Any, key_delay: Any, op_nbytes: Any, dep_ptr:
     if st[INIT] == 0:
         st[INIT] = 1
         for c in range(n_ch - 1, -1, -1):      # popped from the end: rank, channel order
+            stash(c, 0)
             ready[st[NREADY]] = c
             st[NREADY] += 1
         drain()
-    bp, bv, tp, tv = rounds[0], rounds[1], rounds[2], rounds[3]     # one round's events, scratch
-    while st[HSIZE] > 0:
+    bp, tp = rounds[0], rounds[1]     # one round's events, scratch
+    while st[HSIZE] > 0 or st[GSIZE] > 0:
         if st[INSTANTS] >= stop_instants:
             return PAUSED
-        if st[HSIZE] + 2 * n_ch + 2 > len(hk):
+        if st[GSIZE] + n_ch + 1 >= len(gk):
             return GROW
-        if drop_stale():
-            continue
-        t = hk[0]
+        t = min(hk[0], gk[0])                    # +inf where a heap is empty
         tnow[0] = t
         end = t + INSTANT_RTOL * max(t, 1.0)     # fluid.instant_end
-        while st[HSIZE] > 0 and hk[0] <= end:
+        while gk[0] <= end:
+            st[GSIZE] = _gpop(gk, st[GSIZE])
+        while hk[0] <= end:
             n = 0                                # a round: what is pending, then in (channel,
-            while st[HSIZE] > 0 and hk[0] <= end:    # begin before end) order, stably
-                bp[n], bv[n] = hp[0], hv[0]
+            while hk[0] <= end:                  # begin before end) order
+                bp[n] = hp[0]
                 n += 1
-                st[HSIZE] = _epop(hk, hp, hv, st[HSIZE])
-            _sort_round(bp, bv, tp, tv, n)
+                st[HSIZE] = _eremove(hk, hp, pos, st[HSIZE], 0)
+            _sort_round(bp, tp, n)
             st[N_EVENTS] += n
             for j in range(n):
-                p, v = bp[j], bv[j]
+                p = bp[j]
                 c = p >> 1
                 if p & 1 == BEGIN:
                     if not transfer(c):
                         st[N_EMPTYBEGIN] += 1
                         finished(c)            # nothing to move: ends at once
-                elif fl_ver[c] == v:
-                    finish(c)
                 else:
-                    st[N_STALE] += 1
+                    finish(c)
         settle()
         st[INSTANTS] += 1
-        while drop_stale():             # before `look`, which would find a stale top
-            pass
         look(0, True)
         look(1, False)
         look(2, False)

@@ -30,7 +30,9 @@ F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 
 CHUNK_OPS = 1 << 21         # tables_from_arrays works on this many rows (whole ranks) at a time
-DENSE_KEYS = 1 << 22        # up to this many possible keys, a lookup table numbers them (no sort)
+# up to this many possible keys, a lookup table numbers them (no sort); a 4096-GPU `hier` has 8.5M,
+# whose dict took more time and memory than the table's 0.1 GB (tables 15.4 -> 13.3 CPU s)
+DENSE_KEYS = 1 << 24
 INT32_ROWS = (1 << 31) - 1  # rows and deps are int32: a 2**31-op run would need ~100 GB anyway
 
 
@@ -235,13 +237,18 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
     costs = net.topology.costs
     cached = LinkCache(net)
     npro = len(a.protos)
+    # each prototype's kind, issuer, first source and destination, in one pass over them (a
+    # 4096-GPU `hier` has 2.1M: a pass a column took ~1 s more)
+    fields = np.array([(p.kind == OpKind.COPY, p.rank, p.srcs[0], p.dst) for p in a.protos],
+                      np.int64).reshape(npro, 4)
+    p_any_copy = fields[:, 0] == 1
+    p_rank, p_src, p_dst = fields[:, 1], fields[:, 2], fields[:, 3]
+    del fields
     # copies whose two GPUs decide their links (a relayed copy's issuer is on its path too)
-    p_copy = np.fromiter((p.kind == OpKind.COPY and p.rank in (p.srcs[0], p.dst) for p in a.protos),
-                         bool, npro)
-    p_remote = np.fromiter((p.dst != p.rank or p.srcs[0] != p.rank for p in a.protos), bool, npro)
+    p_copy = p_any_copy & ((p_rank == p_src) | (p_rank == p_dst))
+    p_remote = (p_dst != p_rank) | (p_src != p_rank)
     ce_min = max(costs.ce_threshold_bytes, 1)
     ce_min_count = -(-ce_min // itemsize)          # count * itemsize >= ce_min, in elements
-    p_any_copy = np.fromiter((p.kind == OpKind.COPY for p in a.protos), bool, npro)
     p_ce = p_any_copy & p_remote                   # a copy engine runs it, if large enough
     launch = (costs.op_launch_us(False), costs.op_launch_us(True))
     nch = int(a.channel.max()) + 1 if n else 1
@@ -265,12 +272,21 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
     NONE = np.iinfo(np.int64).max
     first_row = np.full(nkeys, NONE, np.int64) if lut is not None else None    # per chunk, reset after
 
+    asked: dict[int, tuple[tuple[tuple[int, float], ...], float]] = {}   # row -> its op's links
+
+    def op_links(row: int) -> tuple[tuple[tuple[int, float], ...], float]:
+        """The links and latency of `row`'s op, through a stand-in op (built once a row: one of a
+        4096-GPU `hier`'s 519-source reduces took ~0.1 ms)."""
+        got = asked.pop(row, None)
+        if got is None:
+            got = cached(a.protos[int(a.proto[row])].op(int(a.channel[row]), int(a.count[row])))
+        return got
+
     def new_key(row: int, on_ce: bool) -> int:
         """A new key, first met at `row`: one stand-in op asks its links; returns its number."""
         proto = a.protos[int(a.proto[row])]
         pair = cached.pair_copy(proto.srcs[0], proto.dst) if p_copy[int(a.proto[row])] else None
-        links, latency = pair if pair is not None else cached(
-            proto.op(int(a.channel[row]), int(a.count[row])))
+        links, latency = pair if pair is not None else op_links(row)
         # a pair copy's shape is its pair's (`new_keys` makes them many at a time); any other's,
         # the cached link tuple's
         skey = proto.srcs[0] * world + proto.dst if pair is not None else id(links)
@@ -290,8 +306,6 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
         key_ce.append(on_ce)
         return len(key_shape) - 1
 
-    pair_ends: list[I64] = []       # per prototype: a copy's source and destination GPUs
-
     def new_keys(rows: I64, on_ce: B) -> I64:
         """Keys first met at `rows` (in that order), numbered and shaped as `new_key` one by
         one would; copies between their own pairs of GPUs (a dense all-to-all-v, a hierarchical
@@ -300,10 +314,7 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
         proto = a.proto[rows]
         copy = p_copy[proto]
         if len(rows) > 1 and cached.pairs_decide and int(copy.sum()) > 1:
-            if not pair_ends:
-                pair_ends.extend((np.fromiter((p.srcs[0] for p in a.protos), np.int64, npro),
-                                  np.fromiter((p.dst for p in a.protos), np.int64, npro)))
-            src, dst = pair_ends[0][proto[copy]], pair_ends[1][proto[copy]]
+            src, dst = p_src[proto[copy]], p_dst[proto[copy]]
             # other rows among the copies: their links made in row order between the copies'
             ask = None if copy.all() else (
                 lambda first: _links_in_row_order(rows, copy, src, dst, first))
@@ -319,7 +330,7 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
     def _links_in_row_order(rows: I64, copy: B, src: I64, dst: I64, first: I64) -> None:
         """Make the links of `rows` as `new_key` row by row would: the copies that first use a
         link (`first`, among the copies) through `copy_links`, every other row's op through the
-        cache `new_key` asks again (the same answer)."""
+        cache (kept for `new_key`, which asks next)."""
         at = np.flatnonzero(copy)
         for r in np.sort(np.concatenate([at[first], np.flatnonzero(~copy)])).tolist():
             if copy[r]:
@@ -327,7 +338,7 @@ def tables_from_arrays(a: OpArrays, net: Network, itemsize: int, consume: bool =
                 copy_links(net, int(src[i]), int(dst[i]))
             else:
                 row = int(rows[r])
-                cached(a.protos[int(a.proto[row])].op(int(a.channel[row]), int(a.count[row])))
+                asked[row] = op_links(row)
 
     def _mixed_keys(rows: I64, copy: B, got: tuple[I64, I64, F64, F64], code: I64, on_ce: B) -> I64:
         """Keys of `rows` in order: each run of copies at once, the rows between one by one."""
