@@ -37,11 +37,25 @@ class Figure:
                 f"{100 * self.high:.1f} %, {self.rows} rows)")
 
 
-def _member(library: bool, lo: int, hi: int) -> Callable[[Case], bool]:
-    """Rows of NCCL's library model (or of hiercoll's plans) with sizes in [lo, hi)."""
+OWNERS = (("hiercoll plans", False), ("NCCL library model", True))
+
+
+def cells(modes: Sequence[str] = ()) -> list[tuple[str, Callable[[Case], bool]]]:
+    """The cells held-out errors are reported in, (label, membership): owner (hiercoll's plans,
+    NCCL's library model) x size band, and x mode where `modes` are given (`compare`'s report,
+    so a fresh run reads against the folds' figures)."""
+    return [(", ".join(x for x in (owner, mode, name) if x), _member(library, lo, hi, mode))
+            for owner, library in OWNERS for mode in (modes or (None,))
+            for name, lo, hi in BANDS]
+
+
+def _member(library: bool, lo: int, hi: int, mode: str | None) -> Callable[[Case], bool]:
+    """Rows of NCCL's library model (or of hiercoll's plans) with sizes in [lo, hi), in `mode`
+    (None: either)."""
     def member(c: Case) -> bool:
         m = c.measurement
-        return (m.algorithm == LIBRARY_ALGORITHM) == library and lo <= m.nbytes < hi
+        return ((m.algorithm == LIBRARY_ALGORITHM) == library and lo <= m.nbytes < hi
+                and mode in (None, m.mode))
     return member
 
 
@@ -69,9 +83,7 @@ def cross_validate(cases: Sequence[Case], base: Topology, folds: int,
         for i, (row, h) in enumerate(zip(result.rows, held, strict=True)):
             if h:
                 ratio[i] = (f, row.ratio)
-    groups: list[tuple[str, Callable[[Case], bool]]] = [("all rows", lambda c: True)]
-    for owner, lib in (("hiercoll plans", False), ("NCCL library model", True)):
-        groups += [(f"{owner}, {name}", _member(lib, lo, hi)) for name, lo, hi in BANDS]
+    groups: list[tuple[str, Callable[[Case], bool]]] = [("all rows", lambda c: True), *cells()]
     out = []
     for label, member in groups:
         rows = [i for i, c in enumerate(cases) if member(c)]

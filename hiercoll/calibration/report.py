@@ -70,20 +70,14 @@ def summary(rows: Sequence[RowError], min_bytes: int = 1 << 20) -> dict[str, Any
 
 
 def band_errors(rows: Sequence[RowError]) -> list[tuple[str, int, float]]:
-    """(label, rows, geomean error) per owner (hiercoll's plans, NCCL's library model), mode and
-    size band, as cross-validation reports its folds (`crossval.BANDS`): what a run the fit never
-    saw holds out, in the same cells."""
-    from hiercoll.calibration.crossval import BANDS
-    from hiercoll.schedule import LIBRARY_ALGORITHM
+    """(label, rows, geomean error) per owner, mode and size band, in cross-validation's cells
+    (`crossval.cells`): what a run the fit never saw holds out, read against the folds."""
+    from hiercoll.calibration.crossval import cells
     out = []
-    for owner, library in (("hiercoll plans", False), ("NCCL library model", True)):
-        for mode in ("graph", "eager"):
-            for name, lo, hi in BANDS:
-                sel = [r.ratio for r in rows if (r.case.measurement.algorithm == LIBRARY_ALGORITHM)
-                       == library and r.case.measurement.mode == mode
-                       and lo <= r.case.measurement.nbytes < hi]
-                if sel:
-                    out.append((f"{owner}, {mode}, {name}", len(sel), geomean_error(sel)))
+    for label, member in cells(("graph", "eager")):
+        sel = [r.ratio for r in rows if member(r.case)]
+        if sel:
+            out.append((label, len(sel), geomean_error(sel)))
     return out
 
 

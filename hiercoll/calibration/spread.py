@@ -68,18 +68,16 @@ def spreads_of(samples: Iterable[Sample]) -> list[Spread]:
     """`spreads` over samples whose program keys the caller has (regret's timed candidates),
     hiercoll's plans and NCCL's library calls (measured twice: the bench's library row and its
     `nccl` peer) apart, as cross-validation reports them."""
-    groups: dict[tuple[object, ...], list[float]] = {}
-    where: dict[tuple[object, ...], tuple[str, int]] = {}
+    groups: dict[tuple[str, int, tuple[object, ...]], list[float]] = {}
     for s in samples:
-        groups.setdefault(s.key, []).append(math.log(s.time_us))
-        where[s.key] = (s.mode, s.nbytes)
+        groups.setdefault((s.mode, s.nbytes, s.key), []).append(math.log(s.time_us))
     out = []
     for owner, library in (("", False), ("NCCL, ", True)):
         for mode in ("graph", "eager"):
             for name, lo, hi in BANDS:
-                sel = [logs for key, logs in groups.items()
+                sel = [logs for (m, n, key), logs in groups.items()
                        if len(logs) > 1 and (key[-1] == LIBRARY_ALGORITHM) == library
-                       and where[key][0] == mode and lo <= where[key][1] < hi]
+                       and m == mode and lo <= n < hi]
                 if sel:
                     out.append(_spread(f"{owner}{mode}, {name}", sel))
     return out
