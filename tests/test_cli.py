@@ -144,3 +144,10 @@ def test_topology_help_names_every_preset(capsys):
     text = "".join(capsys.readouterr().out.split())     # argparse may wrap at a hyphen
     for name in preset_names():
         assert name in text, name
+
+
+@pytest.mark.parametrize("flag", ["--graph-calls", "--eager-calls"])
+def test_bench_refuses_a_sample_of_no_calls_in_one_line(flag, capsys):
+    assert main(["bench", "-c", "all_reduce", "-t", "h200x4", "--sizes", "8KiB", flag, "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0] and "at least 1" in err[0]
